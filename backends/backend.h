@@ -1,0 +1,185 @@
+/* backend.h — ragtag's kernel table: what every compute backend implements.
+ *
+ * Layers never touch device memory: they hold rt_views into buffers and call
+ * the rt_op_* wrappers (src/backend.c), which check shapes and bounds once
+ * and dispatch through a backend's struct rt_backend_ops. The op list itself
+ * lives in backends/ops.def.
+ *
+ * Exact maths of each op (every backend must agree with the cpu backend):
+ *  gemm           C = alpha*op(A)*op(B) + beta*C, row-major, op(A) m x k,
+ *                 op(B) k x n; lda/ldb/ldc are row strides of A, B, C as
+ *                 stored. beta == 0 means C is not read (NaNs in C vanish).
+ *  conv2d_fwd     y[n,k,oh,ow] = sum_{c,r,s} x[n,c,oh*sh-ph+r,ow*sw-pw+s]
+ *                 * w[k,c,r,s] (zero padding); no bias (see bias_add).
+ *  conv2d_bwd_data   dx = d(y)/dx applied to dy.
+ *  conv2d_bwd_filter dw = d(y)/dw applied to dy (summed over the batch).
+ *                 All three may use `ws` of conv2d_workspace() floats.
+ *  bias_add       y[n,c,i] += b[c] for i < hw.
+ *  bias_grad      db[c] = sum_{n,i} dy[n,c,i].
+ *  pool_fwd       max or average over windows; average divides by r*s
+ *                 (padding counts as zeros, like PyTorch's default);
+ *                 max ignores padding.
+ *  pool_bwd       max: dy goes to the FIRST maximal element of the window in
+ *                 row-major order (ties resolved the same on every backend);
+ *                 avg: dy/(r*s) to every in-bounds element. dx overwritten.
+ *  act_fwd        relu max(x,0); leaky x>0?x:alpha*x; sigmoid; tanh;
+ *                 identity copies. y may alias x.
+ *  act_bwd        dx = dy * f'(x) (relu/leaky use x>0, sigmoid/tanh use y).
+ *  softmax_xent_fwd probs = softmax(logits) per row (max-subtracted);
+ *                 losses[i] = -log(max(probs[i,label_i], 1e-30)).
+ *                 labels is an int32 view.
+ *  softmax_xent_bwd dlogits = scale * (probs - onehot(labels)).
+ *  bn_fwd_train   per channel c over n*hw values: mean, biased var;
+ *                 y = gamma*(x-mean)*invstd + beta, invstd = 1/sqrt(var+eps);
+ *                 saves mean, invstd; run_mean = (1-mom)*run_mean + mom*mean,
+ *                 run_var = (1-mom)*run_var + mom*unbiased_var.
+ *  bn_fwd_infer   y = gamma*(x-run_mean)/sqrt(run_var+eps) + beta.
+ *  bn_bwd         standard batch-norm gradient w.r.t. x, gamma, beta
+ *                 (dgamma, dbeta overwritten).
+ *  dropout_fwd    mask[i] = rt_dropout_keep(seed, i, rate) ? 1/(1-rate) : 0;
+ *                 y = x * mask. Backward is mul(dy, mask).
+ *  mul            y = a * b elementwise (y may alias a or b).
+ *  axpy           y += alpha * x.        scale  x *= alpha.
+ *  fill           x = value.             sumsq  *out = sum x^2 (double).
+ *  sgd_step       PyTorch SGD: g' = g + wd*w; if momentum: v = mu*v + g',
+ *                 g' = nesterov ? g' + mu*v : v; w -= lr*g'.
+ *  adam_step      t = p->step (1-based), bias corrections bc1 = 1-b1^t,
+ *                 bc2 = 1-b2^t. Adam: g' = g + wd*w (L2). AdamW
+ *                 (decoupled): w -= lr*wd*w first, g' = g.
+ *                 m = b1*m + (1-b1)g'; v = b2*v + (1-b2)g'^2;
+ *                 Adam/AdamW: w -= lr * (m/bc1) / (sqrt(v/bc2) + eps);
+ *                 Nadam (nesterov): m_hat = b1*m/(1-b1^(t+1))
+ *                   + (1-b1)*g'/bc1, w -= lr * m_hat / (sqrt(v/bc2) + eps).
+ */
+#ifndef RT_BACKEND_H
+#define RT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RT_BACKEND_ABI_VERSION 1
+
+typedef struct rt_dev rt_dev; /* an opened device context */
+typedef struct rt_buf rt_buf; /* a block of device memory */
+
+/* A place in a buffer; off counts 4-byte elements (float or int32). */
+typedef struct rt_view {
+    rt_buf *buf;
+    size_t off;
+} rt_view;
+
+static inline rt_view rt_view_at(rt_view v, size_t off)
+{
+    v.off += off;
+    return v;
+}
+
+enum rt_act { RT_ACT_IDENTITY, RT_ACT_RELU, RT_ACT_LEAKY, RT_ACT_SIGMOID, RT_ACT_TANH };
+enum rt_pool_mode { RT_POOL_MAX, RT_POOL_AVG };
+
+struct rt_conv_shape {
+    int n, c, h, w;           /* input */
+    int k, r, s;              /* filters: k output channels of c x r x s */
+    int stride_h, stride_w, pad_h, pad_w;
+    int oh, ow;               /* output: (h + 2*pad_h - r)/stride_h + 1, ... */
+};
+
+struct rt_pool_shape {
+    enum rt_pool_mode mode;
+    int n, c, h, w;
+    int r, s, stride_h, stride_w, pad_h, pad_w;
+    int oh, ow;
+};
+
+struct rt_bn_shape {
+    int n, c, hw;
+    float eps, momentum;
+};
+
+struct rt_sgd_params {
+    float lr, momentum, weight_decay;
+    bool nesterov;
+};
+
+struct rt_adam_params {
+    float lr, beta1, beta2, eps, weight_decay;
+    bool decoupled; /* AdamW */
+    bool nesterov;  /* Nadam */
+    long step;      /* 1-based step count of this update */
+};
+
+struct rt_device_info {
+    char name[128];
+    char platform[128];
+    size_t mem_bytes;
+    int compute_units;
+};
+
+/* Every buffer, whatever its backend: the device it lives on, its size and
+ * the backend's handle (a host pointer for cpu, a cl_mem, a device pointer). */
+struct rt_buf {
+    rt_dev *dev;
+    size_t bytes;
+    void *handle;
+};
+
+/* Dropout's keep decision: a counter-based hash of (seed, i), so every
+ * backend draws the same mask without sharing RNG state. */
+static inline bool rt_dropout_keep(uint64_t seed, uint64_t i, float rate)
+{
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    float u = (float)(z >> 40) * (1.0f / 16777216.0f); /* [0,1) */
+    return u >= rate;
+}
+
+/* Op enum and names, generated from ops.def. */
+enum rt_opk {
+#define RT_OP(name, params) RT_OPK_##name,
+#include "ops.def"
+#undef RT_OP
+    RT_OPK_COUNT
+};
+extern const char *const rt_op_names[RT_OPK_COUNT];
+
+/* ---- the wrappers layers call (src/backend.c) ------------------------------
+ * Each checks bounds of every view against its buffer and that all buffers
+ * live on `d`, then dispatches. Prototypes generated from ops.def. */
+#define RT_OP(name, params) int rt_op_##name params;
+#include "ops.def"
+#undef RT_OP
+
+/* ---- devices and memory ------------------------------------------------------ */
+
+/* Names of the backends known to this process ("cpu", ...). */
+int rt_backend_count(void);
+const char *rt_backend_name(int i);
+int rt_backend_device_count(const char *backend);
+int rt_backend_device_info(const char *backend, int device, struct rt_device_info *out);
+
+/* Open device `device` of `backend` with `threads` host threads (0: all). */
+rt_dev *rt_dev_open(const char *backend, int device, int threads);
+void rt_dev_close(rt_dev **d);
+const char *rt_dev_backend(const rt_dev *d);
+int rt_dev_threads(const rt_dev *d);
+
+/* Buffers: allocate `bytes`; contents undefined. */
+rt_buf *rt_buf_new(rt_dev *d, size_t bytes);
+void rt_buf_destroy(rt_buf **b);
+static inline rt_view rt_buf_view(rt_buf *b) { rt_view v = {b, 0}; return v; }
+
+int rt_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes);
+int rt_download(rt_dev *d, void *dst, rt_view src, size_t bytes);
+int rt_copy(rt_dev *d, rt_view dst, rt_view src, size_t n);
+int rt_sync(rt_dev *d);
+
+/* Floats of workspace a conv2d op needs on `d` for shape `s`. */
+size_t rt_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s);
+
+/* Host pointer of a view when the device shares host memory (cpu), else NULL. */
+void *rt_view_host(rt_view v);
+
+#endif

@@ -1,0 +1,485 @@
+/* backend.c — the backend registry and the checked wrappers around the
+ * kernel table. Validation lives here, once, so each backend stays small:
+ * every view is checked against its buffer's size and device before the
+ * backend sees it. */
+#include "config.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend-impl.h"
+#include "status.h"
+
+const char *const rt_op_names[RT_OPK_COUNT] = {
+#define RT_OP(name, params) #name,
+#include "ops.def"
+#undef RT_OP
+};
+
+/* Offsets of the op slots, to check at registration that none is NULL. */
+static const size_t op_slot_offsets[RT_OPK_COUNT] = {
+#define RT_OP(name, params) offsetof(struct rt_backend_ops, name),
+#include "ops.def"
+#undef RT_OP
+};
+
+static const struct rt_backend_ops *const builtin_backends[] = {
+    &rt_cpu_backend,
+};
+#define N_BUILTIN (sizeof builtin_backends / sizeof builtin_backends[0])
+
+/* A table is usable when its ABI matches and no slot is empty: a missing op
+ * is refused here, never discovered mid-training. */
+static int backend_check(const struct rt_backend_ops *ops)
+{
+    if (ops->abi_version != RT_BACKEND_ABI_VERSION || ops->size != sizeof *ops)
+        return rt_error(RT_ERR_UNSUPPORTED,
+                        "backend '%s' was built for kernel-table ABI %u (size %u), "
+                        "this ragtag has ABI %u (size %zu)",
+                        ops->name ? ops->name : "?", ops->abi_version, ops->size,
+                        RT_BACKEND_ABI_VERSION, sizeof *ops);
+    for (int i = 0; i < RT_OPK_COUNT; i++) {
+        void *slot;
+        memcpy(&slot, (const char *)ops + op_slot_offsets[i], sizeof slot);
+        if (!slot)
+            return rt_error(RT_ERR_UNSUPPORTED, "backend '%s' lacks op '%s'",
+                            ops->name, rt_op_names[i]);
+    }
+    return RT_OK;
+}
+
+static const struct rt_backend_ops *backend_find(const char *name)
+{
+    for (size_t i = 0; i < N_BUILTIN; i++)
+        if (strcmp(builtin_backends[i]->name, name) == 0)
+            return builtin_backends[i];
+    return NULL;
+}
+
+int rt_backend_count(void) { return (int)N_BUILTIN; }
+
+const char *rt_backend_name(int i)
+{
+    return i >= 0 && (size_t)i < N_BUILTIN ? builtin_backends[i]->name : NULL;
+}
+
+int rt_backend_device_count(const char *backend)
+{
+    const struct rt_backend_ops *ops = backend_find(backend);
+    if (!ops)
+        return rt_error(RT_ERR_NOTFOUND, "no backend named '%s'", backend);
+    return ops->device_count();
+}
+
+int rt_backend_device_info(const char *backend, int device, struct rt_device_info *out)
+{
+    const struct rt_backend_ops *ops = backend_find(backend);
+    if (!ops)
+        return rt_error(RT_ERR_NOTFOUND, "no backend named '%s'", backend);
+    memset(out, 0, sizeof *out);
+    return ops->device_info(device, out);
+}
+
+rt_dev *rt_dev_open(const char *backend, int device, int threads)
+{
+    const struct rt_backend_ops *ops = backend_find(backend);
+    if (!ops) {
+        char known[256] = "";
+        for (size_t i = 0; i < N_BUILTIN; i++) {
+            strncat(known, i ? ", " : "", sizeof known - strlen(known) - 1);
+            strncat(known, builtin_backends[i]->name, sizeof known - strlen(known) - 1);
+        }
+        rt_error(RT_ERR_NOTFOUND, "no backend named '%s' (available: %s)", backend, known);
+        return NULL;
+    }
+    if (backend_check(ops) < 0)
+        return NULL;
+    int n = ops->device_count();
+    if (device < 0 || device >= n) {
+        rt_error(RT_ERR_NOTFOUND, "backend '%s' has %d device(s); device %d does not exist",
+                 backend, n, device);
+        return NULL;
+    }
+    rt_dev *d = calloc(1, sizeof *d);
+    if (!d) {
+        rt_error(RT_ERR_NOMEM, "out of memory opening backend '%s'", backend);
+        return NULL;
+    }
+    d->ops = ops;
+    d->device = device;
+    d->threads = threads;
+    if (ops->dev_open(d) < 0) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void rt_dev_close(rt_dev **dp)
+{
+    if (!dp || !*dp)
+        return;
+    rt_dev *d = *dp;
+    d->ops->dev_close(d);
+    free(d);
+    *dp = NULL;
+}
+
+const char *rt_dev_backend(const rt_dev *d) { return d->ops->name; }
+int rt_dev_threads(const rt_dev *d) { return d->threads; }
+
+rt_buf *rt_buf_new(rt_dev *d, size_t bytes)
+{
+    RT_ASSERT(d);
+    rt_buf *b = calloc(1, sizeof *b);
+    if (!b) {
+        rt_error(RT_ERR_NOMEM, "out of host memory for a buffer descriptor");
+        return NULL;
+    }
+    b->dev = d;
+    b->bytes = bytes;
+    if (d->ops->buf_alloc(d, b) < 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void rt_buf_destroy(rt_buf **bp)
+{
+    if (!bp || !*bp)
+        return;
+    rt_buf *b = *bp;
+    b->dev->ops->buf_free(b->dev, b);
+    free(b);
+    *bp = NULL;
+}
+
+void *rt_view_host(rt_view v)
+{
+    if (!v.buf || !v.buf->dev->ops->host_memory)
+        return NULL;
+    return (float *)v.buf->handle + v.off;
+}
+
+/* ---- checks --------------------------------------------------------------- */
+
+/* A view must lie on `d` and hold `n` elements from its offset. Breaking this
+ * is a bug in the caller (a layer), so it is an assertion, not a status. */
+static void check_view(rt_dev *d, rt_view v, size_t n, const char *op, const char *arg)
+{
+    if (n == 0)
+        return;
+    if (!v.buf || v.buf->dev != d || v.off > v.buf->bytes / 4 || n > v.buf->bytes / 4 - v.off) {
+        fprintf(stderr,
+                "ragtag: internal error: op %s: view '%s' (offset %zu, %zu elements) "
+                "outside its buffer (%zu elements) or on another device\n",
+                op, arg, v.off, n, v.buf ? v.buf->bytes / 4 : 0);
+        abort();
+    }
+}
+#define CHECK(v, n) check_view(d, (v), (size_t)(n), __func__ + 6, #v)
+
+int rt_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes)
+{
+    RT_ASSERT(bytes % 4 == 0);
+    check_view(d, dst, bytes / 4, "upload", "dst");
+    return bytes ? d->ops->upload(d, dst, src, bytes) : RT_OK;
+}
+
+int rt_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
+{
+    RT_ASSERT(bytes % 4 == 0);
+    check_view(d, src, bytes / 4, "download", "src");
+    return bytes ? d->ops->download(d, dst, src, bytes) : RT_OK;
+}
+
+int rt_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
+{
+    check_view(d, dst, n, "copy", "dst");
+    check_view(d, src, n, "copy", "src");
+    return n ? d->ops->copy(d, dst, src, n) : RT_OK;
+}
+
+int rt_sync(rt_dev *d) { return d->ops->sync(d); }
+
+size_t rt_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
+{
+    return d->ops->conv2d_workspace(d, s);
+}
+
+static size_t zu(int v)
+{
+    RT_ASSERT(v >= 0);
+    return (size_t)v;
+}
+
+static void check_conv(const struct rt_conv_shape *s)
+{
+    RT_ASSERT(s->n >= 0 && s->c > 0 && s->k > 0 && s->r > 0 && s->s > 0);
+    RT_ASSERT(s->stride_h > 0 && s->stride_w > 0 && s->pad_h >= 0 && s->pad_w >= 0);
+    RT_ASSERT(s->oh == (s->h + 2 * s->pad_h - s->r) / s->stride_h + 1);
+    RT_ASSERT(s->ow == (s->w + 2 * s->pad_w - s->s) / s->stride_w + 1);
+    RT_ASSERT(s->oh > 0 && s->ow > 0);
+}
+
+static void check_pool(const struct rt_pool_shape *s)
+{
+    RT_ASSERT(s->n >= 0 && s->c > 0 && s->r > 0 && s->s > 0);
+    RT_ASSERT(s->stride_h > 0 && s->stride_w > 0 && s->pad_h >= 0 && s->pad_w >= 0);
+    RT_ASSERT(s->pad_h < s->r && s->pad_w < s->s);
+    RT_ASSERT(s->oh == (s->h + 2 * s->pad_h - s->r) / s->stride_h + 1);
+    RT_ASSERT(s->ow == (s->w + 2 * s->pad_w - s->s) / s->stride_w + 1);
+    RT_ASSERT(s->oh > 0 && s->ow > 0);
+}
+
+/* ---- the checked op wrappers ----------------------------------------------- */
+
+int rt_op_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
+               int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
+{
+    RT_ASSERT(m >= 0 && n >= 0 && k >= 0);
+    if (m == 0 || n == 0)
+        return RT_OK;
+    size_t arows = ta ? zu(k) : zu(m), acols = ta ? zu(m) : zu(k);
+    size_t brows = tb ? zu(n) : zu(k), bcols = tb ? zu(k) : zu(n);
+    RT_ASSERT((size_t)lda >= acols && (size_t)ldb >= bcols && (size_t)ldc >= zu(n));
+    if (k > 0) {
+        CHECK(a, (arows - 1) * lda + acols);
+        CHECK(b, (brows - 1) * ldb + bcols);
+    }
+    CHECK(c, (zu(m) - 1) * ldc + zu(n));
+    return d->ops->gemm(d, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+int rt_op_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w,
+                     rt_view y, rt_view ws)
+{
+    check_conv(s);
+    if (s->n == 0)
+        return RT_OK;
+    CHECK(x, zu(s->n) * s->c * s->h * s->w);
+    CHECK(w, zu(s->k) * s->c * s->r * s->s);
+    CHECK(y, zu(s->n) * s->k * s->oh * s->ow);
+    CHECK(ws, rt_conv2d_workspace(d, s));
+    return d->ops->conv2d_fwd(d, s, x, w, y, ws);
+}
+
+int rt_op_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
+                          rt_view dx, rt_view ws)
+{
+    check_conv(s);
+    if (s->n == 0)
+        return RT_OK;
+    CHECK(dy, zu(s->n) * s->k * s->oh * s->ow);
+    CHECK(w, zu(s->k) * s->c * s->r * s->s);
+    CHECK(dx, zu(s->n) * s->c * s->h * s->w);
+    CHECK(ws, rt_conv2d_workspace(d, s));
+    return d->ops->conv2d_bwd_data(d, s, dy, w, dx, ws);
+}
+
+int rt_op_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x,
+                            rt_view dy, rt_view dw, rt_view ws)
+{
+    check_conv(s);
+    CHECK(dw, zu(s->k) * s->c * s->r * s->s);
+    if (s->n > 0) {
+        CHECK(x, zu(s->n) * s->c * s->h * s->w);
+        CHECK(dy, zu(s->n) * s->k * s->oh * s->ow);
+        CHECK(ws, rt_conv2d_workspace(d, s));
+    }
+    return d->ops->conv2d_bwd_filter(d, s, x, dy, dw, ws);
+}
+
+int rt_op_bias_add(rt_dev *d, int n, int c, int hw, rt_view b, rt_view y)
+{
+    CHECK(b, zu(c));
+    CHECK(y, zu(n) * zu(c) * zu(hw));
+    if (n == 0 || c == 0 || hw == 0)
+        return RT_OK;
+    return d->ops->bias_add(d, n, c, hw, b, y);
+}
+
+int rt_op_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db)
+{
+    CHECK(db, zu(c));
+    CHECK(dy, zu(n) * zu(c) * zu(hw));
+    if (c == 0)
+        return RT_OK;
+    return d->ops->bias_grad(d, n, c, hw, dy, db);
+}
+
+int rt_op_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y)
+{
+    check_pool(s);
+    if (s->n == 0)
+        return RT_OK;
+    CHECK(x, zu(s->n) * s->c * s->h * s->w);
+    CHECK(y, zu(s->n) * s->c * s->oh * s->ow);
+    return d->ops->pool_fwd(d, s, x, y);
+}
+
+int rt_op_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y,
+                   rt_view dy, rt_view dx)
+{
+    check_pool(s);
+    if (s->n == 0)
+        return RT_OK;
+    CHECK(x, zu(s->n) * s->c * s->h * s->w);
+    CHECK(y, zu(s->n) * s->c * s->oh * s->ow);
+    CHECK(dy, zu(s->n) * s->c * s->oh * s->ow);
+    CHECK(dx, zu(s->n) * s->c * s->h * s->w);
+    return d->ops->pool_bwd(d, s, x, y, dy, dx);
+}
+
+int rt_op_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y)
+{
+    CHECK(x, n);
+    CHECK(y, n);
+    return n ? d->ops->act_fwd(d, kind, alpha, n, x, y) : RT_OK;
+}
+
+int rt_op_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y,
+                  rt_view dy, rt_view dx)
+{
+    CHECK(x, n);
+    CHECK(y, n);
+    CHECK(dy, n);
+    CHECK(dx, n);
+    return n ? d->ops->act_bwd(d, kind, alpha, n, x, y, dy, dx) : RT_OK;
+}
+
+int rt_op_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view logits, rt_view labels,
+                           rt_view probs, rt_view losses)
+{
+    RT_ASSERT(c > 0);
+    CHECK(logits, zu(n) * zu(c));
+    CHECK(labels, zu(n));
+    CHECK(probs, zu(n) * zu(c));
+    CHECK(losses, zu(n));
+    return n ? d->ops->softmax_xent_fwd(d, n, c, logits, labels, probs, losses) : RT_OK;
+}
+
+int rt_op_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels,
+                           float scale, rt_view dlogits)
+{
+    RT_ASSERT(c > 0);
+    CHECK(probs, zu(n) * zu(c));
+    CHECK(labels, zu(n));
+    CHECK(dlogits, zu(n) * zu(c));
+    return n ? d->ops->softmax_xent_bwd(d, n, c, probs, labels, scale, dlogits) : RT_OK;
+}
+
+int rt_op_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
+                       rt_view beta, rt_view y, rt_view save_mean, rt_view save_invstd,
+                       rt_view run_mean, rt_view run_var)
+{
+    size_t total = zu(s->n) * zu(s->c) * zu(s->hw);
+    RT_ASSERT(s->n > 0 && s->c > 0 && s->hw > 0);
+    CHECK(x, total);
+    CHECK(y, total);
+    CHECK(gamma, zu(s->c));
+    CHECK(beta, zu(s->c));
+    CHECK(save_mean, zu(s->c));
+    CHECK(save_invstd, zu(s->c));
+    CHECK(run_mean, zu(s->c));
+    CHECK(run_var, zu(s->c));
+    return d->ops->bn_fwd_train(d, s, x, gamma, beta, y, save_mean, save_invstd, run_mean,
+                                run_var);
+}
+
+int rt_op_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
+                       rt_view beta, rt_view run_mean, rt_view run_var, rt_view y)
+{
+    size_t total = zu(s->n) * zu(s->c) * zu(s->hw);
+    CHECK(x, total);
+    CHECK(y, total);
+    CHECK(gamma, zu(s->c));
+    CHECK(beta, zu(s->c));
+    CHECK(run_mean, zu(s->c));
+    CHECK(run_var, zu(s->c));
+    return total ? d->ops->bn_fwd_infer(d, s, x, gamma, beta, run_mean, run_var, y) : RT_OK;
+}
+
+int rt_op_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view dy,
+                 rt_view gamma, rt_view save_mean, rt_view save_invstd, rt_view dx,
+                 rt_view dgamma, rt_view dbeta)
+{
+    size_t total = zu(s->n) * zu(s->c) * zu(s->hw);
+    RT_ASSERT(s->n > 0 && s->c > 0 && s->hw > 0);
+    CHECK(x, total);
+    CHECK(dy, total);
+    CHECK(dx, total);
+    CHECK(gamma, zu(s->c));
+    CHECK(save_mean, zu(s->c));
+    CHECK(save_invstd, zu(s->c));
+    CHECK(dgamma, zu(s->c));
+    CHECK(dbeta, zu(s->c));
+    return d->ops->bn_bwd(d, s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+int rt_op_dropout_fwd(rt_dev *d, size_t n, float rate, uint64_t seed, rt_view x, rt_view y,
+                      rt_view mask)
+{
+    RT_ASSERT(rate >= 0.0f && rate < 1.0f);
+    CHECK(x, n);
+    CHECK(y, n);
+    CHECK(mask, n);
+    return n ? d->ops->dropout_fwd(d, n, rate, seed, x, y, mask) : RT_OK;
+}
+
+int rt_op_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
+{
+    CHECK(a, n);
+    CHECK(b, n);
+    CHECK(y, n);
+    return n ? d->ops->mul(d, n, a, b, y) : RT_OK;
+}
+
+int rt_op_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
+{
+    CHECK(x, n);
+    CHECK(y, n);
+    return n ? d->ops->axpy(d, n, alpha, x, y) : RT_OK;
+}
+
+int rt_op_scale(rt_dev *d, size_t n, float alpha, rt_view x)
+{
+    CHECK(x, n);
+    return n ? d->ops->scale(d, n, alpha, x) : RT_OK;
+}
+
+int rt_op_fill(rt_dev *d, size_t n, float value, rt_view x)
+{
+    CHECK(x, n);
+    return n ? d->ops->fill(d, n, value, x) : RT_OK;
+}
+
+int rt_op_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
+{
+    CHECK(x, n);
+    *out = 0.0;
+    return n ? d->ops->sumsq(d, n, x, out) : RT_OK;
+}
+
+int rt_op_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
+                   rt_view v)
+{
+    CHECK(w, n);
+    CHECK(g, n);
+    if (p->momentum != 0.0f)
+        CHECK(v, n);
+    return n ? d->ops->sgd_step(d, n, p, w, g, v) : RT_OK;
+}
+
+int rt_op_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w, rt_view g,
+                    rt_view m, rt_view v)
+{
+    RT_ASSERT(p->step >= 1);
+    CHECK(w, n);
+    CHECK(g, n);
+    CHECK(m, n);
+    CHECK(v, n);
+    return n ? d->ops->adam_step(d, n, p, w, g, m, v) : RT_OK;
+}

@@ -1,0 +1,67 @@
+/* data.h — data sets in memory, readers for IDX / CIFAR-10 / CSV, and a
+ * batch loader with a prefetch thread. */
+#ifndef RT_DATA_H
+#define RT_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A labelled image set in host memory, as float32 NCHW, already scaled to
+ * [0,1] when read (see rt_dataset_normalize for mean/std). */
+typedef struct rt_dataset {
+    int n, c, h, w;
+    int classes;  /* number of label values (max label + 1, at least) */
+    float *x;     /* n * c * h * w */
+    int32_t *y;   /* n */
+    char name[256];
+} rt_dataset;
+
+/* The sets a run uses; test may be NULL. */
+struct rt_data {
+    rt_dataset *train, *val, *test;
+};
+
+/* Readers. A truncated or malformed file is RT_ERR_FORMAT naming the file and
+ * the byte offset; a missing one RT_ERR_NOTFOUND/RT_ERR_IO naming the path. */
+int rt_dataset_read_idx(const char *images_path, const char *labels_path, rt_dataset **out);
+int rt_dataset_read_cifar10(const char *const *paths, int npaths, rt_dataset **out);
+/* CSV: label in the first column, then c*h*w pixel values 0..255; a header
+ * line is skipped when its first field is not a number. */
+int rt_dataset_read_csv(const char *path, int c, int h, int w, rt_dataset **out);
+
+/* Open a data spec:
+ *   fashion-mnist          Debian's dataset-fashion-mnist files (searched in
+ *                          $RAGTAG_DATA_DIR, /usr/share/datasets/fashion-mnist, ...)
+ *   mnist:DIR | idx:DIR    train-/t10k- images/labels idx(.gz) files in DIR
+ *   cifar10:DIR            data_batch_1..5.bin and test_batch.bin
+ *   csv:TRAIN[,TEST]       CSV files (28x28x1 unless `shape` says otherwise)
+ * The train set is then split: the last-shuffled `val_frac` of it (seeded)
+ * becomes `val`. `limit` > 0 keeps only the first `limit` training images
+ * (before the split), for quick runs and tests. Normalises every set with
+ * the train set's mean and standard deviation. */
+int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, struct rt_data *out);
+void rt_data_close(struct rt_data *d);
+
+rt_dataset *rt_dataset_new(int n, int c, int h, int w);
+void rt_dataset_destroy(rt_dataset **ds);
+/* x = (x - mean) / std, one mean/std over all pixels. */
+void rt_dataset_normalize(rt_dataset *ds, float mean, float std);
+void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std);
+
+/* The seeded permutation of epoch `epoch`: the same on every machine. */
+void rt_permutation(uint32_t *perm, long n, uint64_t seed, long epoch);
+
+/* Batches of a data set, gathered by a prefetch thread into pinned staging
+ * buffers so the training step never waits for the copy. */
+typedef struct rt_loader rt_loader;
+rt_loader *rt_loader_new(const rt_dataset *ds, int batch, bool shuffle, uint64_t seed);
+void rt_loader_destroy(rt_loader **l);
+/* Start epoch `epoch` (0-based) at batch `first_batch` (for resume). */
+int rt_loader_start(rt_loader *l, long epoch, long first_batch);
+/* Next batch: 1 and fills x (n*c*h*w floats), y, n; 0 at the end of the
+ * epoch (the last batch may be short). Pointers stay valid until the next
+ * call. */
+int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n);
+long rt_loader_batches(const rt_loader *l); /* batches per epoch */
+
+#endif

@@ -1,0 +1,90 @@
+/* model.h — a network read from a model file, its one parameter buffer and
+ * its one gradient buffer (layers hold views), forward and backward.
+ * File format: docs/model-format.md. */
+#ifndef RT_MODEL_H
+#define RT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend.h"
+
+typedef struct rt_model rt_model;
+
+/* Per-sample tensor shape, channels x height x width. */
+struct rt_shape {
+    int c, h, w;
+};
+
+/* One named tensor of a model, for checkpoints and summaries. `state` marks
+ * non-trained buffers (batch norm running statistics) kept in the state
+ * buffer rather than the parameter buffer. */
+struct rt_tensor_info {
+    char name[64];      /* e.g. "conv1.weight", "bn2.running_mean" */
+    int ndim;
+    int dims[4];
+    size_t offset;      /* elements into params (or state when `state`) */
+    size_t count;
+    bool state;
+};
+
+/* One key=value of the model file's [train] section, with its place, so
+ * that the trainer validates it like a flag and names file:line on error. */
+struct rt_train_option {
+    const char *key, *value;
+    const char *file;
+    int line;
+};
+
+/* Parse `path`, build the layers, allocate every buffer on `dev` for batches
+ * up to `max_batch`. NULL on error with rt_error_detail() naming file:line. */
+rt_model *rt_model_load(const char *path, rt_dev *dev, int max_batch);
+/* The same from text in memory; `name` stands for the file in messages. */
+rt_model *rt_model_load_string(const char *text, const char *name, rt_dev *dev,
+                               int max_batch);
+void rt_model_destroy(rt_model **m);
+
+/* Seeded He (relu-family) / Glorot (others) initialisation of every
+ * parameter; biases zero, batch-norm gamma 1, beta 0, running var 1. */
+int rt_model_init(rt_model *m, uint64_t seed);
+
+struct rt_shape rt_model_input_shape(const rt_model *m);
+int rt_model_classes(const rt_model *m);
+int rt_model_max_batch(const rt_model *m);
+rt_dev *rt_model_dev(const rt_model *m);
+
+size_t rt_model_param_count(const rt_model *m);
+rt_view rt_model_params(const rt_model *m); /* param_count floats */
+rt_view rt_model_grads(const rt_model *m);  /* param_count floats */
+size_t rt_model_state_count(const rt_model *m);
+rt_view rt_model_state(const rt_model *m);  /* state_count floats (may be 0) */
+
+int rt_model_tensor_count(const rt_model *m);
+int rt_model_tensor_info(const rt_model *m, int i, struct rt_tensor_info *out);
+
+int rt_model_train_option_count(const rt_model *m);
+struct rt_train_option rt_model_train_option(const rt_model *m, int i);
+
+/* Forward n <= max_batch samples of x (n x c x h x w on the model's device).
+ * `train` selects batch-norm batch statistics and dropout; `seed` draws the
+ * dropout masks (use a different one every step). The logits stay inside the
+ * model for rt_model_loss / rt_model_backward. */
+int rt_model_forward(rt_model *m, rt_view x, int n, bool train, uint64_t seed);
+
+/* After forward: softmax cross-entropy against int32 labels (device view).
+ * Adds the summed loss to *loss_sum and the number of correct argmax
+ * predictions to *correct; copies the n x classes probabilities to
+ * probs_host when not NULL. */
+int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *correct,
+                  float *probs_host);
+
+/* After forward + loss: gradients of (grad_scale * summed loss) w.r.t. every
+ * parameter, overwriting the gradient buffer. Use grad_scale = 1/B for the
+ * mean over a batch of B (B may be larger than n in data parallel runs). */
+int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_scale);
+
+/* Keras-style table: layer, type, output shape, parameters; then totals. */
+int rt_model_summary(const rt_model *m, FILE *out);
+
+#endif

@@ -1,0 +1,62 @@
+/* optim.h — optimisers (fused steps from the kernel table), learning-rate
+ * schedules and gradient clipping. */
+#ifndef RT_OPTIM_H
+#define RT_OPTIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend.h"
+
+enum rt_optim_kind { RT_OPT_SGD, RT_OPT_ADAM, RT_OPT_ADAMW, RT_OPT_NADAM };
+enum rt_sched_kind { RT_SCHED_CONSTANT, RT_SCHED_STEP, RT_SCHED_COSINE };
+
+struct rt_optim_config {
+    enum rt_optim_kind kind;
+    float lr;
+    float momentum;     /* SGD */
+    bool nesterov;      /* SGD */
+    float weight_decay; /* L2 for SGD/Adam/Nadam, decoupled for AdamW */
+    float beta1, beta2, eps;
+    float clip_norm;    /* 0: no clipping; else clip the global L2 norm */
+    enum rt_sched_kind schedule;
+    long step_size;     /* step schedule: multiply by gamma every step_size steps */
+    float gamma;
+    long total_steps;   /* cosine: decay from lr to min_lr over total_steps */
+    float min_lr;
+    long warmup_steps;  /* linear warm-up from lr/warmup_steps to lr, then the schedule */
+};
+
+/* Defaults: SGD lr 0.01 momentum 0.9, betas 0.9/0.999, eps 1e-8, constant. */
+void rt_optim_config_defaults(struct rt_optim_config *c);
+int rt_optim_kind_parse(const char *s, enum rt_optim_kind *out);
+int rt_sched_kind_parse(const char *s, enum rt_sched_kind *out);
+const char *rt_optim_kind_name(enum rt_optim_kind k);
+const char *rt_sched_kind_name(enum rt_sched_kind k);
+
+/* The learning rate of step `step` (0-based). Pure function. */
+float rt_schedule_lr(const struct rt_optim_config *c, long step);
+
+typedef struct rt_optim rt_optim;
+
+/* State for n parameters on device d (momentum, or Adam's m and v), zeroed. */
+rt_optim *rt_optim_new(rt_dev *d, const struct rt_optim_config *c, size_t n);
+void rt_optim_destroy(rt_optim **o);
+
+/* One update of w (n floats) from g: clip (when asked; g is scaled in
+ * place), schedule, fused step. Counts steps. */
+int rt_optim_step(rt_optim *o, rt_view w, rt_view g);
+
+long rt_optim_steps(const rt_optim *o);          /* updates done so far */
+void rt_optim_set_steps(rt_optim *o, long steps); /* on resume */
+float rt_optim_last_lr(const rt_optim *o);
+double rt_optim_last_grad_norm(const rt_optim *o); /* before clipping */
+
+/* Optimiser state buffers, for checkpoints: 0 (plain SGD), 1 or 2 views of
+ * n floats each, named by rt_optim_state_name ("momentum", "adam_m", ...). */
+int rt_optim_state_count(const rt_optim *o);
+rt_view rt_optim_state(const rt_optim *o, int i);
+const char *rt_optim_state_name(const rt_optim *o, int i);
+const struct rt_optim_config *rt_optim_config(const rt_optim *o);
+
+#endif

@@ -1,0 +1,55 @@
+/* status.c — status names and the thread-local error detail. */
+#include "status.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+static _Thread_local char detail[1024];
+
+const char *rt_strerror(int status)
+{
+    switch (status) {
+    case RT_OK: return "success";
+    case RT_ERR_NOMEM: return "out of memory";
+    case RT_ERR_IO: return "I/O error";
+    case RT_ERR_FORMAT: return "malformed file";
+    case RT_ERR_CONFIG: return "configuration error";
+    case RT_ERR_SHAPE: return "shape error";
+    case RT_ERR_UNSUPPORTED: return "unsupported";
+    case RT_ERR_DEVICE: return "device error";
+    case RT_ERR_NOTFOUND: return "not found";
+    case RT_ERR_ARG: return "invalid argument";
+    case RT_ERR_NET: return "network error";
+    case RT_ERR_TIMEOUT: return "timed out";
+    case RT_ERR_INTERRUPTED: return "interrupted";
+    default: return "unknown error";
+    }
+}
+
+const char *rt_error_detail(void) { return detail; }
+
+void rt_error_clear(void) { detail[0] = '\0'; }
+
+int rt_error(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int rt_error_wrap(int status, const char *fmt, ...)
+{
+    char prefix[512], old[sizeof detail];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, detail, sizeof old);
+    if (old[0])
+        snprintf(detail, sizeof detail, "%s: %s", prefix, old);
+    else
+        snprintf(detail, sizeof detail, "%s", prefix);
+    return status;
+}
