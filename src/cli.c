@@ -1,1 +1,343 @@
-/* placeholder: being written */
+/* cli.c — `ragtag COMMAND [flags]`: train, eval, summary, devices.
+ *
+ * Flags of `train` are the training options of train.c (the same names as
+ * the model file's [train] keys, with dashes), so one table validates both
+ * and a flag always overrides the file. */
+#include "config.h"
+
+#include "cli.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "model.h"
+#include "progress.h"
+#include "status.h"
+#include "train.h"
+
+enum { EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+static int fail(int rc)
+{
+    const char *d = rt_error_detail();
+    fprintf(stderr, "ragtag: %s\n", d[0] ? d : rt_strerror(rc));
+    return rc == RT_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_FAIL;
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "ragtag %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see 'ragtag %s --help')\n", cmd);
+    return EXIT_USAGE;
+}
+
+static void print_main_help(FILE *out)
+{
+    fprintf(out,
+            "usage: ragtag COMMAND [ARGS]\n"
+            "\n"
+            "Train neural networks on CPUs and GPUs.\n"
+            "\n"
+            "commands:\n"
+            "  train MODEL.cfg [flags]     train a model (ragtag train --help)\n"
+            "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
+            "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
+            "  devices                     compute backends and devices, with measured GEMM speed\n"
+            "\n"
+            "  ragtag --version            print the version\n"
+            "  ragtag COMMAND --help       help for one command\n");
+}
+
+static bool is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
+/* Split "--key=value" or "--key value"; *consumed is 1 or 2 arguments. */
+static int flag_value(int argc, char **argv, int i, bool is_bool, char *key, size_t kn,
+                      const char **value, int *consumed)
+{
+    const char *a = argv[i] + 2;
+    const char *eq = strchr(a, '=');
+    if (eq) {
+        snprintf(key, kn, "%.*s", (int)(eq - a), a);
+        *value = eq + 1;
+        *consumed = 1;
+        return 0;
+    }
+    snprintf(key, kn, "%s", a);
+    if (is_bool) {
+        *value = "1";
+        *consumed = 1;
+        return 0;
+    }
+    if (i + 1 >= argc)
+        return -1;
+    *value = argv[i + 1];
+    *consumed = 2;
+    return 0;
+}
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    rt_train_request_stop();
+    signal(SIGINT, SIG_DFL); /* a second Ctrl-C kills at once */
+}
+
+static int cmd_train(int argc, char **argv)
+{
+    if (argc >= 2 && is_help(argv[1])) {
+        printf("usage: ragtag train MODEL.cfg [flags]\n\n"
+               "Trains MODEL.cfg. Its [train] section gives defaults; flags override them.\n\n"
+               "flags:\n");
+        for (int i = 0; rt_train_option_help[i]; i += 2)
+            printf("  %-18s %s\n", rt_train_option_help[i], rt_train_option_help[i + 1]);
+        return 0;
+    }
+    const char *model = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0) {
+            if (model)
+                return usage_error("train", "more than one model file ('%s')", argv[i]);
+            model = argv[i];
+        } else if (!strchr(argv[i], '=') && strcmp(argv[i], "--resume") &&
+                   strcmp(argv[i], "--nesterov")) {
+            i++; /* skip the flag's value */
+        }
+    }
+    if (!model)
+        return usage_error("train", "%s", "needs a model file, e.g. examples/lenet.cfg");
+
+    struct rt_train_config c;
+    rt_train_config_defaults(&c);
+    int rc = rt_train_config_from_model(&c, model);
+    if (rc < 0)
+        return fail(rc);
+    for (int i = 1; i < argc;) {
+        if (strncmp(argv[i], "--", 2) != 0) {
+            i++;
+            continue;
+        }
+        char key[64], flag[80];
+        const char *value;
+        int used;
+        const char *name = argv[i] + 2;
+        size_t klen = strcspn(name, "=");
+        snprintf(key, sizeof key, "%.*s", (int)klen, name);
+        if (!rt_train_config_known(key))
+            return usage_error("train", "unknown flag '%s'", argv[i]);
+        bool is_bool = !strcmp(key, "resume") || !strcmp(key, "nesterov");
+        if (flag_value(argc, argv, i, is_bool, key, sizeof key, &value, &used) < 0)
+            return usage_error("train", "flag '%s' needs a value", argv[i]);
+        snprintf(flag, sizeof flag, "--%s", key);
+        if ((rc = rt_train_config_set(&c, key, value, flag)) < 0) {
+            fprintf(stderr, "ragtag train: %s\n", rt_error_detail());
+            return EXIT_USAGE;
+        }
+        i += used;
+    }
+    signal(SIGINT, on_sigint);
+    struct rt_train_result res;
+    rc = rt_train_run(&c, &res);
+    signal(SIGINT, SIG_DFL);
+    if (rc < 0)
+        return fail(rc);
+    fprintf(stderr, "ragtag: done: %d epochs, %ld steps in %.1f s", res.epochs_run, res.steps,
+            res.seconds);
+    if (res.test_acc >= 0)
+        fprintf(stderr, ", test_acc %.2f%%", 100 * res.test_acc);
+    fprintf(stderr, "\n");
+    return 0;
+}
+
+static int cmd_eval(int argc, char **argv)
+{
+    if (argc >= 2 && is_help(argv[1])) {
+        printf("usage: ragtag eval MODEL.cfg --weights FILE [--data SPEC] [--backend NAME]\n"
+               "                  [--device N] [--threads N] [--batch N] [--limit N]\n\n"
+               "Loss, accuracy and confusion matrix (rows: true class, columns: predicted)\n"
+               "of saved weights (a checkpoint or --save file) on the test set, or on the\n"
+               "training set when the data has no test set.\n");
+        return 0;
+    }
+    const char *model = NULL, *weights = NULL, *data = "fashion-mnist", *backend = "cpu";
+    long device = 0, threads = 0, batch = 256, limit = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            if (model)
+                return usage_error("eval", "more than one model file ('%s')", a);
+            model = a;
+            continue;
+        }
+        char key[64];
+        const char *v;
+        int used;
+        if (flag_value(argc, argv, i, false, key, sizeof key, &v, &used) < 0)
+            return usage_error("eval", "flag '%s' needs a value", a);
+        i += used - 1;
+        char *end;
+        if (!strcmp(key, "weights"))
+            weights = v;
+        else if (!strcmp(key, "data"))
+            data = v;
+        else if (!strcmp(key, "backend"))
+            backend = v;
+        else if (!strcmp(key, "device") || !strcmp(key, "threads") || !strcmp(key, "batch") ||
+                 !strcmp(key, "limit")) {
+            long n = strtol(v, &end, 10);
+            if (end == v || *end || n < 0 || (n == 0 && !strcmp(key, "batch")) || n > (1L << 30)) {
+                fprintf(stderr, "ragtag eval: --%s: '%s' is not accepted (expected a %s integer)\n",
+                        key, v, strcmp(key, "batch") ? "non-negative" : "positive");
+                return EXIT_USAGE;
+            }
+            *(!strcmp(key, "device") ? &device : !strcmp(key, "threads") ? &threads
+                                                 : !strcmp(key, "batch")   ? &batch
+                                                                           : &limit) = n;
+        } else
+            return usage_error("eval", "unknown flag '%s'", a);
+    }
+    if (!model)
+        return usage_error("eval", "%s", "needs a model file");
+    if (!weights)
+        return usage_error("eval", "%s", "needs --weights FILE");
+    struct rt_eval_result r;
+    int rc = rt_eval_run(model, weights, data, backend, (int)device, (int)threads, (int)batch,
+                         limit, &r);
+    if (rc < 0) {
+        free(r.confusion);
+        return fail(rc);
+    }
+    printf("%s set: %ld images, loss %.4f, accuracy %.2f%%\n", r.set_name, r.n, r.loss,
+           100 * r.acc);
+    printf("confusion matrix (rows: true class, columns: predicted class)\n      ");
+    for (int k = 0; k < r.classes; k++)
+        printf(" %6d", k);
+    printf("\n");
+    for (int t = 0; t < r.classes; t++) {
+        printf("%6d", t);
+        for (int k = 0; k < r.classes; k++)
+            printf(" %6ld", r.confusion[(size_t)t * r.classes + k]);
+        printf("\n");
+    }
+    free(r.confusion);
+    return 0;
+}
+
+static int cmd_summary(int argc, char **argv)
+{
+    if (argc >= 2 && is_help(argv[1])) {
+        printf("usage: ragtag summary MODEL.cfg\n\n"
+               "Prints every layer with its output shape and parameter count, and the totals.\n");
+        return 0;
+    }
+    if (argc != 2 || !strncmp(argv[1], "--", 2))
+        return usage_error("summary", "%s", "takes exactly one model file");
+    rt_dev *dev = rt_dev_open("cpu", 0, 1);
+    if (!dev)
+        return fail(RT_ERR_DEVICE);
+    rt_model *m = rt_model_load(argv[1], dev, 1);
+    if (!m) {
+        rt_dev_close(&dev);
+        return fail(RT_ERR_CONFIG);
+    }
+    int rc = rt_model_summary(m, stdout);
+    rt_model_destroy(&m);
+    rt_dev_close(&dev);
+    return rc < 0 ? fail(rc) : 0;
+}
+
+/* SGEMM GFLOP/s of a device at n x n x n: best of a few runs after a warm-up. */
+static double measure_gemm(rt_dev *d, int n)
+{
+    size_t bytes = (size_t)n * n * sizeof(float);
+    rt_buf *a = rt_buf_new(d, bytes), *b = rt_buf_new(d, bytes), *c = rt_buf_new(d, bytes);
+    double best = 0.0;
+    if (a && b && c && rt_op_fill(d, (size_t)n * n, 0.5f, rt_buf_view(a)) >= 0 &&
+        rt_op_fill(d, (size_t)n * n, 0.25f, rt_buf_view(b)) >= 0) {
+        for (int rep = 0; rep < 4; rep++) {
+            double t0 = rt_now();
+            if (rt_op_gemm(d, 0, 0, n, n, n, 1.0f, rt_buf_view(a), n, rt_buf_view(b), n, 0.0f,
+                           rt_buf_view(c), n) < 0 ||
+                rt_sync(d) < 0)
+                break;
+            double t = rt_now() - t0;
+            double gf = 2.0 * n * n * (double)n / t * 1e-9;
+            if (rep > 0 && gf > best)
+                best = gf;
+        }
+    }
+    rt_buf_destroy(&a);
+    rt_buf_destroy(&b);
+    rt_buf_destroy(&c);
+    return best;
+}
+
+static int cmd_devices(int argc, char **argv)
+{
+    if (argc >= 2 && is_help(argv[1])) {
+        printf("usage: ragtag devices\n\n"
+               "Lists every compute backend and device found, with a measured SGEMM speed\n"
+               "(1024^3, all threads).\n");
+        return 0;
+    }
+    if (argc > 1)
+        return usage_error("devices", "unexpected argument '%s'", argv[1]);
+    printf("%-8s %-3s %-44s %10s %5s %12s\n", "backend", "dev", "name", "memory", "units",
+           "SGEMM");
+    for (int b = 0; b < rt_backend_count(); b++) {
+        const char *name = rt_backend_name(b);
+        int n = rt_backend_device_count(name);
+        if (n < 0) {
+            printf("%-8s     unavailable: %s\n", name, rt_error_detail());
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            struct rt_device_info info;
+            if (rt_backend_device_info(name, i, &info) < 0) {
+                printf("%-8s %-3d unavailable: %s\n", name, i, rt_error_detail());
+                continue;
+            }
+            rt_dev *d = rt_dev_open(name, i, 0);
+            double gf = d ? measure_gemm(d, 1024) : 0.0;
+            rt_dev_close(&d);
+            printf("%-8s %-3d %-44.44s %7.1f GiB %5d %6.1f GFLOP/s\n", name, i, info.name,
+                   (double)info.mem_bytes / (1u << 30), info.compute_units, gf);
+        }
+    }
+    return 0;
+}
+
+int rt_cli_main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_main_help(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (is_help(cmd) || !strcmp(cmd, "help")) {
+        print_main_help(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("ragtag %s\n", PACKAGE_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "train"))
+        return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval"))
+        return cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "summary"))
+        return cmd_summary(argc - 1, argv + 1);
+    if (!strcmp(cmd, "devices"))
+        return cmd_devices(argc - 1, argv + 1);
+    fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices; "
+                    "see ragtag --help)\n",
+            cmd);
+    return EXIT_USAGE;
+}

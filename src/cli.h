@@ -1,1 +1,8 @@
-/* placeholder */
+/* cli.h — the `ragtag` command line. */
+#ifndef RT_CLI_H
+#define RT_CLI_H
+
+/* Exit status: 0 done, 1 failed, 2 bad usage, 130 interrupted. */
+int rt_cli_main(int argc, char **argv);
+
+#endif

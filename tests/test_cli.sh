@@ -1,2 +1,63 @@
 #!/bin/sh
-exit 77
+# The ragtag command line: help, version, and a clear message (and exit
+# status 2) for every kind of wrong flag or value. TAP output.
+set -u
+RAGTAG=${RAGTAG:-./src/ragtag}
+top_srcdir=${top_srcdir:-.}
+lenet="$top_srcdir/examples/lenet.cfg"
+n=0; failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect STATUS PATTERN DESCRIPTION -- ARGS...: exit status and a pattern in stdout+stderr
+expect() {
+  want=$1; pattern=$2; what=$3; shift 4
+  n=$((n + 1))
+  "$RAGTAG" "$@" >"$tmp/out" 2>&1
+  got=$?
+  if [ "$got" -eq "$want" ] && grep -q -- "$pattern" "$tmp/out"; then
+    echo "ok $n - $what"
+  else
+    echo "not ok $n - $what (exit $got, wanted $want; output:)"
+    sed 's/^/#   /' "$tmp/out" | head -n 20
+    failed=$((failed + 1))
+  fi
+}
+
+expect 0 "^ragtag [0-9]" "--version prints the version" -- --version
+expect 0 "commands:" "--help lists the commands" -- --help
+expect 2 "usage: ragtag" "no command prints usage" --
+expect 2 "unknown command 'trian'" "unknown command is named" -- trian
+expect 0 "--patience N" "train --help lists the flags" -- train --help
+expect 0 "--weights" "eval --help" -- eval --help
+expect 0 "summary MODEL.cfg" "summary --help" -- summary --help
+expect 0 "SGEMM" "devices --help" -- devices --help
+expect 2 "unknown flag '--lrr'" "a misspelt flag is named" -- train "$lenet" --lrr 0.1
+expect 2 "lr: 'fast' is not accepted (expected a number > 0)" "a bad number says what is accepted" -- train "$lenet" --lr fast
+expect 2 "expected sgd, adam, adamw or nadam" "a bad optimizer lists the choices" -- train "$lenet" --optimizer rmsprop
+expect 2 "expected an integer from 1" "a zero batch is refused" -- train "$lenet" --batch 0
+expect 2 "needs a value" "a flag without its value" -- train "$lenet" --epochs
+expect 2 "needs a model file" "train without a model" -- train --epochs 1
+expect 1 "nosuch.cfg" "a missing model file is named" -- train "$tmp/nosuch.cfg"
+expect 1 "no backend named 'quantum'" "an unknown backend is named" -- train "$lenet" --backend quantum --limit 100 --progress off
+expect 2 "needs --weights" "eval without weights" -- eval "$lenet"
+expect 0 "Total params: 61,706" "summary of lenet" -- summary "$lenet"
+expect 0 "Total params: 1,048,853" "summary of seedcnn" -- summary "$top_srcdir/examples/seedcnn.cfg"
+expect 0 "cpu" "devices lists the cpu backend" -- devices
+
+# a bad value in the model file's [train] section names file:line
+printf '[net]\ninput = 28x28x1\nclasses = 10\n[train]\nlr = -1\n[dense]\nunits = 10\n[softmax]\n' >"$tmp/bad.cfg"
+expect 1 "bad.cfg:5" "a bad [train] value names file:line" -- train "$tmp/bad.cfg"
+
+# training writes weights that eval reads
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  expect 0 "done: 1 epochs" "a short training run" -- train "$lenet" --epochs 1 --limit 640 --val 0.1 --batch 64 --progress lines --save "$tmp/w.safetensors"
+  expect 0 "confusion matrix" "eval prints the confusion matrix" -- eval "$lenet" --weights "$tmp/w.safetensors" --limit 1000
+  printf 'garbage' >"$tmp/bad.safetensors"
+  expect 1 "bad.safetensors" "eval of a corrupt weights file names it" -- eval "$lenet" --weights "$tmp/bad.safetensors"
+else
+  echo "# Fashion-MNIST not installed: skipping the training checks"
+fi
+
+echo "1..$n"
+[ "$failed" -eq 0 ]
