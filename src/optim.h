@@ -22,9 +22,12 @@ struct rt_optim_config {
     enum rt_sched_kind schedule;
     long step_size;     /* step schedule: multiply by gamma every step_size steps */
     float gamma;
-    long total_steps;   /* cosine: decay from lr to min_lr over total_steps */
+    long total_steps;   /* cosine: decay from lr (end of warm-up) to min_lr
+                         * (step total_steps and after); total_steps counts
+                         * the whole run, warm-up included */
     float min_lr;
-    long warmup_steps;  /* linear warm-up from lr/warmup_steps to lr, then the schedule */
+    long warmup_steps;  /* linear warm-up from lr/warmup_steps to lr, then the
+                         * schedule, counting its steps from the end of warm-up */
 };
 
 /* Defaults: SGD lr 0.01 momentum 0.9, betas 0.9/0.999, eps 1e-8, constant. */
@@ -43,14 +46,16 @@ typedef struct rt_optim rt_optim;
 rt_optim *rt_optim_new(rt_dev *d, const struct rt_optim_config *c, size_t n);
 void rt_optim_destroy(rt_optim **o);
 
-/* One update of w (n floats) from g: clip (when asked; g is scaled in
- * place), schedule, fused step. Counts steps. */
+/* One update of w (n floats) from g: measure g's L2 norm, clip (when asked
+ * and the norm is finite; g is scaled in place), schedule, fused step.
+ * Counts steps. */
 int rt_optim_step(rt_optim *o, rt_view w, rt_view g);
 
 long rt_optim_steps(const rt_optim *o);          /* updates done so far */
+size_t rt_optim_size(const rt_optim *o);         /* n, as given to rt_optim_new */
 void rt_optim_set_steps(rt_optim *o, long steps); /* on resume */
 float rt_optim_last_lr(const rt_optim *o);
-double rt_optim_last_grad_norm(const rt_optim *o); /* before clipping */
+double rt_optim_last_grad_norm(const rt_optim *o); /* before clipping; NaN before the first step */
 
 /* Optimiser state buffers, for checkpoints: 0 (plain SGD), 1 or 2 views of
  * n floats each, named by rt_optim_state_name ("momentum", "adam_m", ...). */

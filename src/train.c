@@ -486,7 +486,7 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
     }
     opt = rt_optim_new(dev, &c.optim, rt_model_param_count(m));
     if (!opt) {
-        rc = RT_ERR_NOMEM;
+        rc = RT_ERR_CONFIG; /* rt_optim_new left the reason in the detail */
         goto out;
     }
     size_t chw = (size_t)data.train->c * data.train->h * data.train->w;
