@@ -1,1 +1,95 @@
-/* placeholder: being written */
+/* dense.c — [dense]: y = act(x W^T + b), W [units, in]; any input shape is
+ * flattened (NCHW order, as PyTorch's nn.Flatten). */
+#include "config.h"
+
+#include "layer.h"
+#include "status.h"
+
+struct dense {
+    int in, units;
+    size_t w, b;
+    enum rt_act act;
+    float alpha;
+    rt_buf *z; /* pre-activation, kept for act backward (if any) */
+};
+
+static int dense_setup(struct rt_layer *l, struct rt_layer_setup *su)
+{
+    struct dense *d = l->priv;
+    RT_TRY(rt_cfg_int(su->cfg, su->sec, "units", true, 0, 1, 1 << 24, &d->units));
+    RT_TRY(rt_act_parse(su, &d->act, &d->alpha));
+    size_t in = rt_shape_count(l->in);
+    if (in > (size_t)1 << 30 || in * (size_t)d->units > (size_t)1 << 31)
+        return rt_layer_error(su, "a %zu x %d weight matrix is too large (at most 2^31 "
+                              "weights)", in, d->units);
+    d->in = (int)in;
+    l->out = (struct rt_shape){d->units, 1, 1};
+    l->act = d->act;
+    l->alpha = d->alpha;
+    int wd[2] = {d->units, d->in};
+    struct rt_init_spec winit = {.kind = RT_INIT_AUTO, .fan_in = d->in, .fan_out = d->units};
+    struct rt_init_spec zero = {.kind = RT_INIT_CONST, .value = 0.0f};
+    d->w = rt_layer_param(su, l, "weight", 2, wd, winit);
+    d->b = rt_layer_param(su, l, "bias", 1, wd, zero);
+    return d->w == RT_LAYER_BAD_OFFSET || d->b == RT_LAYER_BAD_OFFSET ? RT_ERR_NOMEM : RT_OK;
+}
+
+static int dense_alloc(struct rt_layer *l, rt_dev *dev, int max_batch)
+{
+    struct dense *d = l->priv;
+    if (d->act == RT_ACT_IDENTITY)
+        return RT_OK;
+    d->z = rt_buf_new(dev, (size_t)max_batch * (size_t)d->units * sizeof(float));
+    return d->z ? RT_OK : RT_ERR_NOMEM;
+}
+
+static int dense_forward(struct rt_layer *l, const struct rt_pass *p)
+{
+    struct dense *d = l->priv;
+    rt_view z = d->z ? rt_buf_view(d->z) : p->y;
+    /* z[n, units] = x[n, in] * W[units, in]^T */
+    RT_TRY(rt_op_gemm(p->dev, 0, 1, p->n, d->units, d->in, 1.0f, p->x[0], d->in,
+                      rt_view_at(p->params, d->w), d->in, 0.0f, z, d->units));
+    RT_TRY(rt_op_bias_add(p->dev, p->n, d->units, 1, rt_view_at(p->params, d->b), z));
+    if (d->z)
+        RT_TRY(rt_op_act_fwd(p->dev, d->act, d->alpha, (size_t)p->n * (size_t)d->units, z,
+                             p->y));
+    return RT_OK;
+}
+
+static int dense_backward(struct rt_layer *l, const struct rt_pass *p)
+{
+    struct dense *d = l->priv;
+    rt_view g = p->dy;
+    if (d->z) {
+        RT_TRY(rt_op_act_bwd(p->dev, d->act, d->alpha, (size_t)p->n * (size_t)d->units,
+                             rt_buf_view(d->z), p->y, g, p->tmp[0]));
+        g = p->tmp[0];
+    }
+    /* dW[units, in] = g[n, units]^T * x[n, in] */
+    RT_TRY(rt_op_gemm(p->dev, 1, 0, d->units, d->in, p->n, 1.0f, g, d->units, p->x[0], d->in,
+                      0.0f, rt_view_at(p->grads, d->w), d->in));
+    RT_TRY(rt_op_bias_grad(p->dev, p->n, d->units, 1, g, rt_view_at(p->grads, d->b)));
+    if (p->need_dx[0]) /* dx[n, in] = g[n, units] * W[units, in] */
+        RT_TRY(rt_op_gemm(p->dev, 0, 0, p->n, d->in, d->units, 1.0f, g, d->units,
+                          rt_view_at(p->params, d->w), d->in, 0.0f, p->dx[0], d->in));
+    return RT_OK;
+}
+
+static void dense_release(struct rt_layer *l)
+{
+    struct dense *d = l->priv;
+    rt_buf_destroy(&d->z);
+}
+
+const struct rt_layer_ops rt_layer_dense = {
+    .type = "dense",
+    .prefix = "dense",
+    .keys = "units, activation",
+    .priv_size = sizeof(struct dense),
+    .setup = dense_setup,
+    .alloc = dense_alloc,
+    .forward = dense_forward,
+    .backward = dense_backward,
+    .release = dense_release,
+};
