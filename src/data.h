@@ -16,9 +16,10 @@ typedef struct rt_dataset {
     char name[256];
 } rt_dataset;
 
-/* The sets a run uses; test may be NULL. */
+/* The sets a run uses; val and test may be NULL. */
 struct rt_data {
     rt_dataset *train, *val, *test;
+    float mean, std; /* the train set's statistics every set was normalised with */
 };
 
 /* Readers. A truncated or malformed file is RT_ERR_FORMAT naming the file and

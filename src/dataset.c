@@ -1,1 +1,522 @@
-/* placeholder: being written */
+/* dataset.c — data sets in memory, the seeded permutation, and
+ * rt_data_open: spec parsing, the Fashion-MNIST finder, the --limit subset,
+ * the seeded validation split and normalisation. The file readers live in
+ * idx.c, cifar.c and csv.c; the batch loader in loader.c. */
+#include "data.h"
+#include "rng.h"
+#include "status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The rng stream of the validation split. Epoch permutations use streams
+ * 0, 1, 2, ...; this one is far from them, so the split never correlates
+ * with any epoch's order. */
+#define SPLIT_STREAM 0x73706c6974ull /* "split" */
+
+/* ---- data sets ------------------------------------------------------------- */
+
+rt_dataset *rt_dataset_new(int n, int c, int h, int w)
+{
+    if (n < 0 || c <= 0 || h <= 0 || w <= 0) {
+        rt_error(RT_ERR_SHAPE, "impossible data set shape: %d images of %dx%dx%d", n, c, h, w);
+        return NULL;
+    }
+    size_t per, total, bytes;
+    if (__builtin_mul_overflow((size_t)c, (size_t)h, &per) ||
+        __builtin_mul_overflow(per, (size_t)w, &per) ||
+        __builtin_mul_overflow(per, (size_t)n, &total) ||
+        __builtin_mul_overflow(total, sizeof(float), &bytes)) {
+        rt_error(RT_ERR_SHAPE, "data set too large: %d images of %dx%dx%d", n, c, h, w);
+        return NULL;
+    }
+    rt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        goto fail;
+    /* At least one element, so that an empty set still has valid pointers. */
+    ds->x = malloc(bytes ? bytes : sizeof(float));
+    ds->y = malloc(n ? (size_t)n * sizeof(int32_t) : sizeof(int32_t));
+    if (!ds->x || !ds->y)
+        goto fail_arrays;
+    ds->n = n;
+    ds->c = c;
+    ds->h = h;
+    ds->w = w;
+    return ds;
+
+fail_arrays:
+    free(ds->y);
+    free(ds->x);
+    free(ds);
+fail:
+    rt_error(RT_ERR_NOMEM, "out of memory for %d images of %dx%dx%d (%.1f MiB)", n, c, h, w,
+             (double)bytes / (1024.0 * 1024.0));
+    return NULL;
+}
+
+void rt_dataset_destroy(rt_dataset **ds)
+{
+    if (!ds || !*ds)
+        return;
+    free((*ds)->x);
+    free((*ds)->y);
+    free(*ds);
+    *ds = NULL;
+}
+
+static size_t sample_floats(const rt_dataset *ds)
+{
+    return (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+}
+
+/* One pass over the pixels (the set is ~190 MB: memory bandwidth is the
+ * cost) in double, shifted by the first value so that the sum of squares
+ * does not cancel; float sums would lose digits on 47 million pixels.
+ * Eight independent sums keep the adders busy and let the loop vectorise. */
+void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std)
+{
+    RT_ASSERT(ds && mean && std);
+    size_t n = (size_t)ds->n * sample_floats(ds);
+    if (n == 0) {
+        *mean = 0.0f;
+        *std = 0.0f;
+        return;
+    }
+    const float *x = ds->x;
+    const double k = x[0];
+    double s[8] = {0}, q[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            double d = (double)x[i + j] - k;
+            s[j] += d;
+            q[j] += d * d;
+        }
+    for (; i < n; i++) {
+        double d = (double)x[i] - k;
+        s[0] += d;
+        q[0] += d * d;
+    }
+    double sum = 0.0, sq = 0.0;
+    for (int j = 0; j < 8; j++) {
+        sum += s[j];
+        sq += q[j];
+    }
+    double m = sum / (double)n, var = sq / (double)n - m * m;
+    *mean = (float)(k + m);
+    *std = (float)sqrt(var > 0.0 ? var : 0.0);
+}
+
+void rt_dataset_normalize(rt_dataset *ds, float mean, float std)
+{
+    RT_ASSERT(ds && std > 0.0f);
+    size_t total = (size_t)ds->n * sample_floats(ds);
+    for (size_t i = 0; i < total; i++)
+        ds->x[i] = (ds->x[i] - mean) / std;
+}
+
+/* ---- permutations ------------------------------------------------------------ */
+
+/* Fisher-Yates from the top down; rt_rng_below is unbiased and the same on
+ * every machine, so the order is too. */
+static void shuffle(uint32_t *perm, long n, rt_rng *r)
+{
+    for (long i = 0; i < n; i++)
+        perm[i] = (uint32_t)i;
+    for (long i = n - 1; i > 0; i--) {
+        long j = (long)rt_rng_below(r, (uint64_t)i + 1);
+        uint32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+void rt_permutation(uint32_t *perm, long n, uint64_t seed, long epoch)
+{
+    RT_ASSERT(n >= 0 && (uint64_t)n <= UINT32_MAX && (perm || n == 0) && epoch >= 0);
+    rt_rng r;
+    rt_rng_seed(&r, seed, (uint64_t)epoch);
+    shuffle(perm, n, &r);
+}
+
+/* ---- limit, split ------------------------------------------------------------- */
+
+/* A new set holding src's samples idx[0..n-1], in that order. */
+static rt_dataset *gather(const rt_dataset *src, const uint32_t *idx, long n)
+{
+    rt_dataset *ds = rt_dataset_new((int)n, src->c, src->h, src->w);
+    if (!ds)
+        return NULL;
+    size_t per = sample_floats(src);
+    for (long i = 0; i < n; i++) {
+        memcpy(ds->x + (size_t)i * per, src->x + (size_t)idx[i] * per, per * sizeof(float));
+        ds->y[i] = src->y[idx[i]];
+    }
+    ds->classes = src->classes;
+    return ds;
+}
+
+/* Keep the first `limit` samples. Shrinking in place needs no second copy
+ * of the set; a failed realloc merely keeps the bigger block. */
+static void keep_first(rt_dataset *ds, long limit)
+{
+    if (limit <= 0 || limit >= ds->n)
+        return;
+    ds->n = (int)limit;
+    float *x = realloc(ds->x, (size_t)limit * sample_floats(ds) * sizeof(float));
+    if (x)
+        ds->x = x;
+    int32_t *y = realloc(ds->y, (size_t)limit * sizeof(int32_t));
+    if (y)
+        ds->y = y;
+}
+
+/* Split *train into train and val: the last nval samples of a seeded shuffle
+ * go to val. Both keep file order, which keeps the copies sequential and the
+ * result independent of how the shuffle happens to order them. */
+static int split(rt_dataset **train, float val_frac, uint64_t seed, rt_dataset **val)
+{
+    rt_dataset *all = *train;
+    long n = all->n;
+    long nval = lround((double)val_frac * (double)n);
+    if (nval < 1)
+        nval = 1; /* a fraction was asked for: never an empty validation set */
+    if (nval >= n)
+        return rt_error(RT_ERR_ARG,
+                        "a validation fraction of %g of %ld training images leaves none to train on",
+                        (double)val_frac, n);
+
+    int rc = RT_ERR_NOMEM;
+    rt_dataset *tr = NULL, *va = NULL;
+    uint32_t *perm = malloc((size_t)n * sizeof *perm);
+    uint32_t *itr = malloc((size_t)(n - nval) * sizeof *itr);
+    uint32_t *iva = malloc((size_t)nval * sizeof *iva);
+    unsigned char *is_val = calloc((size_t)n, 1);
+    if (!perm || !itr || !iva || !is_val) {
+        rc = rt_error(RT_ERR_NOMEM, "out of memory splitting %ld images", n);
+        goto out;
+    }
+    rt_rng r;
+    rt_rng_seed(&r, seed, SPLIT_STREAM);
+    shuffle(perm, n, &r);
+    for (long i = n - nval; i < n; i++)
+        is_val[perm[i]] = 1;
+    long a = 0, b = 0;
+    for (long i = 0; i < n; i++) {
+        if (is_val[i])
+            iva[b++] = (uint32_t)i;
+        else
+            itr[a++] = (uint32_t)i;
+    }
+    RT_ASSERT(a == n - nval && b == nval);
+    tr = gather(all, itr, a);
+    va = gather(all, iva, b);
+    if (!tr || !va) {
+        rc = RT_ERR_NOMEM;
+        rt_dataset_destroy(&tr);
+        rt_dataset_destroy(&va);
+        goto out;
+    }
+    rt_dataset_destroy(train);
+    *train = tr;
+    *val = va;
+    rc = RT_OK;
+out:
+    free(is_val);
+    free(iva);
+    free(itr);
+    free(perm);
+    return rc;
+}
+
+/* ---- finding files ---------------------------------------------------------------- */
+
+static bool is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The IDX file of `set` ("train" / "t10k") and `what` ("images-idx3" /
+ * "labels-idx1") in dir, under the names it is published with: LeCun's and
+ * Zalando's (train-images-idx3-ubyte[.gz]) and Kaggle's
+ * (train-images.idx3-ubyte). */
+static bool find_idx_file(const char *dir, const char *set, const char *what, char *out,
+                          size_t outsz)
+{
+    static const char *const forms[] = {"%s/%s-%s-ubyte.gz", "%s/%s-%s-ubyte"};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        snprintf(out, outsz, forms[i], dir, set, what);
+        if (is_file(out))
+            return true;
+    }
+    /* Kaggle's spelling: a dot before idx3 / idx1. */
+    char dotted[32];
+    snprintf(dotted, sizeof dotted, "%s", what);
+    char *dash = strchr(dotted, '-');
+    if (dash)
+        *dash = '.';
+    static const char *const kforms[] = {"%s/%s-%s-ubyte", "%s/%s-%s-ubyte.gz"};
+    for (size_t i = 0; i < sizeof kforms / sizeof *kforms; i++) {
+        snprintf(out, outsz, kforms[i], dir, set, dotted);
+        if (is_file(out))
+            return true;
+    }
+    snprintf(out, outsz, "%s/%s-%s-ubyte[.gz]", dir, set, what);
+    return false;
+}
+
+static int open_idx_dir(const char *dir, rt_dataset **train, rt_dataset **test)
+{
+    char ti[4096], tl[4096], ei[4096], el[4096];
+    if (!is_dir(dir))
+        return rt_error(RT_ERR_NOTFOUND, "%s: no such directory", dir);
+    if (!find_idx_file(dir, "train", "images-idx3", ti, sizeof ti))
+        return rt_error(RT_ERR_NOTFOUND, "%s: not found", ti);
+    if (!find_idx_file(dir, "train", "labels-idx1", tl, sizeof tl))
+        return rt_error(RT_ERR_NOTFOUND, "%s: not found", tl);
+    bool has_ei = find_idx_file(dir, "t10k", "images-idx3", ei, sizeof ei);
+    bool has_el = find_idx_file(dir, "t10k", "labels-idx1", el, sizeof el);
+    if (has_ei != has_el)
+        return rt_error(RT_ERR_NOTFOUND, "%s: not found (the test set needs both files)",
+                        has_ei ? el : ei);
+    RT_TRY(rt_dataset_read_idx(ti, tl, train));
+    if (has_ei) {
+        int rc = rt_dataset_read_idx(ei, el, test);
+        if (rc < 0) {
+            rt_dataset_destroy(train);
+            return rc;
+        }
+    }
+    return RT_OK;
+}
+
+/* $RAGTAG_DATA_DIR first, so a user can point at their own copy; then
+ * Debian's dataset-fashion-mnist; then places a user may have unpacked it. */
+static int find_fashion_mnist(char *dir, size_t dirsz)
+{
+    char cand[6][2048];
+    int nc = 0;
+    const char *env = getenv("RAGTAG_DATA_DIR");
+    if (env && *env) {
+        snprintf(cand[nc++], sizeof cand[0], "%s/fashion-mnist", env);
+        snprintf(cand[nc++], sizeof cand[0], "%s", env);
+    }
+    snprintf(cand[nc++], sizeof cand[0], "/usr/share/datasets/fashion-mnist");
+    snprintf(cand[nc++], sizeof cand[0], "/usr/local/share/datasets/fashion-mnist");
+    const char *home = getenv("HOME");
+    if (home && *home)
+        snprintf(cand[nc++], sizeof cand[0], "%s/.local/share/datasets/fashion-mnist", home);
+    snprintf(cand[nc++], sizeof cand[0], "data/fashion-mnist");
+
+    char looked[4096] = "";
+    size_t used = 0;
+    for (int i = 0; i < nc; i++) {
+        char probe[4096];
+        if (find_idx_file(cand[i], "train", "images-idx3", probe, sizeof probe) &&
+            find_idx_file(cand[i], "train", "labels-idx1", probe, sizeof probe)) {
+            size_t k = strnlen(cand[i], dirsz - 1);
+            memcpy(dir, cand[i], k);
+            dir[k] = '\0';
+            return RT_OK;
+        }
+        int k = snprintf(looked + used, sizeof looked - used, "%s%s", i ? ", " : "", cand[i]);
+        if (k > 0 && (size_t)k < sizeof looked - used)
+            used += (size_t)k;
+    }
+    return rt_error(RT_ERR_NOTFOUND,
+                    "fashion-mnist not found (looked in %s); install the Debian package "
+                    "dataset-fashion-mnist, or set RAGTAG_DATA_DIR to a directory holding "
+                    "train-images-idx3-ubyte.gz and its siblings",
+                    looked);
+}
+
+/* CIFAR-10's binary version unpacks to cifar-10-batches-bin/; accept both
+ * that folder and its parent. */
+static int open_cifar_dir(const char *dir, rt_dataset **train, rt_dataset **test)
+{
+    char base[2048];
+    snprintf(base, sizeof base, "%s/cifar-10-batches-bin", dir);
+    if (!is_dir(base))
+        snprintf(base, sizeof base, "%s", dir);
+    if (!is_dir(base))
+        return rt_error(RT_ERR_NOTFOUND, "%s: no such directory", dir);
+    char names[5][2100], tname[2100];
+    const char *paths[5];
+    for (int i = 0; i < 5; i++) {
+        snprintf(names[i], sizeof names[i], "%s/data_batch_%d.bin", base, i + 1);
+        if (!is_file(names[i]))
+            return rt_error(RT_ERR_NOTFOUND, "%s: not found (CIFAR-10 needs data_batch_1..5.bin)",
+                            names[i]);
+        paths[i] = names[i];
+    }
+    RT_TRY(rt_dataset_read_cifar10(paths, 5, train));
+    snprintf(tname, sizeof tname, "%s/test_batch.bin", base);
+    if (is_file(tname)) {
+        const char *tp = tname;
+        int rc = rt_dataset_read_cifar10(&tp, 1, test);
+        if (rc < 0) {
+            rt_dataset_destroy(train);
+            return rc;
+        }
+    }
+    return RT_OK;
+}
+
+/* csv:TRAIN[,TEST][:shape=HxWxC] */
+static int open_csv(const char *arg, rt_dataset **train, rt_dataset **test)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", arg) >= (int)sizeof buf)
+        return rt_error(RT_ERR_CONFIG, "data spec too long");
+    int h = 28, w = 28, c = 1;
+    char *opt = strstr(buf, ":shape=");
+    if (opt) {
+        int used = 0;
+        const char *s = opt + strlen(":shape=");
+        if (sscanf(s, "%dx%dx%d%n", &h, &w, &c, &used) != 3 || s[used] != '\0' || h <= 0 ||
+            w <= 0 || c <= 0 || h > 65536 || w > 65536 || c > 65536)
+            return rt_error(RT_ERR_CONFIG, "csv data spec: bad shape '%s' (expected HxWxC, e.g. 28x28x1)",
+                            s);
+        *opt = '\0';
+    }
+    char *comma = strchr(buf, ',');
+    if (comma)
+        *comma = '\0';
+    if (!buf[0] || (comma && !comma[1]))
+        return rt_error(RT_ERR_CONFIG, "csv data spec '%s': expected csv:TRAIN[,TEST][:shape=HxWxC]",
+                        arg);
+    RT_TRY(rt_dataset_read_csv(buf, c, h, w, train));
+    if (comma) {
+        int rc = rt_dataset_read_csv(comma + 1, c, h, w, test);
+        if (rc < 0) {
+            rt_dataset_destroy(train);
+            return rc;
+        }
+    }
+    return RT_OK;
+}
+
+static const char *after_prefix(const char *spec, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return strncmp(spec, prefix, n) == 0 ? spec + n : NULL;
+}
+
+/* Read the sets a spec names; `kind` gets the name used for the sets. */
+static int open_sets(const char *spec, rt_dataset **train, rt_dataset **test, const char **kind)
+{
+    const char *arg;
+    if (strcmp(spec, "fashion-mnist") == 0) {
+        char dir[2048];
+        *kind = "fashion-mnist";
+        RT_TRY(find_fashion_mnist(dir, sizeof dir));
+        return open_idx_dir(dir, train, test);
+    }
+    if ((arg = after_prefix(spec, "fashion-mnist:"))) {
+        *kind = "fashion-mnist";
+        return open_idx_dir(arg, train, test);
+    }
+    if ((arg = after_prefix(spec, "mnist:"))) {
+        *kind = "mnist";
+        return open_idx_dir(arg, train, test);
+    }
+    if ((arg = after_prefix(spec, "idx:"))) {
+        *kind = "idx";
+        return open_idx_dir(arg, train, test);
+    }
+    if ((arg = after_prefix(spec, "cifar10:"))) {
+        *kind = "cifar10";
+        return open_cifar_dir(arg, train, test);
+    }
+    if ((arg = after_prefix(spec, "csv:"))) {
+        *kind = "csv";
+        return open_csv(arg, train, test);
+    }
+    return rt_error(RT_ERR_CONFIG,
+                    "unknown data spec '%s': expected fashion-mnist, mnist:DIR, idx:DIR, "
+                    "cifar10:DIR or csv:TRAIN[,TEST][:shape=HxWxC]",
+                    spec);
+}
+
+int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, struct rt_data *out)
+{
+    RT_ASSERT(spec && out);
+    memset(out, 0, sizeof *out);
+    if (!(val_frac >= 0.0f && val_frac < 1.0f))
+        return rt_error(RT_ERR_ARG, "validation fraction %g is not in [0, 1)", (double)val_frac);
+    if (limit < 0)
+        return rt_error(RT_ERR_ARG, "limit %ld is negative", limit);
+
+    rt_dataset *train = NULL, *val = NULL, *test = NULL;
+    const char *kind = "data";
+    int rc = open_sets(spec, &train, &test, &kind);
+    if (rc < 0)
+        return rc;
+    if (train->n == 0) {
+        rc = rt_error(RT_ERR_FORMAT, "%s: the training set is empty", train->name);
+        goto fail;
+    }
+    if (test && (test->c != train->c || test->h != train->h || test->w != train->w)) {
+        rc = rt_error(RT_ERR_FORMAT, "%s: test images are %dx%dx%d but training images %dx%dx%d",
+                      spec, test->h, test->w, test->c, train->h, train->w, train->c);
+        goto fail;
+    }
+    /* One class count for all sets, from the full sets, so that --limit or
+     * a split that misses the top label never shrinks the output layer. */
+    int classes = train->classes;
+    if (test && test->classes > classes)
+        classes = test->classes;
+    if (strcmp(kind, "fashion-mnist") == 0 && classes < 10)
+        classes = 10;
+
+    keep_first(train, limit);
+    if (val_frac > 0.0f && (rc = split(&train, val_frac, seed, &val)) < 0)
+        goto fail;
+
+    /* Statistics of the data the model trains on: neither validation nor
+     * test images may leak into the normalisation. */
+    float mean, std;
+    rt_dataset_stats(train, &mean, &std);
+    if (!(std > 1e-12f))
+        std = 1.0f; /* constant images: subtract the mean, never divide by 0 */
+    rt_dataset *sets[3] = {train, val, test};
+    static const char *const role[3] = {"train", "val", "test"};
+    for (int i = 0; i < 3; i++) {
+        if (!sets[i])
+            continue;
+        rt_dataset_normalize(sets[i], mean, std);
+        sets[i]->classes = classes;
+        snprintf(sets[i]->name, sizeof sets[i]->name, "%s/%s", kind, role[i]);
+    }
+    out->train = train;
+    out->val = val;
+    out->test = test;
+    out->mean = mean;
+    out->std = std;
+    return RT_OK;
+
+fail:
+    rt_dataset_destroy(&test);
+    rt_dataset_destroy(&val);
+    rt_dataset_destroy(&train);
+    return rc;
+}
+
+void rt_data_close(struct rt_data *d)
+{
+    if (!d)
+        return;
+    rt_dataset_destroy(&d->train);
+    rt_dataset_destroy(&d->val);
+    rt_dataset_destroy(&d->test);
+}

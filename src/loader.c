@@ -1,1 +1,243 @@
-/* placeholder: being written */
+/* loader.c — batches of a data set, gathered ahead by a prefetch thread.
+ *
+ * Two staging slots. While the trainer works on batch k (slot k % 2), the
+ * thread gathers batch k+1 into the other slot by the epoch's permutation.
+ * rt_loader_next hands out batch k+1 and, in the same step, asks for k+2
+ * into the slot of batch k, which the caller gave back by calling again.
+ * At most one gather is ever outstanding, so one mutex, one condition
+ * variable and a few fields are the whole protocol.
+ *
+ * Everything is allocated in rt_loader_new: a step allocates nothing.
+ * The slots are page-aligned host memory; a backend that can pin memory
+ * can register them, and a CPU backend reads them in place. */
+#include "data.h"
+#include "status.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOADER_TAG 0x4c4f4144u /* "LOAD" */
+#define LOADER_DEAD 0xdeadbeefu
+
+struct rt_loader {
+    uint32_t tag;
+    const rt_dataset *ds;
+    int batch;
+    bool shuffle;
+    uint64_t seed;
+    long nbatches;
+    size_t per; /* floats per sample */
+    uint32_t *perm;
+    float *x[2];
+    int32_t *y[2];
+    int count[2];
+
+    /* Trainer side only. */
+    bool started;
+    long next; /* the batch the next rt_loader_next returns */
+
+    /* Shared with the thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool job;         /* a gather was asked for and is not done */
+    int job_slot;
+    long job_batch;
+    long ready[2];    /* the batch a slot holds, -1 for none */
+    bool quit;
+    pthread_t thread;
+};
+
+static void check(const rt_loader *l) { RT_ASSERT(l && l->tag == LOADER_TAG); }
+
+/* Copy batch b's samples into slot s. perm is only written by
+ * rt_loader_start while no gather is outstanding, and the mutex orders
+ * that write before this read. */
+static void gather(rt_loader *l, int s, long b)
+{
+    const rt_dataset *ds = l->ds;
+    long first = b * l->batch;
+    long n = ds->n - first < l->batch ? ds->n - first : l->batch;
+    for (long i = 0; i < n; i++) {
+        uint32_t j = l->perm[first + i];
+        memcpy(l->x[s] + (size_t)i * l->per, ds->x + (size_t)j * l->per, l->per * sizeof(float));
+        l->y[s][i] = ds->y[j];
+    }
+    l->count[s] = (int)n;
+}
+
+static void *prefetch_main(void *arg)
+{
+    rt_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->job && !l->quit)
+            pthread_cond_wait(&l->cv, &l->mu);
+        if (l->quit)
+            break;
+        int s = l->job_slot;
+        long b = l->job_batch;
+        pthread_mutex_unlock(&l->mu);
+        gather(l, s, b);
+        pthread_mutex_lock(&l->mu);
+        l->ready[s] = b;
+        l->job = false;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Ask the thread for batch b into its slot; the caller holds mu and no
+ * gather is outstanding. */
+static void request(rt_loader *l, long b)
+{
+    RT_ASSERT(!l->job);
+    l->job = true;
+    l->job_slot = (int)(b & 1);
+    l->job_batch = b;
+    l->ready[b & 1] = -1;
+    pthread_cond_broadcast(&l->cv);
+}
+
+static void wait_idle(rt_loader *l)
+{
+    while (l->job)
+        pthread_cond_wait(&l->cv, &l->mu);
+}
+
+rt_loader *rt_loader_new(const rt_dataset *ds, int batch, bool shuffle, uint64_t seed)
+{
+    RT_ASSERT(ds && ds->n >= 0);
+    if (batch <= 0) {
+        rt_error(RT_ERR_ARG, "batch size %d is not positive", batch);
+        return NULL;
+    }
+    bool no_thread = false;
+    rt_loader *l = calloc(1, sizeof *l);
+    if (!l)
+        goto fail;
+    l->ds = ds;
+    l->batch = batch;
+    l->shuffle = shuffle;
+    l->seed = seed;
+    l->nbatches = ((long)ds->n + batch - 1) / batch;
+    l->per = (size_t)ds->c * ds->h * ds->w;
+    l->ready[0] = l->ready[1] = -1;
+    l->perm = malloc(((size_t)ds->n + 1) * sizeof *l->perm);
+    if (!l->perm)
+        goto fail_free;
+    for (int s = 0; s < 2; s++) {
+        void *p = NULL;
+        if (posix_memalign(&p, 4096, (size_t)batch * l->per * sizeof(float)) != 0)
+            goto fail_free;
+        l->x[s] = p;
+        if (!(l->y[s] = malloc((size_t)batch * sizeof(int32_t))))
+            goto fail_free;
+    }
+    if (pthread_mutex_init(&l->mu, NULL) != 0)
+        goto fail_free;
+    if (pthread_cond_init(&l->cv, NULL) != 0)
+        goto fail_mutex;
+    if (pthread_create(&l->thread, NULL, prefetch_main, l) != 0) {
+        no_thread = true;
+        goto fail_cond;
+    }
+    l->tag = LOADER_TAG;
+    return l;
+
+fail_cond:
+    pthread_cond_destroy(&l->cv);
+fail_mutex:
+    pthread_mutex_destroy(&l->mu);
+fail_free:
+    for (int s = 0; s < 2; s++) {
+        free(l->x[s]);
+        free(l->y[s]);
+    }
+    free(l->perm);
+    free(l);
+fail:
+    if (no_thread)
+        rt_error(RT_ERR_NOMEM, "cannot start the data prefetch thread");
+    else
+        rt_error(RT_ERR_NOMEM, "out of memory for a loader of batch %d of %dx%dx%d images",
+                 batch, ds->c, ds->h, ds->w);
+    return NULL;
+}
+
+void rt_loader_destroy(rt_loader **lp)
+{
+    if (!lp || !*lp)
+        return;
+    rt_loader *l = *lp;
+    check(l);
+    pthread_mutex_lock(&l->mu);
+    l->quit = true;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    for (int s = 0; s < 2; s++) {
+        free(l->x[s]);
+        free(l->y[s]);
+    }
+    free(l->perm);
+    l->tag = LOADER_DEAD;
+    free(l);
+    *lp = NULL;
+}
+
+int rt_loader_start(rt_loader *l, long epoch, long first_batch)
+{
+    check(l);
+    if (epoch < 0)
+        return rt_error(RT_ERR_ARG, "epoch %ld is negative", epoch);
+    if (first_batch < 0 || first_batch > l->nbatches)
+        return rt_error(RT_ERR_ARG, "cannot start at batch %ld: an epoch has %ld batches",
+                        first_batch, l->nbatches);
+    pthread_mutex_lock(&l->mu);
+    wait_idle(l); /* a gather of the old epoch may still be running */
+    if (l->shuffle) {
+        rt_permutation(l->perm, l->ds->n, l->seed, epoch);
+    } else {
+        for (long i = 0; i < l->ds->n; i++)
+            l->perm[i] = (uint32_t)i;
+    }
+    l->ready[0] = l->ready[1] = -1;
+    l->next = first_batch;
+    l->started = true;
+    if (first_batch < l->nbatches)
+        request(l, first_batch);
+    pthread_mutex_unlock(&l->mu);
+    return RT_OK;
+}
+
+int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n)
+{
+    check(l);
+    RT_ASSERT(l->started && x && y && n);
+    long b = l->next;
+    if (b >= l->nbatches)
+        return 0;
+    int s = (int)(b & 1);
+    pthread_mutex_lock(&l->mu);
+    while (l->ready[s] != b)
+        pthread_cond_wait(&l->cv, &l->mu);
+    /* Slot s^1 held batch b-1, which the caller has given back. */
+    if (b + 1 < l->nbatches)
+        request(l, b + 1);
+    pthread_mutex_unlock(&l->mu);
+    *x = l->x[s];
+    *y = l->y[s];
+    *n = l->count[s];
+    l->next = b + 1;
+    return 1;
+}
+
+long rt_loader_batches(const rt_loader *l)
+{
+    check(l);
+    return l->nbatches;
+}
