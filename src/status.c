@@ -47,9 +47,17 @@ int rt_error_wrap(int status, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, detail, sizeof old);
-    if (old[0])
-        snprintf(detail, sizeof detail, "%s: %s", prefix, old);
-    else
-        snprintf(detail, sizeof detail, "%s", prefix);
+    /* Truncation is acceptable here: a long message loses its tail. */
+    size_t n = strlen(prefix);
+    memcpy(detail, prefix, n + 1);
+    if (old[0] && n + 2 < sizeof detail) {
+        memcpy(detail + n, ": ", 3);
+        size_t room = sizeof detail - n - 3;
+        size_t m = strlen(old);
+        if (m > room)
+            m = room;
+        memcpy(detail + n + 2, old, m);
+        detail[n + 2 + m] = '\0';
+    }
     return status;
 }
