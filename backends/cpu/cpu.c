@@ -1,1 +1,554 @@
-/* placeholder: being written */
+/* cpu.c — the cpu backend's table, device, memory, GEMM, elementwise ops and
+ * optimiser steps. Convolutions live in conv.c, the other layer ops in nn.c.
+ *
+ * This backend defines the reference maths (backends/backend.h) that every
+ * other backend is compared against, so the loops here favour plain,
+ * obviously-right code; speed comes from the BLAS and from OpenMP over
+ * independent elements. Reductions use fixed per-thread blocks and a fixed
+ * combine order, so a run repeats bit for bit at a given thread count. */
+#include "config.h"
+
+#include <math.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef RT_HAVE_CBLAS
+#ifdef RT_BLAS_BLIS
+/* blis.h defines many static inline helpers it does not use */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wtype-limits"
+#include <blis.h>
+#pragma GCC diagnostic pop
+#else
+#include <cblas.h>
+#endif
+#endif
+
+#include "cpu-impl.h"
+#include "status.h"
+
+/* ---- devices ------------------------------------------------------------------ */
+
+static int cpu_device_count(void) { return 1; }
+
+/* Cores this process may run on (its affinity mask), which is what matters
+ * in a container with a CPU set; falls back to the online count. */
+static int cpu_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void cpu_model_name(char *out, size_t size)
+{
+    snprintf(out, size, "host CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        char *p = strchr(line, ':');
+        if (!p)
+            break;
+        p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        p[strcspn(p, "\n")] = '\0';
+        if (*p)
+            snprintf(out, size, "%s", p);
+        break;
+    }
+    fclose(f);
+}
+
+static int cpu_device_info(int device, struct rt_device_info *out)
+{
+    if (device != 0)
+        return rt_error(RT_ERR_NOTFOUND, "cpu backend has one device; device %d does not exist",
+                        device);
+    cpu_model_name(out->name, sizeof out->name);
+#if defined(RT_HAVE_CBLAS) && defined(RT_BLAS_BLIS)
+    snprintf(out->platform, sizeof out->platform, "host, BLIS %s", bli_info_get_version_str());
+#elif defined(RT_HAVE_CBLAS)
+    snprintf(out->platform, sizeof out->platform, "host, %s", openblas_get_config());
+#else
+    snprintf(out->platform, sizeof out->platform, "host, built-in GEMM (no BLAS)");
+#endif
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    out->mem_bytes = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+    out->compute_units = cpu_cores();
+    return RT_OK;
+}
+
+static int cpu_dev_open(rt_dev *d)
+{
+    struct cpu_dev *c = calloc(1, sizeof *c);
+    if (!c)
+        return rt_error(RT_ERR_NOMEM, "out of memory opening the cpu device");
+#ifdef _OPENMP
+    c->nt = d->threads > 0 ? d->threads : omp_get_max_threads();
+#else
+    c->nt = 1;
+#endif
+    if (c->nt < 1)
+        c->nt = 1;
+    if (c->nt > CPU_MAX_THREADS)
+        c->nt = CPU_MAX_THREADS;
+    d->threads = c->nt; /* what rt_dev_threads reports: the count in use */
+    d->impl = c;
+    return RT_OK;
+}
+
+static void cpu_dev_close(rt_dev *d)
+{
+    free(d->impl);
+    d->impl = NULL;
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* Buffers start 64-byte aligned (a cache line, an AVX-512 vector), and each
+ * at a different offset, a multiple of 128 bytes, from a 4 KiB boundary.
+ * Large blocks come from mmap, page-aligned: without the offsets, element i
+ * of every big buffer shares its low 12 address bits, and a loop reading x
+ * while writing dx (pool and activation backward) stalls on 4K aliasing
+ * between its loads and stores. The block's own address is kept just
+ * below the handle. */
+#define CPU_COLORS 31
+
+static int cpu_buf_alloc(rt_dev *d, rt_buf *b)
+{
+    static _Atomic unsigned next_color;
+    const size_t color = 128 * (1 + next_color++ % CPU_COLORS);
+    size_t bytes = (b->bytes + 63) & ~(size_t)63;
+    if (bytes < b->bytes || bytes > SIZE_MAX - 4096)
+        return rt_error(RT_ERR_NOMEM, "cpu buffer of %zu bytes is too large", b->bytes);
+    char *raw = aligned_alloc(64, bytes + 4096);
+    if (!raw)
+        return rt_error(RT_ERR_NOMEM, "out of host memory allocating %zu bytes", b->bytes);
+    b->handle = raw + color;
+    memcpy((char *)b->handle - sizeof raw, &raw, sizeof raw);
+    return RT_OK;
+}
+
+static void cpu_buf_free(rt_dev *d, rt_buf *b)
+{
+    if (b->handle) {
+        char *raw;
+        memcpy(&raw, (char *)b->handle - sizeof raw, sizeof raw);
+        free(raw);
+    }
+    b->handle = NULL;
+}
+
+static int cpu_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes)
+{
+    memcpy(cpu_f(dst), src, bytes);
+    return RT_OK;
+}
+
+static int cpu_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
+{
+    memcpy(dst, cpu_f(src), bytes);
+    return RT_OK;
+}
+
+static int cpu_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
+{
+    memmove(cpu_f(dst), cpu_f(src), n * sizeof(float));
+    return RT_OK;
+}
+
+/* Every op finishes before it returns. */
+static int cpu_sync(rt_dev *d) { return RT_OK; }
+
+/* ---- GEMM -------------------------------------------------------------------- */
+
+/* OpenBLAS comes as an OpenMP build, which runs serially when called from
+ * inside a parallel region and otherwise follows the caller's OpenMP thread
+ * count, or as a pthreads build with its own pool and one global count,
+ * which knows nothing of our regions: called from two OpenMP threads with a
+ * count of 2 it runs four threads on two cores, and its idle workers spin
+ * (sched_yield) against OpenMP's. Which one is loaded is decided at run
+ * time (Debian's alternatives pick the pthreads one for libopenblas.so.0
+ * whatever the build linked), so ask. The pthreads build is kept at one
+ * thread, always, and a big GEMM is split over OpenMP threads here instead
+ * (cpu_sgemm): one thread pool in the process. */
+#ifdef RT_HAVE_CBLAS
+static bool cpu_blas_own_pool(void)
+{
+#if defined(RT_HAVE_CBLAS) && !defined(RT_BLAS_BLIS) && defined(_OPENMP)
+    return openblas_get_parallel() == 1;
+#else
+    return false;
+#endif
+}
+#endif
+
+/* Before a parallel region whose threads call the BLAS: make each call run
+ * on its calling thread only. */
+void cpu_blas_before_parallel(void)
+{
+#if defined(RT_HAVE_CBLAS) && !defined(RT_BLAS_BLIS)
+    if (openblas_get_parallel() != 2 && openblas_get_num_threads() != 1)
+        openblas_set_num_threads(1);
+#endif
+}
+
+#ifdef RT_HAVE_CBLAS
+/* Tell the BLAS to use nt threads for the next call made outside our
+ * parallel regions (inside one, cpu_blas_before_parallel has done it). */
+static void cpu_blas_threads(int nt)
+{
+#ifdef _OPENMP
+    if (omp_in_parallel())
+        return;
+#endif
+#ifdef RT_BLAS_BLIS
+    static int blis_nt;
+    if (blis_nt != nt) {
+        bli_thread_set_num_threads(nt);
+        blis_nt = nt;
+    }
+#else
+    if (openblas_get_parallel() != 2) {
+        cpu_blas_before_parallel(); /* see cpu_blas_own_pool */
+        return;
+    }
+#ifdef _OPENMP
+    /* the OpenMP build follows this thread's OpenMP count, which
+     * openblas_set_num_threads sets too */
+    if (omp_get_max_threads() != nt || openblas_get_num_threads() != nt)
+        openblas_set_num_threads(nt);
+#endif
+#endif
+}
+#endif /* RT_HAVE_CBLAS */
+
+/* C = beta*C on an m x n block, with beta == 0 writing zeros (NaNs vanish). */
+static void cpu_scale_block(int m, int n, float beta, float *c, int ldc)
+{
+    for (int i = 0; i < m; i++) {
+        float *ci = c + (size_t)i * ldc;
+        if (beta == 0.0f)
+            memset(ci, 0, (size_t)n * sizeof(float));
+        else if (beta != 1.0f)
+            for (int j = 0; j < n; j++)
+                ci[j] *= beta;
+    }
+}
+
+#ifndef RT_HAVE_CBLAS
+/* The GEMM used when no BLAS is linked: rows of C split over threads, the k
+ * loop blocked so a panel of B stays in cache while a row of C is updated. */
+static void cpu_gemm_c(int nt, bool ta, bool tb, int m, int n, int k, float alpha,
+                       const float *a, int lda, const float *b, int ldb, float *c, int ldc)
+{
+    enum { KB = 128 };
+    long work = (long)m * n * k;
+    (void)nt;
+    (void)work;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (work > 100000)
+#endif
+    for (int i = 0; i < m; i++) {
+        float *ci = c + (size_t)i * ldc;
+        if (tb) {
+            /* C row i = dot products of A row i with rows of B. */
+            for (int j = 0; j < n; j++) {
+                const float *bj = b + (size_t)j * ldb;
+                float acc = 0.0f;
+                for (int p = 0; p < k; p++)
+                    acc += (ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]) * bj[p];
+                ci[j] += alpha * acc;
+            }
+            continue;
+        }
+        for (int p0 = 0; p0 < k; p0 += KB) {
+            int p1 = p0 + KB < k ? p0 + KB : k;
+            for (int p = p0; p < p1; p++) {
+                float aip = alpha * (ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);
+                const float *bp = b + (size_t)p * ldb;
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+                for (int j = 0; j < n; j++)
+                    ci[j] += aip * bp[j];
+            }
+        }
+    }
+}
+#endif
+
+void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0 || alpha == 0.0f) {
+        cpu_scale_block(m, n, beta, c, ldc);
+        return;
+    }
+#ifdef RT_HAVE_CBLAS
+    const enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+    /* Split over our threads: along the longer side of C, in blocks that
+     * stay big enough for the BLAS kernels (16 rows / columns at least). */
+    const double work = (double)m * n * k;
+    int parts = nt;
+    while (parts > 1 && (work / parts < 1e5 || (m < 16 * parts && n < 16 * parts)))
+        parts--;
+    if (parts > 1 && cpu_blas_own_pool()) {
+        const bool by_rows = m >= n;
+        cpu_blas_before_parallel();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(parts)
+#endif
+        {
+            const int t = cpu_thread_num(), tn = cpu_num_threads();
+            const int len = by_rows ? m : n;
+            const int lo = (int)((long)len * t / tn), hi = (int)((long)len * (t + 1) / tn);
+            if (hi > lo) {
+                if (by_rows) /* rows lo..hi of op(A) and of C */
+                    cblas_sgemm(CblasRowMajor, opa, opb, hi - lo, n, k, alpha,
+                                a + (ta ? (size_t)lo : (size_t)lo * lda), lda, b, ldb, beta,
+                                c + (size_t)lo * ldc, ldc);
+                else /* columns lo..hi of op(B) and of C */
+                    cblas_sgemm(CblasRowMajor, opa, opb, m, hi - lo, k, alpha, a, lda,
+                                b + (tb ? (size_t)lo * ldb : (size_t)lo), ldb, beta, c + lo,
+                                ldc);
+            }
+        }
+        return;
+    }
+    cpu_blas_threads(nt);
+    cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+    cpu_scale_block(m, n, beta, c, ldc);
+    cpu_gemm_c(nt, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+#endif
+}
+
+static int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
+                    int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
+{
+    /* With k == 0 the wrapper has not checked a and b: do not touch them. */
+    const float *ap = k > 0 ? cpu_f(a) : NULL, *bp = k > 0 ? cpu_f(b) : NULL;
+    cpu_sgemm(cpu_nt(d), ta != 0, tb != 0, m, n, k, alpha, ap, lda, bp, ldb, beta, cpu_f(c), ldc);
+    return RT_OK;
+}
+
+/* ---- elementwise ------------------------------------------------------------- */
+
+/* The elementwise loops below are split over threads only when long enough
+ * (CPU_PAR_MIN); `n` and `nt` are the names the pragma refers to. */
+#ifdef _OPENMP
+#define CPU_PAR_FOR _Pragma("omp parallel for simd num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)")
+#else
+#define CPU_PAR_FOR
+#endif
+
+static int cpu_mul(rt_dev *d, size_t n, rt_view av, rt_view bv, rt_view yv)
+{
+    const float *a = cpu_f(av), *b = cpu_f(bv);
+    float *y = cpu_f(yv);
+    int nt = cpu_nt(d);
+    (void)nt;
+    CPU_PAR_FOR
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] * b[i];
+    return RT_OK;
+}
+
+static int cpu_axpy(rt_dev *d, size_t n, float alpha, rt_view xv, rt_view yv)
+{
+    const float *x = cpu_f(xv);
+    float *y = cpu_f(yv);
+    int nt = cpu_nt(d);
+    (void)nt;
+    CPU_PAR_FOR
+    for (size_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
+    return RT_OK;
+}
+
+static int cpu_scale(rt_dev *d, size_t n, float alpha, rt_view xv)
+{
+    float *x = cpu_f(xv);
+    int nt = cpu_nt(d);
+    (void)nt;
+    CPU_PAR_FOR
+    for (size_t i = 0; i < n; i++)
+        x[i] *= alpha;
+    return RT_OK;
+}
+
+static int cpu_fill(rt_dev *d, size_t n, float value, rt_view xv)
+{
+    float *x = cpu_f(xv);
+    int nt = cpu_nt(d);
+    (void)nt;
+    CPU_PAR_FOR
+    for (size_t i = 0; i < n; i++)
+        x[i] = value;
+    return RT_OK;
+}
+
+/* Sum of squares in double. The range is cut into nt fixed blocks whatever
+ * the team size, and the block sums are added in block order, so the result
+ * depends only on the device's thread count. */
+static int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
+{
+    const float *x = cpu_f(xv);
+    int nb = n > CPU_PAR_MIN ? cpu_nt(d) : 1;
+    double part[CPU_MAX_THREADS];
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nb) if (nb > 1)
+#endif
+    {
+        int t = cpu_thread_num(), tn = cpu_num_threads();
+        for (int blk = t; blk < nb; blk += tn) {
+            size_t lo = n * (size_t)blk / (size_t)nb, hi = n * (size_t)(blk + 1) / (size_t)nb;
+            /* Four chains: shorter dependency, still a fixed order. */
+            double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            size_t i = lo;
+            for (; i + 4 <= hi; i += 4) {
+                s0 += (double)x[i] * x[i];
+                s1 += (double)x[i + 1] * x[i + 1];
+                s2 += (double)x[i + 2] * x[i + 2];
+                s3 += (double)x[i + 3] * x[i + 3];
+            }
+            for (; i < hi; i++)
+                s0 += (double)x[i] * x[i];
+            part[blk] = (s0 + s1) + (s2 + s3);
+        }
+    }
+    double s = 0.0;
+    for (int b = 0; b < nb; b++)
+        s += part[b];
+    *out = s;
+    return RT_OK;
+}
+
+/* ---- optimiser steps ------------------------------------------------------------ */
+
+static int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view wv,
+                        rt_view gv, rt_view vv)
+{
+    float *w = cpu_f(wv), *v = cpu_f_or_null(vv);
+    const float *g = cpu_f(gv);
+    const float lr = p->lr, mu = p->momentum, wd = p->weight_decay;
+    int nt = cpu_nt(d);
+    (void)nt;
+    if (mu == 0.0f) {
+        CPU_PAR_FOR
+        for (size_t i = 0; i < n; i++)
+            w[i] -= lr * (g[i] + wd * w[i]);
+    } else if (p->nesterov) {
+        CPU_PAR_FOR
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] + wd * w[i];
+            float vi = mu * v[i] + gi;
+            v[i] = vi;
+            w[i] -= lr * (gi + mu * vi);
+        }
+    } else {
+        CPU_PAR_FOR
+        for (size_t i = 0; i < n; i++) {
+            float vi = mu * v[i] + (g[i] + wd * w[i]);
+            v[i] = vi;
+            w[i] -= lr * vi;
+        }
+    }
+    return RT_OK;
+}
+
+/* Adam, AdamW and Nadam as written in backend.h. The per-step scalars are
+ * computed once in double; the element loop is float. */
+static int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view wv,
+                         rt_view gv, rt_view mv, rt_view vv)
+{
+    float *w = cpu_f(wv), *m = cpu_f(mv), *v = cpu_f(vv);
+    const float *g = cpu_f(gv);
+    const double t = (double)p->step;
+    const double bc1 = 1.0 - pow(p->beta1, t), bc2 = 1.0 - pow(p->beta2, t);
+    const float b1 = p->beta1, b2 = p->beta2, eps = p->eps, lr = p->lr;
+    const float l2 = p->decoupled ? 0.0f : p->weight_decay;
+    const float decay = p->decoupled ? p->lr * p->weight_decay : 0.0f;
+    const float inv_bc2 = (float)(1.0 / bc2);
+    /* m_hat = cm * m + cg * g' */
+    float cm, cg;
+    if (p->nesterov) {
+        cm = (float)(p->beta1 / (1.0 - pow(p->beta1, t + 1.0)));
+        cg = (float)((1.0 - p->beta1) / bc1);
+    } else {
+        cm = (float)(1.0 / bc1);
+        cg = 0.0f;
+    }
+    int nt = cpu_nt(d);
+    (void)nt;
+    CPU_PAR_FOR
+    for (size_t i = 0; i < n; i++) {
+        float wi = w[i] - decay * w[i];
+        float gi = g[i] + l2 * wi;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = cm * mi + cg * gi;
+        w[i] = wi - lr * mhat / (sqrtf(vi * inv_bc2) + eps);
+    }
+    return RT_OK;
+}
+
+/* ---- the table --------------------------------------------------------------- */
+
+const struct rt_backend_ops rt_cpu_backend = {
+    .abi_version = RT_BACKEND_ABI_VERSION,
+    .size = sizeof(struct rt_backend_ops),
+    .name = "cpu",
+    .device_count = cpu_device_count,
+    .device_info = cpu_device_info,
+    .dev_open = cpu_dev_open,
+    .dev_close = cpu_dev_close,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_free = cpu_buf_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .conv2d_workspace = cpu_conv2d_workspace,
+    .host_memory = true,
+    .gemm = cpu_gemm,
+    .conv2d_fwd = cpu_conv2d_fwd,
+    .conv2d_bwd_data = cpu_conv2d_bwd_data,
+    .conv2d_bwd_filter = cpu_conv2d_bwd_filter,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .pool_fwd = cpu_pool_fwd,
+    .pool_bwd = cpu_pool_bwd,
+    .act_fwd = cpu_act_fwd,
+    .act_bwd = cpu_act_bwd,
+    .softmax_xent_fwd = cpu_softmax_xent_fwd,
+    .softmax_xent_bwd = cpu_softmax_xent_bwd,
+    .bn_fwd_train = cpu_bn_fwd_train,
+    .bn_fwd_infer = cpu_bn_fwd_infer,
+    .bn_bwd = cpu_bn_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .mul = cpu_mul,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .fill = cpu_fill,
+    .sumsq = cpu_sumsq,
+    .sgd_step = cpu_sgd_step,
+    .adam_step = cpu_adam_step,
+};

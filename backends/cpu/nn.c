@@ -1,1 +1,536 @@
-/* placeholder: being written */
+/* nn.c — the cpu backend's layer ops: bias, pooling, activations,
+ * softmax + cross-entropy, batch norm and dropout (maths in backend.h).
+ *
+ * Loops are split over (image, channel) planes or channels, which are
+ * independent, so results never depend on the thread count except where a
+ * comment says so. Small problems stay on one thread (CPU_PAR_MIN). */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "cpu-impl.h"
+#include "status.h"
+
+#ifdef _OPENMP
+#define CPU_SIMD _Pragma("omp simd")
+#else
+#define CPU_SIMD
+#endif
+
+/* ---- bias ------------------------------------------------------------------------- */
+
+int cpu_bias_add(rt_dev *d, int n, int c, int hw, rt_view bv, rt_view yv)
+{
+    const float *b = cpu_f(bv);
+    float *y = cpu_f(yv);
+    const long planes = (long)n * c;
+    const size_t total = (size_t)planes * hw;
+    int nt = cpu_nt(d);
+    (void)nt;
+    (void)total;
+    if (hw == 1) { /* dense layer: rows of c */
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+        for (int i = 0; i < n; i++) {
+            float *yr = y + (size_t)i * c;
+            CPU_SIMD
+            for (int j = 0; j < c; j++)
+                yr[j] += b[j];
+        }
+        return RT_OK;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+    for (long p = 0; p < planes; p++) {
+        float *yp = y + (size_t)p * hw;
+        const float bc = b[p % c];
+        CPU_SIMD
+        for (int i = 0; i < hw; i++)
+            yp[i] += bc;
+    }
+    return RT_OK;
+}
+
+/* db[c] = sum over images and positions. Each channel is summed by one
+ * thread in a fixed order: float within a plane, double across planes. */
+int cpu_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dyv, rt_view dbv)
+{
+    const float *dy = cpu_f(dyv);
+    float *db = cpu_f(dbv);
+    const size_t total = (size_t)n * c * hw;
+    int nt = cpu_nt(d);
+    (void)nt;
+    (void)total;
+    if (hw == 1) {
+        memset(db, 0, (size_t)c * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            const float *r = dy + (size_t)i * c;
+            CPU_SIMD
+            for (int j = 0; j < c; j++)
+                db[j] += r[j];
+        }
+        return RT_OK;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+    for (int j = 0; j < c; j++) {
+        double acc = 0.0;
+        for (int i = 0; i < n; i++) {
+            const float *p = dy + ((size_t)i * c + j) * hw;
+            float s = 0.0f;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : s)
+#endif
+            for (int k = 0; k < hw; k++)
+                s += p[k];
+            acc += s;
+        }
+        db[j] = (float)acc;
+    }
+    return RT_OK;
+}
+
+/* ---- pooling -------------------------------------------------------------------------- */
+
+/* Window bounds of output (oh, ow) clipped to the input. */
+struct pool_win {
+    int h0, h1, w0, w1;
+};
+
+static struct pool_win pool_window(const struct rt_pool_shape *s, int oh, int ow)
+{
+    struct pool_win b;
+    int hs = oh * s->stride_h - s->pad_h, ws = ow * s->stride_w - s->pad_w;
+    b.h0 = hs < 0 ? 0 : hs;
+    b.h1 = hs + s->r < s->h ? hs + s->r : s->h;
+    b.w0 = ws < 0 ? 0 : ws;
+    b.w1 = ws + s->s < s->w ? ws + s->s : s->w;
+    return b;
+}
+
+/* Index in the plane of the first maximal element of the window, row-major,
+ * with a strict '>' (the tie rule every backend shares). */
+static int pool_argmax(const struct rt_pool_shape *s, const float *x, struct pool_win b)
+{
+    int best = b.h0 * s->w + b.w0;
+    float bv = x[best];
+    for (int ih = b.h0; ih < b.h1; ih++)
+        for (int iw = b.w0; iw < b.w1; iw++) {
+            float v = x[ih * s->w + iw];
+            if (v > bv) {
+                bv = v;
+                best = ih * s->w + iw;
+            }
+        }
+    return best;
+}
+
+static bool pool_is_max2x2(const struct rt_pool_shape *s)
+{
+    return s->mode == RT_POOL_MAX && s->r == 2 && s->s == 2 && s->stride_h == 2 &&
+           s->stride_w == 2 && s->pad_h == 0 && s->pad_w == 0;
+}
+
+int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view yv)
+{
+    const float *x = cpu_f(xv);
+    float *y = cpu_f(yv);
+    const long planes = (long)s->n * s->c;
+    const size_t xs = (size_t)s->h * s->w, ys = (size_t)s->oh * s->ow;
+    const float inv_area = 1.0f / (float)(s->r * s->s);
+    const bool max2 = pool_is_max2x2(s);
+    int nt = cpu_nt(d);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (planes * xs > CPU_PAR_MIN)
+#endif
+    for (long p = 0; p < planes; p++) {
+        const float *xp = x + (size_t)p * xs;
+        float *yp = y + (size_t)p * ys;
+        if (max2) { /* the common case, without the window bookkeeping */
+            for (int oh = 0; oh < s->oh; oh++) {
+                const float *r0 = xp + (size_t)(2 * oh) * s->w, *r1 = r0 + s->w;
+                float *yr = yp + (size_t)oh * s->ow;
+                for (int ow = 0; ow < s->ow; ow++) {
+                    float m = r0[2 * ow];
+                    m = r0[2 * ow + 1] > m ? r0[2 * ow + 1] : m;
+                    m = r1[2 * ow] > m ? r1[2 * ow] : m;
+                    m = r1[2 * ow + 1] > m ? r1[2 * ow + 1] : m;
+                    yr[ow] = m;
+                }
+            }
+            continue;
+        }
+        for (int oh = 0; oh < s->oh; oh++)
+            for (int ow = 0; ow < s->ow; ow++) {
+                struct pool_win b = pool_window(s, oh, ow);
+                float v;
+                if (s->mode == RT_POOL_MAX) {
+                    v = xp[pool_argmax(s, xp, b)];
+                } else {
+                    float sum = 0.0f;
+                    for (int ih = b.h0; ih < b.h1; ih++)
+                        for (int iw = b.w0; iw < b.w1; iw++)
+                            sum += xp[ih * s->w + iw];
+                    v = sum * inv_area;
+                }
+                yp[(size_t)oh * s->ow + ow] = v;
+            }
+    }
+    return RT_OK;
+}
+
+/* The arg-max is found again from x rather than from y, so that ties go to
+ * the first element of the window whatever y holds. */
+int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view yv, rt_view dyv,
+                 rt_view dxv)
+{
+    const float *x = cpu_f(xv), *dy = cpu_f(dyv);
+    float *dx = cpu_f(dxv);
+    const long planes = (long)s->n * s->c;
+    const size_t xs = (size_t)s->h * s->w, ys = (size_t)s->oh * s->ow;
+    const float inv_area = 1.0f / (float)(s->r * s->s);
+    const bool max2 = pool_is_max2x2(s);
+    int nt = cpu_nt(d);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (planes * xs > CPU_PAR_MIN)
+#endif
+    for (long p = 0; p < planes; p++) {
+        const float *xp = x + (size_t)p * xs, *dyp = dy + (size_t)p * ys;
+        float *dxp = dx + (size_t)p * xs;
+        memset(dxp, 0, xs * sizeof(float));
+        if (max2) {
+            /* Branch-free: the arg-max of random data is unpredictable, and a
+             * mispredicted branch per window costs more than all the maths.
+             * The winner's offset in the window is built with arithmetic. */
+            const int W = s->w;
+            for (int oh = 0; oh < s->oh; oh++) {
+                const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
+                float *d0 = dxp + (size_t)(2 * oh) * W;
+                const float *g = dyp + (size_t)oh * s->ow;
+                for (int ow = 0; ow < s->ow; ow++) {
+                    const int i = 2 * ow;
+                    const float a = r0[i], b = r0[i + 1], c = r1[i], e = r1[i + 1];
+                    const int pb = b > a;
+                    const float mab = pb ? b : a;
+                    const int pc = c > mab;
+                    const float mc = pc ? c : mab;
+                    const int pe = e > mc;
+                    int off = pb;            /* a: 0, b: 1 */
+                    off += pc * (W - off);   /* c: W */
+                    off += pe * (W + 1 - off); /* e: W + 1 */
+                    d0[i + off] = g[ow];
+                }
+            }
+            continue;
+        }
+        for (int oh = 0; oh < s->oh; oh++)
+            for (int ow = 0; ow < s->ow; ow++) {
+                struct pool_win b = pool_window(s, oh, ow);
+                float g = dyp[(size_t)oh * s->ow + ow];
+                if (s->mode == RT_POOL_MAX) {
+                    dxp[pool_argmax(s, xp, b)] += g;
+                } else {
+                    g *= inv_area;
+                    for (int ih = b.h0; ih < b.h1; ih++)
+                        for (int iw = b.w0; iw < b.w1; iw++)
+                            dxp[ih * s->w + iw] += g;
+                }
+            }
+    }
+    return RT_OK;
+}
+
+/* ---- activations ------------------------------------------------------------------------- */
+
+#ifdef _OPENMP
+#define CPU_PAR_SIMD _Pragma("omp parallel for simd num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)")
+#define CPU_PAR _Pragma("omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN / 8)")
+#else
+#define CPU_PAR_SIMD
+#define CPU_PAR
+#endif
+
+int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, rt_view yv)
+{
+    const float *x = cpu_f(xv);
+    float *y = cpu_f(yv);
+    int nt = cpu_nt(d);
+    (void)nt;
+    switch (kind) {
+    case RT_ACT_IDENTITY:
+        if (x != y)
+            memmove(y, x, n * sizeof(float));
+        break;
+    case RT_ACT_RELU:
+        CPU_PAR_SIMD
+        for (size_t i = 0; i < n; i++)
+            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    case RT_ACT_LEAKY:
+        CPU_PAR_SIMD
+        for (size_t i = 0; i < n; i++)
+            y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
+        break;
+    case RT_ACT_SIGMOID: /* expf is not vectorised here: more threads sooner */
+        CPU_PAR
+        for (size_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + expf(-x[i]));
+        break;
+    case RT_ACT_TANH:
+        CPU_PAR
+        for (size_t i = 0; i < n; i++)
+            y[i] = tanhf(x[i]);
+        break;
+    default:
+        return rt_error(RT_ERR_UNSUPPORTED, "cpu: unknown activation %d", (int)kind);
+    }
+    return RT_OK;
+}
+
+int cpu_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, rt_view yv,
+                rt_view dyv, rt_view dxv)
+{
+    const float *x = cpu_f(xv), *y = cpu_f(yv), *dy = cpu_f(dyv);
+    float *dx = cpu_f(dxv);
+    int nt = cpu_nt(d);
+    (void)nt;
+    switch (kind) {
+    case RT_ACT_IDENTITY:
+        if (dx != dy)
+            memmove(dx, dy, n * sizeof(float));
+        break;
+    case RT_ACT_RELU:
+        CPU_PAR_SIMD
+        for (size_t i = 0; i < n; i++) {
+            const float g = dy[i]; /* loaded either way: a select, not a branch */
+            dx[i] = x[i] > 0.0f ? g : 0.0f;
+        }
+        break;
+    case RT_ACT_LEAKY:
+        CPU_PAR_SIMD
+        for (size_t i = 0; i < n; i++) {
+            const float g = dy[i];
+            dx[i] = x[i] > 0.0f ? g : alpha * g;
+        }
+        break;
+    case RT_ACT_SIGMOID:
+        CPU_PAR_SIMD
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+        break;
+    case RT_ACT_TANH: /* (1-y)(1+y), not 1-y*y: no cancellation near |y| = 1 */
+        CPU_PAR_SIMD
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * ((1.0f - y[i]) * (1.0f + y[i]));
+        break;
+    default:
+        return rt_error(RT_ERR_UNSUPPORTED, "cpu: unknown activation %d", (int)kind);
+    }
+    return RT_OK;
+}
+
+/* ---- softmax + cross-entropy ------------------------------------------------------------- */
+
+static int check_labels(const int *labels, int n, int c)
+{
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= c)
+            return rt_error(RT_ERR_ARG, "softmax: label %d of sample %d is outside [0, %d)",
+                            labels[i], i, c);
+    return RT_OK;
+}
+
+int cpu_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view lv, rt_view labv, rt_view pv,
+                         rt_view lossv)
+{
+    const float *logits = cpu_f(lv);
+    const int *labels = cpu_i(labv);
+    float *probs = cpu_f(pv), *losses = cpu_f(lossv);
+    RT_TRY(check_labels(labels, n, c));
+    for (int i = 0; i < n; i++) {
+        const float *l = logits + (size_t)i * c;
+        float *p = probs + (size_t)i * c;
+        float m = l[0];
+        for (int j = 1; j < c; j++)
+            m = l[j] > m ? l[j] : m;
+        float sum = 0.0f;
+        for (int j = 0; j < c; j++) {
+            p[j] = expf(l[j] - m);
+            sum += p[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j < c; j++)
+            p[j] *= inv;
+        float pl = p[labels[i]];
+        losses[i] = -logf(pl > 1e-30f ? pl : 1e-30f);
+    }
+    return RT_OK;
+}
+
+int cpu_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view pv, rt_view labv, float scale,
+                         rt_view dv)
+{
+    const float *probs = cpu_f(pv);
+    const int *labels = cpu_i(labv);
+    float *dl = cpu_f(dv);
+    RT_TRY(check_labels(labels, n, c));
+    for (int i = 0; i < n; i++) {
+        const float *p = probs + (size_t)i * c;
+        float *g = dl + (size_t)i * c;
+        for (int j = 0; j < c; j++)
+            g[j] = scale * (p[j] - (j == labels[i] ? 1.0f : 0.0f));
+    }
+    return RT_OK;
+}
+
+/* ---- batch norm ----------------------------------------------------------------------------- */
+
+/* Channel statistics in double, two passes (mean, then squared deviations),
+ * so large means do not eat the variance. */
+int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view gv, rt_view bv,
+                     rt_view yv, rt_view smv, rt_view siv, rt_view rmv, rt_view rvv)
+{
+    const float *x = cpu_f(xv), *gamma = cpu_f(gv), *beta = cpu_f(bv);
+    float *y = cpu_f(yv), *save_mean = cpu_f(smv), *save_invstd = cpu_f(siv);
+    float *run_mean = cpu_f(rmv), *run_var = cpu_f(rvv);
+    const int N = s->n, C = s->c, HW = s->hw;
+    const double cnt = (double)N * HW;
+    const size_t total = (size_t)N * C * HW;
+    int nt = cpu_nt(d);
+    (void)nt;
+    (void)total;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+    for (int c = 0; c < C; c++) {
+        double sum = 0.0;
+        for (int i = 0; i < N; i++) {
+            const float *p = x + ((size_t)i * C + c) * HW;
+            for (int k = 0; k < HW; k++)
+                sum += p[k];
+        }
+        const double mean = sum / cnt;
+        double sq = 0.0;
+        for (int i = 0; i < N; i++) {
+            const float *p = x + ((size_t)i * C + c) * HW;
+            for (int k = 0; k < HW; k++) {
+                double e = p[k] - mean;
+                sq += e * e;
+            }
+        }
+        const double var = sq / cnt;
+        /* One value per channel has no unbiased variance; use the biased one. */
+        const double uvar = cnt > 1.0 ? sq / (cnt - 1.0) : var;
+        const float invstd = (float)(1.0 / sqrt(var + (double)s->eps));
+        const float fm = (float)mean, a = gamma[c] * invstd, b = beta[c];
+        for (int i = 0; i < N; i++) {
+            const float *p = x + ((size_t)i * C + c) * HW;
+            float *q = y + ((size_t)i * C + c) * HW;
+            CPU_SIMD
+            for (int k = 0; k < HW; k++)
+                q[k] = a * (p[k] - fm) + b;
+        }
+        save_mean[c] = fm;
+        save_invstd[c] = invstd;
+        run_mean[c] = (1.0f - s->momentum) * run_mean[c] + s->momentum * fm;
+        run_var[c] = (1.0f - s->momentum) * run_var[c] + s->momentum * (float)uvar;
+    }
+    return RT_OK;
+}
+
+int cpu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view gv, rt_view bv,
+                     rt_view rmv, rt_view rvv, rt_view yv)
+{
+    const float *x = cpu_f(xv), *gamma = cpu_f(gv), *beta = cpu_f(bv);
+    const float *run_mean = cpu_f(rmv), *run_var = cpu_f(rvv);
+    float *y = cpu_f(yv);
+    const long planes = (long)s->n * s->c;
+    const int C = s->c, HW = s->hw;
+    const size_t total = (size_t)planes * HW;
+    int nt = cpu_nt(d);
+    (void)nt;
+    (void)total;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+    for (long p = 0; p < planes; p++) {
+        const int c = (int)(p % C);
+        const float invstd = 1.0f / sqrtf(run_var[c] + s->eps);
+        const float a = gamma[c] * invstd, m = run_mean[c], b = beta[c];
+        const float *xp = x + (size_t)p * HW;
+        float *yp = y + (size_t)p * HW;
+        CPU_SIMD
+        for (int k = 0; k < HW; k++)
+            yp[k] = a * (xp[k] - m) + b;
+    }
+    return RT_OK;
+}
+
+/* dbeta = sum dy, dgamma = sum dy*xhat,
+ * dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma), M = n*hw. */
+int cpu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view dyv, rt_view gv,
+               rt_view smv, rt_view siv, rt_view dxv, rt_view dgv, rt_view dbv)
+{
+    const float *x = cpu_f(xv), *dy = cpu_f(dyv), *gamma = cpu_f(gv);
+    const float *save_mean = cpu_f(smv), *save_invstd = cpu_f(siv);
+    float *dx = cpu_f(dxv), *dgamma = cpu_f(dgv), *dbeta = cpu_f(dbv);
+    const int N = s->n, C = s->c, HW = s->hw;
+    const double cnt = (double)N * HW;
+    const size_t total = (size_t)N * C * HW;
+    int nt = cpu_nt(d);
+    (void)nt;
+    (void)total;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+    for (int c = 0; c < C; c++) {
+        const float mean = save_mean[c], invstd = save_invstd[c];
+        double sdy = 0.0, sdyx = 0.0;
+        for (int i = 0; i < N; i++) {
+            const float *xp = x + ((size_t)i * C + c) * HW, *gp = dy + ((size_t)i * C + c) * HW;
+            for (int k = 0; k < HW; k++) {
+                sdy += gp[k];
+                sdyx += (double)gp[k] * ((xp[k] - mean) * invstd);
+            }
+        }
+        const float db = (float)sdy, dg = (float)sdyx;
+        const float k1 = gamma[c] * invstd, mdb = db / (float)cnt, mdg = dg / (float)cnt;
+        for (int i = 0; i < N; i++) {
+            const float *xp = x + ((size_t)i * C + c) * HW, *gp = dy + ((size_t)i * C + c) * HW;
+            float *dp = dx + ((size_t)i * C + c) * HW;
+            CPU_SIMD
+            for (int k = 0; k < HW; k++) {
+                float xhat = (xp[k] - mean) * invstd;
+                dp[k] = k1 * (gp[k] - mdb - xhat * mdg);
+            }
+        }
+        dgamma[c] = dg;
+        dbeta[c] = db;
+    }
+    return RT_OK;
+}
+
+/* ---- dropout ------------------------------------------------------------------------------- */
+
+int cpu_dropout_fwd(rt_dev *d, size_t n, float rate, uint64_t seed, rt_view xv, rt_view yv,
+                    rt_view mv)
+{
+    const float *x = cpu_f(xv);
+    float *y = cpu_f(yv), *mask = cpu_f(mv);
+    const float keep = 1.0f / (1.0f - rate);
+    int nt = cpu_nt(d);
+    (void)nt;
+    CPU_PAR
+    for (size_t i = 0; i < n; i++) {
+        float m = rt_dropout_keep(seed, i, rate) ? keep : 0.0f;
+        mask[i] = m;
+        y[i] = x[i] * m;
+    }
+    return RT_OK;
+}
