@@ -553,6 +553,8 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
         goto out;
     }
 
+    if (c.progress != RT_PROGRESS_OFF)
+        rt_model_summary(m, stderr);
     fprintf(stderr, "ragtag: training %s on %s (%ld train, %d val, %d test images), %s backend, "
                     "%zu parameters, %s lr %g, batch %d, %d epochs\n",
             c.model_path, data.train->name, ntrain, data.val ? data.val->n : 0,
