@@ -45,4 +45,10 @@ struct rt_dev {
 /* Built-in backends. */
 extern const struct rt_backend_ops rt_cpu_backend;
 
+/* An optional backend is a loadable module ragtag-NAME.so (docs/backends.md)
+ * that exports this one function, returning its table; src/backend.c finds
+ * it with dlsym and checks the table's ABI before using it. */
+#define RT_BACKEND_MODULE_SYMBOL "rt_backend_module_ops"
+const struct rt_backend_ops *rt_backend_module_ops(void);
+
 #endif

@@ -1,10 +1,21 @@
-/* backend.c — the backend registry and the checked wrappers around the
- * kernel table. Validation lives here, once, so each backend stays small:
- * every view is checked against its buffer's size and device before the
- * backend sees it. */
+/* backend.c — the backend registry, the module loader and the checked
+ * wrappers around the kernel table. Validation lives here, once, so each
+ * backend stays small: every view is checked against its buffer's size and
+ * device before the backend sees it.
+ *
+ * Backends: the built-in cpu backend first, then optional backends built as
+ * loadable modules (ragtag-NAME.so, docs/backends.md) found on
+ * RAGTAG_BACKEND_PATH and then in the install directory. Modules are opened
+ * only when something asks for a backend other than a built-in one, so a
+ * cpu-only run never touches OpenCL or CUDA libraries. */
 #include "config.h"
 
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +40,16 @@ static const struct rt_backend_ops *const builtin_backends[] = {
 };
 #define N_BUILTIN (sizeof builtin_backends / sizeof builtin_backends[0])
 
+/* Optional backends ragtag knows by name. They are listed even when their
+ * module is missing, so `ragtag devices` says why a backend is absent;
+ * modules with other names found on the search path are listed after them. */
+static const char *const known_modules[] = {"opencl", "cuda"};
+#define N_KNOWN (sizeof known_modules / sizeof known_modules[0])
+
+#ifndef RT_BACKEND_DIR
+#define RT_BACKEND_DIR "/usr/local/lib/ragtag/backends"
+#endif
+
 /* A table is usable when its ABI matches and no slot is empty: a missing op
  * is refused here, never discovered mid-training. */
 static int backend_check(const struct rt_backend_ops *ops)
@@ -49,53 +70,295 @@ static int backend_check(const struct rt_backend_ops *ops)
     return RT_OK;
 }
 
-static const struct rt_backend_ops *backend_find(const char *name)
+/* ---- the module loader ------------------------------------------------------ */
+
+/* One optional backend: its table once a module loaded, else why not. */
+struct module {
+    char name[32];
+    const struct rt_backend_ops *ops;
+    char why[512];
+    bool tried; /* a candidate file was found (why then says what failed) */
+};
+
+static struct {
+    pthread_once_t once;
+    struct module *mods;
+    int n, cap;
+    char path[2048]; /* the directories searched, ':'-separated, for messages */
+} reg = {.once = PTHREAD_ONCE_INIT};
+
+static bool loader_verbose(void)
+{
+    const char *v = getenv("RAGTAG_BACKEND_VERBOSE");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* RAGTAG_BACKEND_VERBOSE=1: say what became of each candidate. */
+static void loader_say(const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void loader_say(const char *what, const char *fmt, ...)
+{
+    if (!loader_verbose())
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ragtag: backend module %s: ", what);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static struct module *module_entry(const char *name, bool add)
+{
+    for (int i = 0; i < reg.n; i++)
+        if (strcmp(reg.mods[i].name, name) == 0)
+            return &reg.mods[i];
+    if (!add)
+        return NULL;
+    if (reg.n == reg.cap) {
+        int cap = reg.cap ? 2 * reg.cap : 8;
+        struct module *m = realloc(reg.mods, (size_t)cap * sizeof *m);
+        if (!m)
+            return NULL;
+        reg.mods = m;
+        reg.cap = cap;
+    }
+    struct module *m = &reg.mods[reg.n++];
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    return m;
+}
+
+/* The NAME of a file called ragtag-NAME.so, or false. Names are short
+ * lower-case words, so a stray file cannot smuggle in odd characters. */
+static bool module_file_name(const char *file, char *name, size_t size)
+{
+    size_t len = strlen(file);
+    if (len <= 10 || strncmp(file, "ragtag-", 7) != 0 || strcmp(file + len - 3, ".so") != 0)
+        return false;
+    size_t n = len - 10;
+    if (n >= size)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = file[7 + i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+            return false;
+    }
+    memcpy(name, file + 7, n);
+    name[n] = '\0';
+    return true;
+}
+
+/* dlopen one candidate and take its table if it is sound; on failure the
+ * reason goes to `why` (kept only for the first candidate of a name: that is
+ * the one the user most likely meant). */
+static void module_try(struct module *m, const char *path)
+{
+    char why[512];
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, sizeof why, "%s", e ? e : "dlopen failed");
+        goto fail;
+    }
+    const struct rt_backend_ops *(*get)(void);
+    void *sym = dlsym(h, RT_BACKEND_MODULE_SYMBOL);
+    if (!sym) {
+        snprintf(why, sizeof why, "%.300s: no symbol %s (not a ragtag backend module)", path,
+                 RT_BACKEND_MODULE_SYMBOL);
+        goto fail_close;
+    }
+    memcpy(&get, &sym, sizeof get); /* object to function pointer, as POSIX allows */
+    const struct rt_backend_ops *ops = get();
+    if (!ops) {
+        snprintf(why, sizeof why, "%.300s: the module returned no kernel table", path);
+        goto fail_close;
+    }
+    if (backend_check(ops) < 0) {
+        snprintf(why, sizeof why, "%.300s: %.200s", path, rt_error_detail());
+        rt_error_clear();
+        goto fail_close;
+    }
+    if (!ops->name || strcmp(ops->name, m->name) != 0) {
+        snprintf(why, sizeof why, "%.300s: the module calls itself '%.32s', not '%s'", path,
+                 ops->name ? ops->name : "(null)", m->name);
+        goto fail_close;
+    }
+    /* Never dlclose'd: the table and its code live as long as the process. */
+    m->ops = ops;
+    loader_say(path, "loaded");
+    return;
+
+fail_close:
+    dlclose(h);
+fail:
+    loader_say(path, "skipped: %s", why);
+    if (!m->tried)
+        snprintf(m->why, sizeof m->why, "%s", why);
+    m->tried = true;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Every ragtag-*.so of one directory, in name order so the listing is stable. */
+static void loader_scan_dir(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    if (!dp) {
+        loader_say(dir, "skipped: not a readable directory");
+        return;
+    }
+    char **files = NULL;
+    size_t nf = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        char name[32];
+        if (!module_file_name(e->d_name, name, sizeof name))
+            continue;
+        if (nf == cap) {
+            size_t c = cap ? 2 * cap : 8;
+            char **f = realloc(files, c * sizeof *f);
+            if (!f)
+                break;
+            files = f;
+            cap = c;
+        }
+        if (!(files[nf] = strdup(e->d_name)))
+            break;
+        nf++;
+    }
+    closedir(dp);
+    if (nf > 1)
+        qsort(files, nf, sizeof *files, cmp_str);
+    for (size_t i = 0; i < nf; i++) {
+        char name[32], path[4096];
+        module_file_name(files[i], name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        free(files[i]);
+        bool builtin = false;
+        for (size_t b = 0; b < N_BUILTIN; b++)
+            builtin |= strcmp(builtin_backends[b]->name, name) == 0;
+        struct module *m = builtin ? NULL : module_entry(name, true);
+        if (builtin)
+            loader_say(path, "skipped: '%s' is a built-in backend", name);
+        else if (m && m->ops)
+            loader_say(path, "skipped: backend '%s' already loaded from an earlier directory",
+                       name);
+        else if (m)
+            module_try(m, path);
+    }
+    free(files);
+}
+
+/* Runs once per process, the first time a non-built-in backend is wanted. */
+static void loader_init(void)
+{
+    for (size_t i = 0; i < N_KNOWN; i++)
+        module_entry(known_modules[i], true);
+
+    char dirs[sizeof reg.path];
+    const char *env = getenv("RAGTAG_BACKEND_PATH");
+    snprintf(dirs, sizeof dirs, "%s%s%s", env ? env : "", env && *env ? ":" : "",
+             RT_BACKEND_DIR);
+    reg.path[0] = '\0';
+    for (char *save = NULL, *dir = strtok_r(dirs, ":", &save); dir;
+         dir = strtok_r(NULL, ":", &save)) {
+        size_t len = strlen(reg.path);
+        snprintf(reg.path + len, sizeof reg.path - len, "%s%s", len ? ":" : "", dir);
+        loader_scan_dir(dir);
+    }
+    for (int i = 0; i < reg.n; i++) {
+        struct module *m = &reg.mods[i];
+        if (!m->ops && !m->tried) {
+            snprintf(m->why, sizeof m->why,
+                     "no module ragtag-%s.so in %s (not built or not installed; "
+                     "RAGTAG_BACKEND_PATH adds directories)",
+                     m->name, reg.path);
+            loader_say(m->name, "%s", m->why);
+        }
+    }
+}
+
+static void loader_run(void) { pthread_once(&reg.once, loader_init); }
+
+/* ---- the registry ------------------------------------------------------------ */
+
+/* The table of a usable backend, or NULL with the reason set as the error
+ * ("backend 'x' is unavailable: why", or just "why" when `brief`). */
+static const struct rt_backend_ops *backend_find(const char *name, bool brief)
 {
     for (size_t i = 0; i < N_BUILTIN; i++)
         if (strcmp(builtin_backends[i]->name, name) == 0)
             return builtin_backends[i];
+    loader_run();
+    struct module *m = module_entry(name, false);
+    if (m && m->ops)
+        return m->ops;
+    if (m) {
+        if (brief)
+            rt_error(RT_ERR_NOTFOUND, "%s", m->why);
+        else
+            rt_error(RT_ERR_NOTFOUND, "backend '%s' is unavailable: %s", name, m->why);
+        return NULL;
+    }
+    char known[256] = "";
+    for (int i = 0; i < rt_backend_count(); i++) {
+        strncat(known, i ? ", " : "", sizeof known - strlen(known) - 1);
+        strncat(known, rt_backend_name(i), sizeof known - strlen(known) - 1);
+    }
+    rt_error(RT_ERR_NOTFOUND, "no backend named '%s' (known: %s)", name, known);
     return NULL;
 }
 
-int rt_backend_count(void) { return (int)N_BUILTIN; }
+int rt_backend_count(void)
+{
+    loader_run();
+    return (int)N_BUILTIN + reg.n;
+}
 
 const char *rt_backend_name(int i)
 {
-    return i >= 0 && (size_t)i < N_BUILTIN ? builtin_backends[i]->name : NULL;
+    loader_run();
+    if (i < 0)
+        return NULL;
+    if ((size_t)i < N_BUILTIN)
+        return builtin_backends[i]->name;
+    i -= (int)N_BUILTIN;
+    return i < reg.n ? reg.mods[i].name : NULL;
 }
 
+/* A backend that could not be loaded has no devices: the count is an error
+ * whose detail says why, which `ragtag devices` prints. */
 int rt_backend_device_count(const char *backend)
 {
-    const struct rt_backend_ops *ops = backend_find(backend);
+    const struct rt_backend_ops *ops = backend_find(backend, true);
     if (!ops)
-        return rt_error(RT_ERR_NOTFOUND, "no backend named '%s'", backend);
+        return RT_ERR_NOTFOUND;
     return ops->device_count();
 }
 
 int rt_backend_device_info(const char *backend, int device, struct rt_device_info *out)
 {
-    const struct rt_backend_ops *ops = backend_find(backend);
-    if (!ops)
-        return rt_error(RT_ERR_NOTFOUND, "no backend named '%s'", backend);
     memset(out, 0, sizeof *out);
+    const struct rt_backend_ops *ops = backend_find(backend, true);
+    if (!ops)
+        return RT_ERR_NOTFOUND;
     return ops->device_info(device, out);
 }
 
 rt_dev *rt_dev_open(const char *backend, int device, int threads)
 {
-    const struct rt_backend_ops *ops = backend_find(backend);
-    if (!ops) {
-        char known[256] = "";
-        for (size_t i = 0; i < N_BUILTIN; i++) {
-            strncat(known, i ? ", " : "", sizeof known - strlen(known) - 1);
-            strncat(known, builtin_backends[i]->name, sizeof known - strlen(known) - 1);
-        }
-        rt_error(RT_ERR_NOTFOUND, "no backend named '%s' (available: %s)", backend, known);
+    const struct rt_backend_ops *ops = backend_find(backend, false);
+    if (!ops)
         return NULL;
-    }
     if (backend_check(ops) < 0)
         return NULL;
     int n = ops->device_count();
+    if (n < 0)
+        return NULL; /* the backend said why */
     if (device < 0 || device >= n) {
         rt_error(RT_ERR_NOTFOUND, "backend '%s' has %d device(s); device %d does not exist",
                  backend, n, device);

@@ -1,0 +1,149 @@
+/* nn.c — the opencl backend's layer ops: bias, pooling, activations,
+ * softmax + cross-entropy, batch norm and dropout. The maths is in
+ * kernels/nn.cl and kernels/elementwise.cl; this file sizes the launches
+ * and turns a bad label, found on the device, into the cpu backend's
+ * RT_ERR_ARG. */
+#include "config.h"
+
+#include <limits.h>
+
+#include "ocl-impl.h"
+#include "status.h"
+
+int ocl_bias_add(rt_dev *d, int n, int c, int hw, rt_view b, rt_view y)
+{
+    size_t planes = (size_t)n * c;
+    return ocl_run_n(d, OCL_K_bias_add, planes, "liivv", planes, c, hw, b, y);
+}
+
+/* One work-group per channel. */
+int ocl_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db)
+{
+    return ocl_run_groups(d, OCL_K_bias_grad, (size_t)c, "iiivv", n, c, hw, dy, db);
+}
+
+#define POOL_GEOM(s)                                                                         \
+    (int)(s)->mode, (s)->h, (s)->w, (s)->r, (s)->s, (s)->stride_h, (s)->stride_w, (s)->pad_h, \
+        (s)->pad_w, (s)->oh, (s)->ow
+
+int ocl_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y)
+{
+    size_t rows = (size_t)s->n * s->c * s->oh;
+    return ocl_run_n(d, OCL_K_pool_fwd, rows, "liiiiiiiiiiivv", rows, POOL_GEOM(s), x, y);
+}
+
+/* y is not needed: the arg-max is found again from x (the tie rule).
+ * Windows that tile the input (LeNet's 2x2, stride 2) take the scatter
+ * kernel; overlapping or padded ones the gather. */
+int ocl_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y, rt_view dy,
+                 rt_view dx)
+{
+    if (s->stride_h == s->r && s->stride_w == s->s && s->pad_h == 0 && s->pad_w == 0) {
+        size_t rows = (size_t)s->n * s->c * s->oh;
+        return ocl_run_n(d, OCL_K_pool_bwd_tile, rows, "liiiiiiivvv", rows, (int)s->mode, s->h,
+                         s->w, s->r, s->s, s->oh, s->ow, x, dy, dx);
+    }
+    size_t rows = (size_t)s->n * s->c * s->h;
+    return ocl_run_n(d, OCL_K_pool_bwd, rows, "liiiiiiiiiiivvv", rows, POOL_GEOM(s), x, dy, dx);
+}
+
+int ocl_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
+    if (kind == RT_ACT_IDENTITY && x.buf == y.buf && x.off == y.off)
+        return RT_OK;
+    return ocl_run_n(d, OCL_K_act_fwd, n, "iflvv", (int)kind, (double)alpha, n, x, y);
+}
+
+int ocl_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y,
+                rt_view dy, rt_view dx)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
+    if (kind == RT_ACT_IDENTITY && dy.buf == dx.buf && dy.off == dx.off)
+        return RT_OK;
+    return ocl_run_n(d, OCL_K_act_bwd, n, "iflvvvv", (int)kind, (double)alpha, n, x, y, dy, dx);
+}
+
+/* ---- softmax + cross-entropy ----------------------------------------------------- */
+
+static int softmax_flag_reset(rt_dev *d)
+{
+    static const cl_int none = INT_MAX;
+    struct ocl_dev *o = ocl(d);
+    cl_int err = clEnqueueWriteBuffer(o->queue, o->flag, CL_FALSE, 0, sizeof none, &none, 0, NULL,
+                                      NULL);
+    return ocl_status(err, "softmax: resetting the label check");
+}
+
+/* Waits for the kernel: the caller reads the losses next anyway. */
+static int softmax_flag_check(rt_dev *d, rt_view labels, int c)
+{
+    struct ocl_dev *o = ocl(d);
+    cl_int bad = INT_MAX, lab = 0;
+    cl_int err = clEnqueueReadBuffer(o->queue, o->flag, CL_TRUE, 0, sizeof bad, &bad, 0, NULL, NULL);
+    RT_TRY(ocl_status(err, "softmax: reading the label check"));
+    if (bad == INT_MAX)
+        return RT_OK;
+    err = clEnqueueReadBuffer(o->queue, ocl_mem(labels), CL_TRUE, (labels.off + (size_t)bad) * 4,
+                              sizeof lab, &lab, 0, NULL, NULL);
+    RT_TRY(ocl_status(err, "softmax: reading a bad label"));
+    return rt_error(RT_ERR_ARG, "softmax: label %d of sample %d is outside [0, %d)", (int)lab,
+                    (int)bad, c);
+}
+
+int ocl_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view logits, rt_view labels, rt_view probs,
+                         rt_view losses)
+{
+    RT_TRY(softmax_flag_reset(d));
+    RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_fwd, (size_t)n, "iivvvvm", n, c, logits, labels, probs,
+                     losses, ocl(d)->flag));
+    return softmax_flag_check(d, labels, c);
+}
+
+int ocl_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels, float scale,
+                         rt_view dlogits)
+{
+    RT_TRY(softmax_flag_reset(d));
+    RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_bwd, (size_t)n, "iifvvvm", n, c, (double)scale,
+                     probs, labels, dlogits, ocl(d)->flag));
+    return softmax_flag_check(d, labels, c);
+}
+
+/* ---- batch norm ---------------------------------------------------------------------- */
+
+/* One work-group per channel. */
+int ocl_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
+                     rt_view beta, rt_view y, rt_view save_mean, rt_view save_invstd,
+                     rt_view run_mean, rt_view run_var)
+{
+    return ocl_run_groups(d, OCL_K_bn_fwd_train, (size_t)s->c, "iiiffvvvvvvvv", s->n, s->c, s->hw,
+                          (double)s->eps, (double)s->momentum, x, gamma, beta, y, save_mean,
+                          save_invstd, run_mean, run_var);
+}
+
+int ocl_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
+                     rt_view beta, rt_view run_mean, rt_view run_var, rt_view y)
+{
+    size_t planes = (size_t)s->n * s->c;
+    return ocl_run_n(d, OCL_K_bn_fwd_infer, planes, "liifvvvvvv", planes, s->c, s->hw,
+                     (double)s->eps, x, gamma, beta, run_mean, run_var, y);
+}
+
+int ocl_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view dy, rt_view gamma,
+               rt_view save_mean, rt_view save_invstd, rt_view dx, rt_view dgamma, rt_view dbeta)
+{
+    return ocl_run_groups(d, OCL_K_bn_bwd, (size_t)s->c, "iiivvvvvvvv", s->n, s->c, s->hw, x, dy,
+                          gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+/* ---- dropout ---------------------------------------------------------------------------- */
+
+int ocl_dropout_fwd(rt_dev *d, size_t n, float rate, uint64_t seed, rt_view x, rt_view y,
+                    rt_view mask)
+{
+    const float keep = 1.0f / (1.0f - rate);
+    return ocl_run_n(d, OCL_K_dropout_fwd, n, "lffuvvv", n, (double)rate, (double)keep, seed, x, y,
+                     mask);
+}

@@ -1,0 +1,973 @@
+/* test_backend_ops.c — every op of the kernel table, on every backend and
+ * device present, against the cpu backend (ggml's test-backend-ops).
+ *
+ * Columns are found at run time (rt_backend_count), so a new backend module
+ * is tested as soon as it loads; a backend that is absent is reported as
+ * SKIPPED with the reason. The cpu backend is a column too: one thread
+ * against the reference's team, which catches results that depend on the
+ * thread count. Each op runs on random shapes, odd and non-multiple-of-tile
+ * sizes and zero-size edges, on both devices, from the same inputs; then:
+ *  - every output agrees with the reference within the op's error bound;
+ *  - every view sits at a random offset between guard words that must
+ *    survive, so out-of-bounds writes (and offset bugs) are caught;
+ *  - inputs are unchanged, bit for bit;
+ *  - outputs start as NaN, so an element left unwritten shows;
+ *  - both devices return the same status.
+ * Every op of ops.def needs a test_NAME here, or this file does not build.
+ *
+ *   RAGTAG_TEST_SEED=N    another random draw of shapes and values */
+#include "config.h"
+
+#include "testutil.h"
+
+#include "backend.h"
+#include "status.h"
+
+#define SENTINEL 0x7fa5a5a5u /* a NaN no op produces: the guard word */
+#define MAX_ARGS 12
+
+/* One device column under test. */
+struct column {
+    char label[200];
+    const char *backend;
+    int device, threads;
+    rt_dev *d;
+};
+
+static rt_dev *ref; /* cpu, all threads: the reference */
+static rt_rng rng;
+
+/* ---- random draws ----------------------------------------------------------------- */
+
+static int irand(int lo, int hi) /* in [lo, hi] */
+{
+    return lo + (int)rt_rng_below(&rng, (uint64_t)(hi - lo + 1));
+}
+
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)rt_rng_uniform(&rng); }
+
+/* ---- arguments: one view, on both devices --------------------------------------------- */
+
+enum role {
+    IN,    /* read only: must come back unchanged */
+    OUT,   /* written: starts as NaN, compared */
+    INOUT, /* read and written: starts random, compared */
+    SCRATCH, /* a workspace: anything may be written, but only inside */
+};
+
+struct arg {
+    const char *name;
+    enum role role;
+    size_t n, g0, g1; /* view length, guard words before and after */
+    uint32_t *init;   /* the view's words before the op */
+    rt_buf *buf[2];   /* [0] reference, [1] device under test */
+    double tol, floor_;
+};
+
+struct trial {
+    const char *op;
+    struct column *col;
+    rt_dev *d[2];
+    char shape[256];
+    struct arg a[MAX_ARGS];
+    int na;
+    int rc[2];
+    double tol, floor_; /* defaults for outputs added after they are set */
+};
+
+static void trial_begin(struct trial *t, struct column *col, const char *op, double tol,
+                        double floor_)
+{
+    memset(t, 0, sizeof *t);
+    t->op = op;
+    t->col = col;
+    t->d[0] = ref;
+    t->d[1] = col->d;
+    t->tol = tol;
+    t->floor_ = floor_;
+}
+
+static void trial_shape(struct trial *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void trial_shape(struct trial *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->shape, sizeof t->shape, fmt, ap);
+    va_end(ap);
+}
+
+/* Add a view of n words, filled by `fill` (NULL: NaN), at a random offset
+ * between random-sized guards. */
+static struct arg *arg_add(struct trial *t, const char *name, enum role role, size_t n,
+                           void (*fill)(uint32_t *w, size_t n, const void *ctx), const void *ctx)
+{
+    assert_true(t->na < MAX_ARGS);
+    struct arg *a = &t->a[t->na++];
+    a->name = name;
+    a->role = role;
+    a->n = n;
+    a->g0 = (size_t)irand(1, 19);
+    a->g1 = (size_t)irand(1, 19);
+    a->tol = t->tol;
+    a->floor_ = t->floor_;
+    a->init = malloc((n ? n : 1) * sizeof *a->init);
+    assert_non_null(a->init);
+    if (fill) {
+        fill(a->init, n, ctx);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            a->init[i] = 0x7fc00000u; /* quiet NaN */
+    }
+    size_t words = a->g0 + n + a->g1;
+    uint32_t *all = malloc(words * sizeof *all);
+    assert_non_null(all);
+    for (size_t i = 0; i < words; i++)
+        all[i] = SENTINEL;
+    if (n)
+        memcpy(all + a->g0, a->init, n * sizeof *all);
+    for (int s = 0; s < 2; s++) {
+        a->buf[s] = rt_buf_new(t->d[s], words * sizeof *all);
+        if (!a->buf[s])
+            fail_msg("%s: %s: allocating %zu words: %s", t->col->label, t->op, words,
+                     rt_error_detail());
+        assert_int_equal(rt_upload(t->d[s], rt_buf_view(a->buf[s]), all, words * sizeof *all), 0);
+    }
+    free(all);
+    return a;
+}
+
+struct range {
+    float lo, hi;
+};
+
+static void fill_uniform(uint32_t *w, size_t n, const void *ctx)
+{
+    const struct range *r = ctx;
+    for (size_t i = 0; i < n; i++) {
+        float f = frand(r->lo, r->hi);
+        memcpy(&w[i], &f, sizeof f);
+    }
+}
+
+/* Small integers as floats: many ties, for max pooling's tie rule. */
+static void fill_ties(uint32_t *w, size_t n, const void *ctx)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)irand(-2, 2);
+        memcpy(&w[i], &f, sizeof f);
+    }
+}
+
+/* int32 labels in [0, *ctx). */
+static void fill_labels(uint32_t *w, size_t n, const void *ctx)
+{
+    const int c = *(const int *)ctx;
+    for (size_t i = 0; i < n; i++) {
+        int32_t v = irand(0, c - 1);
+        memcpy(&w[i], &v, sizeof v);
+    }
+}
+
+static struct arg *arg_rand(struct trial *t, const char *name, enum role role, size_t n, float lo,
+                            float hi)
+{
+    struct range r = {lo, hi};
+    return arg_add(t, name, role, n, fill_uniform, &r);
+}
+
+static struct arg *arg_out(struct trial *t, const char *name, size_t n)
+{
+    return arg_add(t, name, OUT, n, NULL, NULL);
+}
+
+static rt_view view(const struct arg *a, int side)
+{
+    return rt_view_at(rt_buf_view(a->buf[side]), a->g0);
+}
+
+/* Run `expr` on the reference (S = 0) and on the device under test (S = 1);
+ * V(a) is arg a's view on that side, D the device. */
+#define V(a) view((a), S)
+#define RUN(t, expr)                                                                         \
+    do {                                                                                     \
+        for (int S = 0; S < 2; S++) {                                                        \
+            rt_dev *D = (t)->d[S];                                                           \
+            (void)D;                                                                         \
+            (t)->rc[S] = (expr);                                                             \
+        }                                                                                    \
+    } while (0)
+
+static float word_f(uint32_t w)
+{
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
+/* The worst |x - r| / max(|r|, floor) of a view; equal bits (NaN too) are 0. */
+static double view_err(const uint32_t *x, const uint32_t *r, size_t n, double floor_, size_t *at)
+{
+    double worst = 0.0;
+    *at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] == r[i])
+            continue;
+        double a = word_f(x[i]), b = word_f(r[i]);
+        double den = fabs(b) > floor_ ? fabs(b) : floor_;
+        double e = fabs(a - b) / den;
+        if (isnan(e))
+            e = INFINITY;
+        if (e > worst) {
+            worst = e;
+            *at = i;
+        }
+    }
+    return worst;
+}
+
+/* Compare everything, then free the trial's buffers. */
+static void trial_check(struct trial *t)
+{
+    const char *who = t->col->label;
+    if (t->rc[0] != t->rc[1])
+        fail_msg("%s: %s [%s]: status %d (%s) on the reference, %d (%s) here", who, t->op,
+                 t->shape, t->rc[0], rt_strerror(t->rc[0]), t->rc[1], rt_strerror(t->rc[1]));
+    for (int s = 0; s < 2; s++)
+        if (rt_sync(t->d[s]) < 0)
+            fail_msg("%s: %s [%s]: sync: %s", s ? who : "reference", t->op, t->shape,
+                     rt_error_detail());
+    for (int i = 0; i < t->na; i++) {
+        struct arg *a = &t->a[i];
+        size_t words = a->g0 + a->n + a->g1;
+        uint32_t *all[2];
+        for (int s = 0; s < 2; s++) {
+            all[s] = malloc(words * sizeof(uint32_t));
+            assert_non_null(all[s]);
+            if (rt_download(t->d[s], all[s], rt_buf_view(a->buf[s]), words * 4) < 0)
+                fail_msg("%s: %s: download: %s", who, t->op, rt_error_detail());
+            for (size_t j = 0; j < words; j++) {
+                if (j >= a->g0 && j < a->g0 + a->n)
+                    continue;
+                if (all[s][j] != SENTINEL)
+                    fail_msg("%s: %s [%s]: %s wrote outside view '%s' (%zu words): guard word "
+                             "%s%zu changed",
+                             who, t->op, t->shape, s ? "the device" : "the cpu reference",
+                             a->name, a->n, j < a->g0 ? "-" : "+",
+                             j < a->g0 ? a->g0 - j : j - a->g0 - a->n + 1);
+            }
+        }
+        const uint32_t *x = all[1] + a->g0, *r = all[0] + a->g0;
+        size_t at;
+        if (a->role == IN) {
+            for (int s = 0; s < 2; s++)
+                if (a->n && memcmp(all[s] + a->g0, a->init, a->n * 4) != 0)
+                    fail_msg("%s: %s [%s]: input '%s' was modified by %s", who, t->op, t->shape,
+                             a->name, s ? "the device" : "the cpu reference");
+        } else if (a->role != SCRATCH && t->rc[0] == RT_OK) {
+            double e = view_err(x, r, a->n, a->floor_, &at);
+            if (e > a->tol)
+                fail_msg("%s: %s [%s]: output '%s': error %.3g > %.3g at [%zu]: %.9g, reference "
+                         "%.9g",
+                         who, t->op, t->shape, a->name, e, a->tol, at, word_f(x[at]),
+                         word_f(r[at]));
+        }
+        free(all[0]);
+        free(all[1]);
+    }
+    for (int i = 0; i < t->na; i++) {
+        rt_buf_destroy(&t->a[i].buf[0]);
+        rt_buf_destroy(&t->a[i].buf[1]);
+        free(t->a[i].init);
+    }
+    t->na = 0;
+}
+
+#define COL(state) ((struct column *)*(state))
+#define TRIALS 12
+
+/* ---- GEMM ------------------------------------------------------------------------------ */
+
+static void gemm_case(struct column *col, int ta, int tb, int m, int n, int k, float alpha,
+                      float beta)
+{
+    struct trial t;
+    trial_begin(&t, col, "gemm", 1e-4, 1.0);
+    int lda = (ta ? m : k) + irand(0, 3), ldb = (tb ? k : n) + irand(0, 3), ldc = n + irand(0, 3);
+    size_t arows = (size_t)(ta ? k : m), brows = (size_t)(tb ? n : k);
+    trial_shape(&t, "ta %d tb %d m %d n %d k %d lda %d ldb %d ldc %d alpha %g beta %g", ta, tb, m,
+                n, k, lda, ldb, ldc, alpha, beta);
+    struct arg *a = arg_rand(&t, "A", IN, k ? arows * lda : 0, -1, 1);
+    struct arg *b = arg_rand(&t, "B", IN, k ? brows * ldb : 0, -1, 1);
+    /* beta == 0: C must not be read, so it starts as NaN. */
+    size_t cn = m && n ? (size_t)(m - 1) * ldc + n : 0;
+    struct arg *c = beta == 0.0f ? arg_out(&t, "C", cn) : arg_rand(&t, "C", INOUT, cn, -1, 1);
+    c->floor_ = k > 1 ? sqrt((double)k) / 2 : 1.0;
+    RUN(&t, rt_op_gemm(D, ta, tb, m, n, k, alpha, V(a), lda, V(b), ldb, beta, V(c), ldc));
+    trial_check(&t);
+}
+
+static void test_gemm(void **state)
+{
+    struct column *col = COL(state);
+    static const float betas[] = {0.0f, 1.0f, 0.5f};
+    for (int i = 0; i < 3 * TRIALS; i++)
+        gemm_case(col, irand(0, 1), irand(0, 1), irand(1, 70), irand(1, 70), irand(1, 90),
+                  frand(-2, 2), betas[irand(0, 2)]);
+    /* odd sizes past the usual 64/128 tiles, skinny conv-like shapes */
+    gemm_case(col, 0, 0, 129, 131, 127, 1.0f, 0.0f);
+    gemm_case(col, 1, 1, 257, 65, 33, 0.5f, 1.0f);
+    gemm_case(col, 0, 1, 6, 25, 3000, 1.0f, 0.0f);
+    gemm_case(col, 0, 0, 6, 3000, 25, 1.0f, 0.0f);
+    gemm_case(col, 1, 0, 150, 700, 16, 1.0f, 0.0f);
+    /* past 256^3: CLBlast's indirect kernel on PoCL with ragtag's tuning */
+    gemm_case(col, 0, 0, 300, 270, 260, 1.0f, 0.0f);
+    gemm_case(col, 1, 1, 263, 301, 290, -0.5f, 1.0f);
+    /* edges: k = 0 scales C by beta (0: zeros), m or n = 0 does nothing */
+    gemm_case(col, 0, 0, 5, 7, 0, 1.0f, 0.0f);
+    gemm_case(col, 1, 0, 5, 7, 0, 1.0f, 0.75f);
+    gemm_case(col, 0, 0, 4, 6, 9, 0.0f, 0.5f);
+    gemm_case(col, 0, 0, 0, 6, 9, 1.0f, 0.0f);
+    gemm_case(col, 0, 1, 6, 0, 9, 1.0f, 1.0f);
+}
+
+/* ---- convolution ---------------------------------------------------------------------- */
+
+static struct rt_conv_shape conv_shape(int n, int c, int h, int w, int k, int r, int s, int sh,
+                                       int sw, int ph, int pw)
+{
+    struct rt_conv_shape cs = {n, c, h, w, k, r, s, sh, sw, ph, pw, 0, 0};
+    cs.oh = (h + 2 * ph - r) / sh + 1;
+    cs.ow = (w + 2 * pw - s) / sw + 1;
+    return cs;
+}
+
+static struct rt_conv_shape conv_random(void)
+{
+    for (;;) {
+        int h = irand(1, 13), w = irand(1, 13), r = irand(1, 5), s = irand(1, 5);
+        int ph = irand(0, 2), pw = irand(0, 2);
+        if (h + 2 * ph < r || w + 2 * pw < s)
+            continue;
+        return conv_shape(irand(0, 5), irand(1, 5), h, w, irand(1, 7), r, s, irand(1, 3),
+                          irand(1, 3), ph, pw);
+    }
+}
+
+/* The shapes every conv test runs besides the random ones. */
+static struct rt_conv_shape conv_fixed(int i)
+{
+    switch (i) {
+    case 0: return conv_shape(3, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2);   /* lenet conv1 */
+    case 1: return conv_shape(2, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0);  /* lenet conv2 */
+    case 2: return conv_shape(2, 5, 7, 9, 3, 1, 1, 1, 1, 0, 0);     /* pointwise */
+    case 3: return conv_shape(1, 3, 11, 10, 4, 3, 3, 2, 2, 1, 1);   /* strided */
+    case 4: return conv_shape(0, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1);     /* no images */
+    default: return conv_shape(65, 2, 5, 4, 3, 3, 2, 1, 1, 1, 0);   /* a large batch */
+    }
+}
+#define CONV_FIXED 6
+
+enum conv_op { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER };
+
+static void conv_case(struct column *col, enum conv_op op, const struct rt_conv_shape *s)
+{
+    static const char *const names[] = {"conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter"};
+    struct trial t;
+    trial_begin(&t, col, names[op], 1e-4, 1.0);
+    trial_shape(&t, "n %d c %d %dx%d k %d %dx%d stride %d,%d pad %d,%d -> %dx%d", s->n, s->c,
+                s->h, s->w, s->k, s->r, s->s, s->stride_h, s->stride_w, s->pad_h, s->pad_w, s->oh,
+                s->ow);
+    size_t xn = (size_t)s->n * s->c * s->h * s->w, yn = (size_t)s->n * s->k * s->oh * s->ow;
+    size_t wn = (size_t)s->k * s->c * s->r * s->s;
+    /* The workspace's size depends on the backend: one per side. */
+    size_t wsn[2] = {rt_conv2d_workspace(ref, s), rt_conv2d_workspace(col->d, s)};
+    struct arg *ws[2];
+    struct arg *x, *w, *y;
+    if (op == CONV_FWD) {
+        x = arg_rand(&t, "x", IN, xn, -1, 1);
+        w = arg_rand(&t, "w", IN, wn, -1, 1);
+        y = arg_out(&t, "y", yn);
+    } else if (op == CONV_BWD_DATA) {
+        x = arg_out(&t, "dx", xn);
+        w = arg_rand(&t, "w", IN, wn, -1, 1);
+        y = arg_rand(&t, "dy", IN, yn, -1, 1);
+    } else {
+        x = arg_rand(&t, "x", IN, xn, -1, 1);
+        w = arg_out(&t, "dw", wn);
+        y = arg_rand(&t, "dy", IN, yn, -1, 1);
+        w->floor_ = s->n > 1 ? sqrt((double)s->n) : 1.0;
+    }
+    /* Each side uses the workspace sized for it, ws[S]. */
+    for (int i = 0; i < 2; i++) {
+        ws[i] = arg_out(&t, i ? "workspace (device)" : "workspace (reference)", wsn[i]);
+        ws[i]->role = SCRATCH;
+    }
+    switch (op) {
+    case CONV_FWD: RUN(&t, rt_op_conv2d_fwd(D, s, V(x), V(w), V(y), V(ws[S]))); break;
+    case CONV_BWD_DATA: RUN(&t, rt_op_conv2d_bwd_data(D, s, V(y), V(w), V(x), V(ws[S]))); break;
+    case CONV_BWD_FILTER: RUN(&t, rt_op_conv2d_bwd_filter(D, s, V(x), V(y), V(w), V(ws[S]))); break;
+    }
+    trial_check(&t);
+}
+
+static void conv_test(struct column *col, enum conv_op op)
+{
+    for (int i = 0; i < CONV_FIXED; i++) {
+        struct rt_conv_shape s = conv_fixed(i);
+        conv_case(col, op, &s);
+    }
+    for (int i = 0; i < TRIALS; i++) {
+        struct rt_conv_shape s = conv_random();
+        conv_case(col, op, &s);
+    }
+}
+
+static void test_conv2d_fwd(void **state) { conv_test(COL(state), CONV_FWD); }
+static void test_conv2d_bwd_data(void **state) { conv_test(COL(state), CONV_BWD_DATA); }
+static void test_conv2d_bwd_filter(void **state) { conv_test(COL(state), CONV_BWD_FILTER); }
+
+/* ---- bias ---------------------------------------------------------------------------- */
+
+static void bias_dims(int i, int *n, int *c, int *hw)
+{
+    static const int fixed[][3] = {{0, 3, 5}, {4, 0, 5}, {3, 4, 0}, {64, 120, 1}, {3, 6, 784}};
+    if (i < 5) {
+        *n = fixed[i][0], *c = fixed[i][1], *hw = fixed[i][2];
+        return;
+    }
+    *n = irand(1, 9), *c = irand(1, 17), *hw = irand(1, 3) == 1 ? 1 : irand(1, 300);
+}
+
+static void test_bias_add(void **state)
+{
+    for (int i = 0; i < 5 + TRIALS; i++) {
+        int n, c, hw;
+        bias_dims(i, &n, &c, &hw);
+        struct trial t;
+        trial_begin(&t, COL(state), "bias_add", 1e-6, 1e-3);
+        trial_shape(&t, "n %d c %d hw %d", n, c, hw);
+        struct arg *b = arg_rand(&t, "b", IN, (size_t)c, -1, 1);
+        struct arg *y = arg_rand(&t, "y", INOUT, (size_t)n * c * hw, -1, 1);
+        RUN(&t, rt_op_bias_add(D, n, c, hw, V(b), V(y)));
+        trial_check(&t);
+    }
+}
+
+static void test_bias_grad(void **state)
+{
+    for (int i = 0; i < 5 + TRIALS; i++) {
+        int n, c, hw;
+        bias_dims(i, &n, &c, &hw);
+        struct trial t;
+        trial_begin(&t, COL(state), "bias_grad", 1e-5, 1.0);
+        trial_shape(&t, "n %d c %d hw %d", n, c, hw);
+        struct arg *dy = arg_rand(&t, "dy", IN, (size_t)n * c * hw, -1, 1);
+        struct arg *db = arg_out(&t, "db", (size_t)c);
+        RUN(&t, rt_op_bias_grad(D, n, c, hw, V(dy), V(db)));
+        trial_check(&t);
+    }
+}
+
+/* ---- pooling ------------------------------------------------------------------------ */
+
+static struct rt_pool_shape pool_shape(enum rt_pool_mode mode, int n, int c, int h, int w, int r,
+                                       int s, int sh, int sw, int ph, int pw)
+{
+    struct rt_pool_shape p = {mode, n, c, h, w, r, s, sh, sw, ph, pw, 0, 0};
+    p.oh = (h + 2 * ph - r) / sh + 1;
+    p.ow = (w + 2 * pw - s) / sw + 1;
+    return p;
+}
+
+static struct rt_pool_shape pool_pick(int i)
+{
+    enum rt_pool_mode mode = i % 2 ? RT_POOL_AVG : RT_POOL_MAX;
+    switch (i / 2) {
+    case 0: return pool_shape(mode, 3, 6, 28, 28, 2, 2, 2, 2, 0, 0); /* lenet */
+    case 1: return pool_shape(mode, 2, 3, 7, 9, 3, 3, 2, 2, 1, 1);   /* overlapping, padded */
+    case 2: return pool_shape(mode, 0, 3, 6, 6, 2, 2, 2, 2, 0, 0);   /* no images */
+    case 3: return pool_shape(mode, 2, 2, 8, 10, 3, 3, 3, 3, 0, 0);  /* tiles, leftovers */
+    default:
+        for (;;) {
+            int h = irand(1, 12), w = irand(1, 12), r = irand(1, 4), s = irand(1, 4);
+            int ph = irand(0, r - 1), pw = irand(0, s - 1);
+            if (h + 2 * ph < r || w + 2 * pw < s)
+                continue;
+            return pool_shape(mode, irand(1, 4), irand(1, 4), h, w, r, s, irand(1, 3),
+                              irand(1, 3), ph, pw);
+        }
+    }
+}
+
+static void pool_case(struct column *col, bool bwd, const struct rt_pool_shape *s)
+{
+    struct trial t;
+    trial_begin(&t, col, bwd ? "pool_bwd" : "pool_fwd", s->mode == RT_POOL_MAX ? 0.0 : 1e-6, 1e-3);
+    trial_shape(&t, "%s n %d c %d %dx%d window %dx%d stride %d,%d pad %d,%d",
+                s->mode == RT_POOL_MAX ? "max" : "avg", s->n, s->c, s->h, s->w, s->r, s->s,
+                s->stride_h, s->stride_w, s->pad_h, s->pad_w);
+    size_t xn = (size_t)s->n * s->c * s->h * s->w, yn = (size_t)s->n * s->c * s->oh * s->ow;
+    struct arg *x = arg_add(&t, "x", IN, xn, fill_ties, NULL); /* ties: the tie rule */
+    if (!bwd) {
+        struct arg *y = arg_out(&t, "y", yn);
+        RUN(&t, rt_op_pool_fwd(D, s, V(x), V(y)));
+        trial_check(&t);
+        return;
+    }
+    /* y as the forward computes it, on the reference */
+    struct arg *y = arg_out(&t, "y", yn);
+    struct arg *dy = arg_rand(&t, "dy", IN, yn, -1, 1);
+    struct arg *dx = arg_out(&t, "dx", xn);
+    if (yn) {
+        float *yh = malloc(yn * sizeof *yh);
+        assert_non_null(yh);
+        assert_int_equal(rt_op_pool_fwd(ref, s, view(x, 0), view(y, 0)), 0);
+        assert_int_equal(rt_download(ref, yh, view(y, 0), yn * 4), 0);
+        memcpy(y->init, yh, yn * 4);
+        assert_int_equal(rt_upload(col->d, view(y, 1), yh, yn * 4), 0);
+        free(yh);
+        y->role = IN;
+    }
+    RUN(&t, rt_op_pool_bwd(D, s, V(x), V(y), V(dy), V(dx)));
+    trial_check(&t);
+}
+
+static void test_pool_fwd(void **state)
+{
+    for (int i = 0; i < 8 + TRIALS; i++) {
+        struct rt_pool_shape s = pool_pick(i);
+        pool_case(COL(state), false, &s);
+    }
+}
+
+static void test_pool_bwd(void **state)
+{
+    for (int i = 0; i < 8 + TRIALS; i++) {
+        struct rt_pool_shape s = pool_pick(i);
+        pool_case(COL(state), true, &s);
+    }
+}
+
+/* ---- activations ----------------------------------------------------------------------- */
+
+static const char *const act_names[] = {"identity", "relu", "leaky", "sigmoid", "tanh"};
+
+static size_t elem_count(int i)
+{
+    static const size_t fixed[] = {0, 1, 7, 1023, 1025, 70001};
+    return i < 6 ? fixed[i] : (size_t)irand(1, 5000);
+}
+
+/* Exact where the maths is one IEEE operation; a few ulps for exp/tanh. */
+static double act_tol(enum rt_act k) { return k == RT_ACT_SIGMOID || k == RT_ACT_TANH ? 2e-6 : 0; }
+
+static void test_act_fwd(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        for (int k = RT_ACT_IDENTITY; k <= RT_ACT_TANH; k++) {
+            size_t n = elem_count(i);
+            bool alias = i % 3 == 2; /* y may alias x */
+            struct trial t;
+            trial_begin(&t, COL(state), "act_fwd", act_tol(k), 1e-3);
+            trial_shape(&t, "%s n %zu%s", act_names[k], n, alias ? " in place" : "");
+            struct arg *x = arg_rand(&t, "x", alias ? INOUT : IN, n, -6, 6);
+            struct arg *y = alias ? x : arg_out(&t, "y", n);
+            RUN(&t, rt_op_act_fwd(D, (enum rt_act)k, 0.1f, n, V(x), V(y)));
+            trial_check(&t);
+        }
+    }
+}
+
+static void test_act_bwd(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        for (int k = RT_ACT_IDENTITY; k <= RT_ACT_TANH; k++) {
+            size_t n = elem_count(i);
+            struct trial t;
+            trial_begin(&t, COL(state), "act_bwd", k == RT_ACT_IDENTITY ? 0 : 1e-6, 1e-3);
+            trial_shape(&t, "%s n %zu", act_names[k], n);
+            struct arg *x = arg_rand(&t, "x", IN, n, -3, 3);
+            struct arg *y = arg_rand(&t, "y", IN, n, -1, 1);
+            struct arg *dy = arg_rand(&t, "dy", IN, n, -1, 1);
+            struct arg *dx = arg_out(&t, "dx", n);
+            RUN(&t, rt_op_act_bwd(D, (enum rt_act)k, 0.1f, n, V(x), V(y), V(dy), V(dx)));
+            trial_check(&t);
+        }
+    }
+}
+
+/* ---- softmax + cross-entropy -------------------------------------------------------------- */
+
+static void softmax_dims(int i, int *n, int *c)
+{
+    static const int fixed[][2] = {{0, 10}, {1, 1}, {64, 10}, {3, 1000}};
+    if (i < 4) {
+        *n = fixed[i][0], *c = fixed[i][1];
+        return;
+    }
+    *n = irand(1, 70), *c = irand(1, 40);
+}
+
+static struct arg *labels_arg(struct trial *t, int n, int c, bool bad)
+{
+    struct arg *lab = arg_add(t, "labels", IN, (size_t)n, fill_labels, &c);
+    if (bad && n > 0) { /* one label out of range, in the middle */
+        int32_t v = irand(0, 1) ? c : -1;
+        size_t at = (size_t)n / 2;
+        memcpy(&lab->init[at], &v, sizeof v);
+        for (int s = 0; s < 2; s++)
+            assert_int_equal(rt_upload(t->d[s], rt_view_at(view(lab, s), at), &v, 4), 0);
+    }
+    return lab;
+}
+
+static void test_softmax_xent_fwd(void **state)
+{
+    for (int i = 0; i < 4 + TRIALS; i++) {
+        int n, c;
+        softmax_dims(i, &n, &c);
+        bool bad = i == 6; /* a label out of range: both fail alike */
+        struct trial t;
+        trial_begin(&t, COL(state), "softmax_xent_fwd", 1e-5, 1e-7);
+        trial_shape(&t, "n %d c %d%s", n, c, bad ? " bad label" : "");
+        struct arg *logits = arg_rand(&t, "logits", IN, (size_t)n * c, -10, 10);
+        struct arg *lab = labels_arg(&t, n, c, bad);
+        struct arg *probs = arg_out(&t, "probs", (size_t)n * c);
+        struct arg *losses = arg_out(&t, "losses", (size_t)n);
+        losses->floor_ = 1e-3;
+        RUN(&t, rt_op_softmax_xent_fwd(D, n, c, V(logits), V(lab), V(probs), V(losses)));
+        if (bad)
+            assert_int_equal(t.rc[1], RT_ERR_ARG);
+        trial_check(&t);
+    }
+}
+
+static void test_softmax_xent_bwd(void **state)
+{
+    for (int i = 0; i < 4 + TRIALS; i++) {
+        int n, c;
+        softmax_dims(i, &n, &c);
+        bool bad = i == 6;
+        struct trial t;
+        trial_begin(&t, COL(state), "softmax_xent_bwd", 1e-6, 1e-3);
+        trial_shape(&t, "n %d c %d%s", n, c, bad ? " bad label" : "");
+        struct arg *probs = arg_rand(&t, "probs", IN, (size_t)n * c, 0, 1);
+        struct arg *lab = labels_arg(&t, n, c, bad);
+        struct arg *dl = arg_out(&t, "dlogits", (size_t)n * c);
+        float scale = 1.0f / (float)(n ? n : 1);
+        RUN(&t, rt_op_softmax_xent_bwd(D, n, c, V(probs), V(lab), scale, V(dl)));
+        if (bad)
+            assert_int_equal(t.rc[1], RT_ERR_ARG);
+        trial_check(&t);
+    }
+}
+
+/* ---- batch norm ---------------------------------------------------------------------------- */
+
+static struct rt_bn_shape bn_pick(int i)
+{
+    static const int fixed[][3] = {{1, 1, 1}, {64, 120, 1}, {3, 6, 784}, {2, 3, 300}};
+    struct rt_bn_shape s = {0, 0, 0, 1e-5f, 0.1f};
+    if (i < 4) {
+        s.n = fixed[i][0], s.c = fixed[i][1], s.hw = fixed[i][2];
+    } else {
+        s.n = irand(1, 6), s.c = irand(1, 7), s.hw = irand(1, 60);
+        s.eps = irand(0, 1) ? 1e-5f : 1e-3f;
+        s.momentum = frand(0.01f, 0.5f);
+    }
+    return s;
+}
+
+static void test_bn_fwd_train(void **state)
+{
+    for (int i = 0; i < 4 + TRIALS; i++) {
+        struct rt_bn_shape s = bn_pick(i);
+        size_t total = (size_t)s.n * s.c * s.hw, c = (size_t)s.c;
+        struct trial t;
+        trial_begin(&t, COL(state), "bn_fwd_train", 1e-4, 1e-2);
+        trial_shape(&t, "n %d c %d hw %d eps %g momentum %g", s.n, s.c, s.hw, s.eps, s.momentum);
+        /* an offset mean: a one-pass variance would lose digits */
+        struct arg *x = arg_rand(&t, "x", IN, total, 2, 4);
+        struct arg *g = arg_rand(&t, "gamma", IN, c, 0.5, 1.5);
+        struct arg *b = arg_rand(&t, "beta", IN, c, -1, 1);
+        struct arg *y = arg_out(&t, "y", total);
+        struct arg *sm = arg_out(&t, "save_mean", c);
+        struct arg *si = arg_out(&t, "save_invstd", c);
+        struct arg *rm = arg_rand(&t, "run_mean", INOUT, c, -1, 1);
+        struct arg *rv = arg_rand(&t, "run_var", INOUT, c, 0.5, 2);
+        si->floor_ = 1.0;
+        RUN(&t, rt_op_bn_fwd_train(D, &s, V(x), V(g), V(b), V(y), V(sm), V(si), V(rm), V(rv)));
+        trial_check(&t);
+    }
+}
+
+static void test_bn_fwd_infer(void **state)
+{
+    for (int i = 0; i < 4 + TRIALS; i++) {
+        struct rt_bn_shape s = bn_pick(i);
+        if (i == 0)
+            s.n = 0; /* no images */
+        size_t total = (size_t)s.n * s.c * s.hw, c = (size_t)s.c;
+        struct trial t;
+        trial_begin(&t, COL(state), "bn_fwd_infer", 1e-5, 1e-2);
+        trial_shape(&t, "n %d c %d hw %d", s.n, s.c, s.hw);
+        struct arg *x = arg_rand(&t, "x", IN, total, -2, 2);
+        struct arg *g = arg_rand(&t, "gamma", IN, c, 0.5, 1.5);
+        struct arg *b = arg_rand(&t, "beta", IN, c, -1, 1);
+        struct arg *rm = arg_rand(&t, "run_mean", IN, c, -1, 1);
+        struct arg *rv = arg_rand(&t, "run_var", IN, c, 0.5, 2);
+        struct arg *y = arg_out(&t, "y", total);
+        RUN(&t, rt_op_bn_fwd_infer(D, &s, V(x), V(g), V(b), V(rm), V(rv), V(y)));
+        trial_check(&t);
+    }
+}
+
+static void test_bn_bwd(void **state)
+{
+    for (int i = 0; i < 4 + TRIALS; i++) {
+        struct rt_bn_shape s = bn_pick(i);
+        size_t total = (size_t)s.n * s.c * s.hw, c = (size_t)s.c;
+        struct trial t;
+        trial_begin(&t, COL(state), "bn_bwd", 2e-4, 1e-2);
+        trial_shape(&t, "n %d c %d hw %d", s.n, s.c, s.hw);
+        struct arg *x = arg_rand(&t, "x", IN, total, -2, 2);
+        struct arg *dy = arg_rand(&t, "dy", IN, total, -1, 1);
+        struct arg *g = arg_rand(&t, "gamma", IN, c, 0.5, 1.5);
+        struct arg *sm = arg_rand(&t, "save_mean", IN, c, -0.2f, 0.2f);
+        struct arg *si = arg_rand(&t, "save_invstd", IN, c, 0.5, 1.5);
+        struct arg *dx = arg_out(&t, "dx", total);
+        struct arg *dg = arg_out(&t, "dgamma", c);
+        struct arg *db = arg_out(&t, "dbeta", c);
+        dg->floor_ = db->floor_ = 1.0;
+        RUN(&t, rt_op_bn_bwd(D, &s, V(x), V(dy), V(g), V(sm), V(si), V(dx), V(dg), V(db)));
+        trial_check(&t);
+    }
+}
+
+/* ---- dropout and elementwise -------------------------------------------------------------- */
+
+static void test_dropout_fwd(void **state)
+{
+    static const float rates[] = {0.0f, 0.3f, 0.5f, 0.9f};
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        size_t n = elem_count(i);
+        float rate = rates[i % 4];
+        uint64_t seed = rt_rng_next(&rng);
+        struct trial t;
+        trial_begin(&t, COL(state), "dropout_fwd", 0.0, 1e-3); /* the same mask, exactly */
+        trial_shape(&t, "n %zu rate %g seed %llu", n, rate, (unsigned long long)seed);
+        struct arg *x = arg_rand(&t, "x", IN, n, -1, 1);
+        struct arg *y = arg_out(&t, "y", n);
+        struct arg *m = arg_out(&t, "mask", n);
+        RUN(&t, rt_op_dropout_fwd(D, n, rate, seed, V(x), V(y), V(m)));
+        trial_check(&t);
+    }
+}
+
+static void test_mul(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        size_t n = elem_count(i);
+        int alias = i % 3; /* 0: y apart, 1: y is a, 2: y is b */
+        struct trial t;
+        trial_begin(&t, COL(state), "mul", 0.0, 1e-3);
+        trial_shape(&t, "n %zu%s", n, alias == 1 ? " y=a" : alias == 2 ? " y=b" : "");
+        struct arg *a = arg_rand(&t, "a", alias == 1 ? INOUT : IN, n, -2, 2);
+        struct arg *b = arg_rand(&t, "b", alias == 2 ? INOUT : IN, n, -2, 2);
+        struct arg *y = alias == 1 ? a : alias == 2 ? b : arg_out(&t, "y", n);
+        RUN(&t, rt_op_mul(D, n, V(a), V(b), V(y)));
+        trial_check(&t);
+    }
+}
+
+static void test_axpy(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        size_t n = elem_count(i);
+        float alpha = frand(-2, 2);
+        struct trial t;
+        trial_begin(&t, COL(state), "axpy", 1e-6, 1e-3);
+        trial_shape(&t, "n %zu alpha %g", n, alpha);
+        struct arg *x = arg_rand(&t, "x", IN, n, -1, 1);
+        struct arg *y = arg_rand(&t, "y", INOUT, n, -1, 1);
+        RUN(&t, rt_op_axpy(D, n, alpha, V(x), V(y)));
+        trial_check(&t);
+    }
+}
+
+static void test_scale(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        size_t n = elem_count(i);
+        float alpha = i == 7 ? 0.0f : frand(-2, 2);
+        struct trial t;
+        trial_begin(&t, COL(state), "scale", 0.0, 1e-3);
+        trial_shape(&t, "n %zu alpha %g", n, alpha);
+        struct arg *x = arg_rand(&t, "x", INOUT, n, -1, 1);
+        RUN(&t, rt_op_scale(D, n, alpha, V(x)));
+        trial_check(&t);
+    }
+}
+
+static void test_fill(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        size_t n = elem_count(i);
+        float value = frand(-5, 5);
+        struct trial t;
+        trial_begin(&t, COL(state), "fill", 0.0, 1e-3);
+        trial_shape(&t, "n %zu value %g", n, value);
+        struct arg *x = arg_out(&t, "x", n);
+        RUN(&t, rt_op_fill(D, n, value, V(x)));
+        trial_check(&t);
+    }
+}
+
+static void test_sumsq(void **state)
+{
+    struct column *col = COL(state);
+    for (int i = 0; i < 7 + TRIALS; i++) {
+        size_t n = i == 6 ? 3000001 : elem_count(i);
+        struct trial t;
+        trial_begin(&t, col, "sumsq", 0.0, 1e-3);
+        trial_shape(&t, "n %zu", n);
+        struct arg *x = arg_rand(&t, "x", IN, n, -1, 1);
+        double out[2] = {-1, -1};
+        RUN(&t, rt_op_sumsq(D, n, V(x), &out[S]));
+        /* double sums on the cpu; a device without doubles sums floats */
+        double err = fabs(out[1] - out[0]) / (out[0] > 1e-3 ? out[0] : 1e-3);
+        if (!(err <= 1e-5))
+            fail_msg("%s: sumsq [%s]: %.17g, reference %.17g (error %.3g)", col->label, t.shape,
+                     out[1], out[0], err);
+        trial_check(&t);
+    }
+}
+
+/* ---- optimiser steps --------------------------------------------------------------------- */
+
+static void test_sgd_step(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        size_t n = elem_count(i);
+        struct rt_sgd_params p = {frand(0.001f, 0.1f), i % 3 == 0 ? 0.0f : frand(0.5f, 0.99f),
+                                  irand(0, 1) ? 0.0f : frand(0, 0.01f), i % 3 == 2};
+        struct trial t;
+        trial_begin(&t, COL(state), "sgd_step", 1e-6, 1e-2);
+        trial_shape(&t, "n %zu lr %g momentum %g wd %g%s", n, p.lr, p.momentum, p.weight_decay,
+                    p.nesterov ? " nesterov" : "");
+        struct arg *w = arg_rand(&t, "w", INOUT, n, -1, 1);
+        struct arg *g = arg_rand(&t, "g", IN, n, -1, 1);
+        if (p.momentum == 0.0f) { /* no velocity buffer at all */
+            rt_view none = {NULL, 0};
+            RUN(&t, rt_op_sgd_step(D, n, &p, V(w), V(g), none));
+        } else {
+            struct arg *v = arg_rand(&t, "v", INOUT, n, -0.1f, 0.1f);
+            RUN(&t, rt_op_sgd_step(D, n, &p, V(w), V(g), V(v)));
+        }
+        trial_check(&t);
+    }
+}
+
+static void test_adam_step(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        size_t n = elem_count(i);
+        struct rt_adam_params p = {frand(1e-4f, 1e-2f), 0.9f, 0.999f, 1e-8f,
+                                   irand(0, 1) ? 0.0f : 0.01f, i % 3 == 1, i % 3 == 2,
+                                   irand(0, 1) ? 1 : irand(2, 2000)};
+        struct trial t;
+        trial_begin(&t, COL(state), "adam_step", 1e-5, 1e-2);
+        trial_shape(&t, "n %zu lr %g wd %g step %ld%s", n, p.lr, p.weight_decay, p.step,
+                    p.decoupled ? " adamw" : p.nesterov ? " nadam" : " adam");
+        struct arg *w = arg_rand(&t, "w", INOUT, n, -1, 1);
+        struct arg *g = arg_rand(&t, "g", IN, n, -1, 1);
+        struct arg *m = arg_rand(&t, "m", INOUT, n, -0.1f, 0.1f);
+        struct arg *v = arg_rand(&t, "v", INOUT, n, 0, 0.01f);
+        RUN(&t, rt_op_adam_step(D, n, &p, V(w), V(g), V(m), V(v)));
+        trial_check(&t);
+    }
+}
+
+/* ---- columns ----------------------------------------------------------------------------- */
+
+/* Every op has a test: ops.def declares them, so a missing one fails to link. */
+#define RT_OP(name, params) static void test_##name(void **state);
+#include "ops.def"
+#undef RT_OP
+
+/* cmocka gives a group's setup no state of its own: the column being run. */
+static struct column *current;
+
+static int column_setup(void **state)
+{
+    struct column *col = current;
+    col->d = rt_dev_open(col->backend, col->device, col->threads);
+    if (!col->d) {
+        fprintf(stderr, "%s: cannot open: %s\n", col->label, rt_error_detail());
+        return -1;
+    }
+    return 0;
+}
+
+static int column_teardown(void **state)
+{
+    struct column *col = current;
+    rt_dev_close(&col->d);
+    return 0;
+}
+
+static int run_column(struct column *col)
+{
+    struct CMUnitTest tests[RT_OPK_COUNT] = {
+#define RT_OP(name, params) cmocka_unit_test_prestate(test_##name, col),
+#include "ops.def"
+#undef RT_OP
+    };
+    current = col;
+    printf("=== %s against cpu:0 (all threads)\n", col->label);
+    fflush(stdout);
+    return cmocka_run_group_tests_name(col->label, tests, column_setup, column_teardown);
+}
+
+int main(void)
+{
+    const char *seed_env = getenv("RAGTAG_TEST_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 10) : 20240601;
+    rt_rng_seed(&rng, seed, 0xb0b5);
+    printf("test_backend_ops: seed %llu (RAGTAG_TEST_SEED)\n", (unsigned long long)seed);
+
+    ref = rt_dev_open("cpu", 0, 0);
+    if (!ref) {
+        fprintf(stderr, "cannot open the cpu reference: %s\n", rt_error_detail());
+        return 1;
+    }
+    struct column cols[32];
+    int ncols = 0, failed = 0;
+    /* The cpu backend on one thread, against the reference's team. */
+    cols[ncols++] = (struct column){.backend = "cpu", .device = 0, .threads = 1};
+    snprintf(cols[0].label, sizeof cols[0].label, "cpu:0 (1 thread)");
+    for (int b = 0; b < rt_backend_count(); b++) {
+        const char *name = rt_backend_name(b);
+        if (!strcmp(name, "cpu"))
+            continue;
+        int n = rt_backend_device_count(name);
+        if (n <= 0) {
+            printf("SKIPPED: backend %s: %s\n", name, n < 0 ? rt_error_detail() : "no device");
+            continue;
+        }
+        for (int i = 0; i < n && ncols < 32; i++) {
+            struct column *c = &cols[ncols++];
+            struct rt_device_info info;
+            *c = (struct column){.backend = name, .device = i, .threads = 0};
+            if (rt_backend_device_info(name, i, &info) < 0)
+                snprintf(info.name, sizeof info.name, "?");
+            snprintf(c->label, sizeof c->label, "%s:%d (%.120s)", name, i, info.name);
+        }
+    }
+    for (int i = 0; i < ncols; i++)
+        failed += run_column(&cols[i]) != 0;
+    rt_dev_close(&ref);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,39 @@
+#!/bin/sh
+# The opencl backend trains like the cpu backend: lenet, one epoch on 10,000
+# Fashion-MNIST images, the same seed and batch order; the test accuracies
+# must agree within 1 point (over seeds 1-8 they differ by 0.56 points at
+# most, from float rounding). Skipped, saying why, when the opencl backend is
+# absent (module not built, no OpenCL ICD, no device).
+set -u
+RAGTAG=${RAGTAG:-./src/ragtag}
+top_srcdir=${top_srcdir:-.}
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z "${RAGTAG_DATA_DIR:-}" ]; then
+  echo "SKIP: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+train() { # backend
+  "$RAGTAG" train "$top_srcdir/examples/lenet.cfg" --data fashion-mnist --limit 10000 --val 0 \
+    --epochs 1 --batch 64 --seed 2 --progress off --backend "$1" --metrics "$tmp/$1.jsonl" \
+    2>"$tmp/$1.err"
+}
+acc() { sed -n 's/.*"test_acc": \([0-9.e+-]*\).*/\1/p' "$tmp/$1.jsonl" | tail -n 1; }
+
+if ! train opencl; then
+  cat "$tmp/opencl.err"
+  if grep -q -e "is unavailable" -e "no OpenCL platform" -e "but no device" "$tmp/opencl.err"; then
+    echo "SKIP: the opencl backend is absent: $(tail -n 1 "$tmp/opencl.err")"
+    exit 77
+  fi
+  echo "FAIL: training on the opencl backend failed"
+  exit 1
+fi
+train cpu || { cat "$tmp/cpu.err"; echo "FAIL: training on the cpu backend failed"; exit 1; }
+cat "$tmp/cpu.jsonl" "$tmp/opencl.jsonl"
+a_cpu=$(acc cpu)
+a_ocl=$(acc opencl)
+echo "test accuracy: cpu $a_cpu, opencl $a_ocl"
+awk -v a="$a_cpu" -v b="$a_ocl" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01) }' ||
+  { echo "FAIL: accuracies differ by more than 1 point"; exit 1; }
