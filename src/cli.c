@@ -304,7 +304,12 @@ static int cmd_devices(int argc, char **argv)
                 continue;
             }
             rt_dev *d = rt_dev_open(name, i, 0);
-            double gf = d ? measure_gemm(d, 1024) : 0.0;
+            if (!d) {
+                printf("%-8s %-3d %-44.44s cannot open: %s\n", name, i, info.name,
+                       rt_error_detail());
+                continue;
+            }
+            double gf = measure_gemm(d, 1024);
             rt_dev_close(&d);
             printf("%-8s %-3d %-44.44s %7.1f GiB %5d %6.1f GFLOP/s\n", name, i, info.name,
                    (double)info.mem_bytes / (1u << 30), info.compute_units, gf);
