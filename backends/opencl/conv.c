@@ -1,5 +1,8 @@
-/* conv.c — the opencl backend's 2-D convolution: batched im2col + one
- * CLBlast GEMM per chunk of images.
+/* conv.c — the opencl backend's 2-D convolution, two ways:
+ *  - direct (CPU devices, stride 1): ragtag's own register-tiled kernels
+ *    (kernels/conv.cl) on a zero-padded copy of the input; see below;
+ *  - GEMM (GPUs, and any stride): batched im2col + one CLBlast GEMM per
+ *    chunk of images, described here.
  *
  * A CPU device (PoCL) or a GPU runs one large GEMM far better than one small
  * GEMM per image, so the column matrix covers a chunk of nb images side by
@@ -11,6 +14,9 @@
  * columns would pass OCL_CONV_WS_MAX floats; a chunk of one image needs no
  * permutation (T is then y or dy itself). */
 #include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #include "ocl-impl.h"
 #include "status.h"
@@ -39,7 +45,7 @@ static int conv_chunk(rt_dev *d, const struct rt_conv_shape *s)
     return nb < 1 ? 1 : (int)nb;
 }
 
-size_t ocl_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
+static size_t gemm_workspace(rt_dev *d, const struct rt_conv_shape *s)
 {
     return (size_t)conv_chunk(d, s) * conv_per_image(s);
 }
@@ -74,8 +80,8 @@ static int conv_to_nkp(rt_dev *d, const struct rt_conv_shape *s, int nb, rt_view
                      src, dst);
 }
 
-int ocl_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
-                   rt_view ws)
+static int gemm_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
+                    rt_view ws)
 {
     const int chunk = conv_chunk(d, s), crs = (int)conv_crs(s);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
@@ -93,8 +99,8 @@ int ocl_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view 
     return RT_OK;
 }
 
-int ocl_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
-                        rt_view dx, rt_view ws)
+static int gemm_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
+                         rt_view dx, rt_view ws)
 {
     const int chunk = conv_chunk(d, s), crs = (int)conv_crs(s);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
@@ -112,8 +118,8 @@ int ocl_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt
     return RT_OK;
 }
 
-int ocl_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
-                          rt_view dw, rt_view ws)
+static int gemm_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
+                           rt_view dw, rt_view ws)
 {
     const int crs = (int)conv_crs(s);
     if (s->n == 0) /* no samples, no gradient; x, dy, ws are unchecked */
@@ -133,4 +139,289 @@ int ocl_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, r
                          dw, crs));
     }
     return RT_OK;
+}
+
+/* ---- the direct path ------------------------------------------------------------------
+ * On a CPU device (PoCL) the GEMMs above have 6 to 32 rows, where CLBlast's
+ * tiles waste most of their work (3-17 GFLOP/s at LeNet's shapes). The
+ * direct kernels instead hold a tile of 2 rows x 16 columns x 8 output
+ * channels in vector registers, or, for the filter gradient, 8 or 4
+ * channels x 3-5 window columns of flat dot products over whole planes,
+ * split over groups of images whose partial sums a last kernel adds in a
+ * fixed order. They need stride 1 and (for the backward-data pass, a
+ * forward convolution of dy with the flipped filters) padding below the
+ * window. RAGTAG_OPENCL_CONV=direct|gemm forces one path where both apply
+ * (the tests run both). */
+
+#define DIRECT_V 16 /* RT_V in conv.cl */
+#define DIRECT_KT 8 /* RT_KT */
+
+static size_t up(size_t a, size_t b) { return (a + b - 1) / b * b; }
+
+/* A packed plane for a direct convolution with output oh x ow and window
+ * r x s: rows of wp = ow + s - 1 floats, enough spare rows for every
+ * overrunning load, plane stride a multiple of 16 floats. */
+struct pack {
+    int wp, pr, ps;
+};
+
+static struct pack pack_for(int oh, int ow, int r, int s)
+{
+    struct pack p;
+    p.wp = ow + s - 1;
+    p.pr = (int)up((size_t)oh, 2) + r + (15 + p.wp - 1) / p.wp;
+    p.ps = (int)up((size_t)p.pr * p.wp, DIRECT_V);
+    return p;
+}
+
+static struct pack pack_fwd(const struct rt_conv_shape *s) { return pack_for(s->oh, s->ow, s->r, s->s); }
+static struct pack pack_bwd(const struct rt_conv_shape *s) { return pack_for(s->h, s->w, s->r, s->s); }
+
+/* dy in rows of the forward pack's wp, zeros past ow and up to a multiple
+ * of 16 floats: the flat dot products of the filter gradient. */
+static int dy_plane(const struct rt_conv_shape *s)
+{
+    return (int)up((size_t)s->oh * pack_fwd(s).wp, DIRECT_V);
+}
+
+/* Groups of images whose filter-gradient partials are summed separately:
+ * enough work-items for every core, at most one group per image. */
+static int bwdf_groups(rt_dev *d, int nb)
+{
+    int g = 8 * (ocl(d)->sh->compute_units > 0 ? ocl(d)->sh->compute_units : 1);
+    return g < nb ? g : nb;
+}
+
+static size_t wpack_size(int ko, int ci, int r, int s)
+{
+    return up((size_t)ko, DIRECT_KT) * ci * r * s;
+}
+
+/* Floats of workspace per image and fixed, for every op of the shape. */
+static void direct_ws(const struct rt_conv_shape *s, size_t *per_image, size_t *fixed)
+{
+    const size_t crs = conv_crs(s);
+    const size_t f = (size_t)s->c * pack_fwd(s).ps, b = (size_t)s->k * pack_bwd(s).ps;
+    const size_t g = f + (size_t)s->k * dy_plane(s) + (size_t)s->k * crs; /* <= one group each */
+    *per_image = f > b ? f : b;
+    if (g > *per_image)
+        *per_image = g;
+    const size_t wf = wpack_size(s->k, s->c, s->r, s->s), wb = wpack_size(s->c, s->k, s->r, s->s);
+    *fixed = wf > wb ? wf : wb;
+}
+
+static int direct_chunk(rt_dev *d, const struct rt_conv_shape *s)
+{
+    size_t per, fixed, cap = OCL_CONV_WS_MAX, alloc = ocl(d)->sh->max_alloc / sizeof(float) / 2;
+    direct_ws(s, &per, &fixed);
+    if (alloc && alloc < cap)
+        cap = alloc;
+    size_t nb = cap > fixed ? (cap - fixed) / per : 0;
+    if (nb > (size_t)s->n)
+        nb = (size_t)s->n;
+    return nb < 1 ? 1 : (int)nb;
+}
+
+static bool conv_direct(rt_dev *d, const struct rt_conv_shape *s)
+{
+    if (s->stride_h != 1 || s->stride_w != 1 || s->pad_h > s->r - 1 || s->pad_w > s->s - 1)
+        return false;
+    const char *env = getenv("RAGTAG_OPENCL_CONV");
+    if (env && strcmp(env, "direct") == 0)
+        return true;
+    if (env && strcmp(env, "gemm") == 0)
+        return false;
+    return ocl(d)->sh->is_cpu;
+}
+
+size_t ocl_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
+{
+    if (!conv_direct(d, s))
+        return gemm_workspace(d, s);
+    size_t per, fixed;
+    direct_ws(s, &per, &fixed);
+    return fixed + (size_t)direct_chunk(d, s) * per;
+}
+
+/* planes of h x w from src into packed planes at dst */
+static int run_pack(rt_dev *d, size_t planes, int h, int w, int top, int left, struct pack p,
+                    rt_view src, rt_view dst)
+{
+    size_t rows = planes * (size_t)p.pr;
+    return ocl_run_n(d, OCL_K_conv_pack, rows, "liiiiiiivv", rows, h, w, top, left, p.pr, p.wp,
+                     p.ps, src, dst);
+}
+
+static int run_wpack(rt_dev *d, int ko, int ci, int r, int s, int flip, rt_view w, rt_view wt)
+{
+    size_t n = wpack_size(ko, ci, r, s);
+    return ocl_run_n(d, OCL_K_conv_wpack, n, "liiiiivv", n, ko, ci, r, s, flip, w, wt);
+}
+
+/* y[nb][ko][oh][ow] = direct convolution of packed xp (ci channels) with wt. */
+static int run_direct(rt_dev *d, int nb, int ci, int ko, int r, int s, struct pack p, int oh,
+                      int ow, rt_view xp, rt_view wt, rt_view y)
+{
+    const int nseg = (ow + DIRECT_V - 1) / DIRECT_V, nkb = (ko + DIRECT_KT - 1) / DIRECT_KT;
+    size_t items = (size_t)nb * ((oh + 1) / 2) * nseg * nkb;
+    return ocl_run_n(d, OCL_K_conv_direct, items, "liiiiiiiiiivvv", items, ci, ko, r, s, p.wp,
+                     p.ps, oh, ow, nseg, nkb, xp, wt, y);
+}
+
+/* Without padding, the direct kernels can read x where it lies (rows of w,
+ * planes of h*w) instead of a packed copy: their loads past a plane's end
+ * land in the next image, whose values only reach discarded lanes (forward)
+ * or meet zeros of the packed dy (filter gradient). Only the batch's last
+ * image, which has no next one, is packed. `reach`: how far past its
+ * start the kernels may read an image's planes. */
+static bool direct_in_place(const struct rt_conv_shape *s, struct pack *xp)
+{
+    if (s->pad_h != 0 || s->pad_w != 0 || s->n < 2)
+        return false;
+    const size_t img = (size_t)s->c * s->h * s->w;
+    const int nseg = (s->ow + DIRECT_V - 1) / DIRECT_V;
+    const size_t fwd = (size_t)(s->c - 1) * s->h * s->w +
+                       ((size_t)up((size_t)s->oh, 2) + s->r - 2) * s->w +
+                       (size_t)(nseg - 1) * DIRECT_V + s->s - 1 + DIRECT_V;
+    const size_t bwf = (size_t)(s->c - 1) * s->h * s->w + (size_t)dy_plane(s) +
+                       (size_t)(s->r - 1) * s->w + s->s - 1;
+    if (fwd > 2 * img || bwf > 2 * img)
+        return false;
+    xp->wp = s->w;
+    xp->pr = s->h;
+    xp->ps = s->h * s->w;
+    return true;
+}
+
+static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
+                      rt_view ws)
+{
+    const int chunk = direct_chunk(d, s);
+    const struct pack p = pack_fwd(s);
+    struct pack in;
+    const bool in_place = direct_in_place(s, &in);
+    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
+    rt_view wt = ws, xp = rt_view_at(ws, wpack_size(s->k, s->c, s->r, s->s));
+    RT_TRY(run_wpack(d, s->k, s->c, s->r, s->s, 0, w, wt));
+    for (int i0 = 0; i0 < s->n; i0 += chunk) {
+        int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
+        if (in_place && i0 + nb == s->n) {
+            /* every image but the batch's last one straight from x */
+            RT_TRY(run_direct(d, nb - 1, s->c, s->k, s->r, s->s, in, s->oh, s->ow,
+                              rt_view_at(x, i0 * xs), wt, rt_view_at(y, i0 * ys)));
+            i0 += nb - 1;
+            nb = 1;
+        }
+        RT_TRY(run_pack(d, (size_t)nb * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
+                        rt_view_at(x, i0 * xs), xp));
+        RT_TRY(run_direct(d, nb, s->c, s->k, s->r, s->s, p, s->oh, s->ow, xp, wt,
+                          rt_view_at(y, i0 * ys)));
+    }
+    return RT_OK;
+}
+
+static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
+                           rt_view dx, rt_view ws)
+{
+    const int chunk = direct_chunk(d, s);
+    const struct pack p = pack_bwd(s);
+    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
+    rt_view wt = ws, dyp = rt_view_at(ws, wpack_size(s->c, s->k, s->r, s->s));
+    RT_TRY(run_wpack(d, s->c, s->k, s->r, s->s, 1, w, wt));
+    for (int i0 = 0; i0 < s->n; i0 += chunk) {
+        const int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
+        RT_TRY(run_pack(d, (size_t)nb * s->k, s->oh, s->ow, s->r - 1 - s->pad_h,
+                        s->s - 1 - s->pad_w, p, rt_view_at(dy, i0 * ys), dyp));
+        RT_TRY(run_direct(d, nb, s->k, s->c, s->r, s->s, p, s->h, s->w, dyp, wt,
+                          rt_view_at(dx, i0 * xs)));
+    }
+    return RT_OK;
+}
+
+/* One launch of the filter-gradient kernel: the partials of `groups`
+ * groups of `per` images (nb in all) into part. */
+static int run_bwdf(rt_dev *d, const struct rt_conv_shape *s, int nb, int per, int groups,
+                    struct pack p, int dps, rt_view xp, rt_view dyp, rt_view part)
+{
+    enum ocl_kernel kern = s->s % 5 == 0 ? OCL_K_conv_bwdf5
+                           : s->s % 3 == 0 ? OCL_K_conv_bwdf3 : OCL_K_conv_bwdf4;
+    const int kt = kern == OCL_K_conv_bwdf3 ? 8 : 4, nkb = (s->k + kt - 1) / kt;
+    size_t items = (size_t)nkb * s->c * s->r * groups;
+    return ocl_run_n(d, kern, items, "liiiiiiiiiivvv", items, per, nb, s->c, s->k, s->r, s->s,
+                     p.wp, p.ps, dps, nkb, xp, dyp, part);
+}
+
+static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
+                             rt_view dw, rt_view ws)
+{
+    const int chunk = direct_chunk(d, s), dps = dy_plane(s);
+    const struct pack p = pack_fwd(s);
+    struct pack in;
+    const bool in_place = direct_in_place(s, &in);
+    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
+    const size_t nw = (size_t)s->k * conv_crs(s);
+    for (int i0 = 0; i0 < s->n; i0 += chunk) {
+        const int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
+        /* in place: all but the batch's last image read x itself */
+        const int direct = in_place && i0 + nb == s->n ? nb - 1 : 0;
+        int groups = 0, per = 1;
+        if (direct > 0) {
+            const int g0 = bwdf_groups(d, direct);
+            per = (direct + g0 - 1) / g0;
+            groups = (direct + per - 1) / per;
+        }
+        const int packed = nb - direct;
+        const int pg0 = direct > 0 ? 1 : bwdf_groups(d, packed);
+        const int pper = (packed + pg0 - 1) / pg0, pgroups = (packed + pper - 1) / pper;
+        rt_view dyp = ws, xp = rt_view_at(dyp, (size_t)nb * s->k * dps);
+        rt_view part = rt_view_at(xp, (size_t)packed * s->c * p.ps);
+        struct pack dp = {p.wp, s->oh, dps};
+        RT_TRY(run_pack(d, (size_t)nb * s->k, s->oh, s->ow, 0, 0, dp, rt_view_at(dy, i0 * ys),
+                        dyp));
+        if (direct > 0)
+            RT_TRY(run_bwdf(d, s, direct, per, groups, in, dps, rt_view_at(x, i0 * xs), dyp,
+                            part));
+        RT_TRY(run_pack(d, (size_t)packed * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
+                        rt_view_at(x, (i0 + direct) * xs), xp));
+        RT_TRY(run_bwdf(d, s, packed, pper, pgroups, p, dps, xp,
+                        rt_view_at(dyp, (size_t)direct * s->k * dps),
+                        rt_view_at(part, (size_t)groups * nw)));
+        RT_TRY(ocl_run_n(d, OCL_K_conv_bwdf_sum, nw, "liivv", nw, groups + pgroups,
+                         i0 > 0 ? 1 : 0, part, dw));
+    }
+    return RT_OK;
+}
+
+/* ---- the ops ------------------------------------------------------------------------- */
+
+int ocl_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
+                   rt_view ws)
+{
+    double t0 = ocl_prof_begin(d);
+    int rc = conv_direct(d, s) ? direct_fwd(d, s, x, w, y, ws) : gemm_fwd(d, s, x, w, y, ws);
+    ocl_prof_end(d, t0, "[conv2d_fwd]");
+    return rc;
+}
+
+int ocl_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
+                        rt_view dx, rt_view ws)
+{
+    double t0 = ocl_prof_begin(d);
+    int rc = conv_direct(d, s) ? direct_bwd_data(d, s, dy, w, dx, ws)
+                               : gemm_bwd_data(d, s, dy, w, dx, ws);
+    ocl_prof_end(d, t0, "[conv2d_bwd_data]");
+    return rc;
+}
+
+int ocl_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
+                          rt_view dw, rt_view ws)
+{
+    double t0 = ocl_prof_begin(d);
+    int rc;
+    if (s->n == 0 || !conv_direct(d, s))
+        rc = gemm_bwd_filter(d, s, x, dy, dw, ws);
+    else
+        rc = direct_bwd_filter(d, s, x, dy, dw, ws);
+    ocl_prof_end(d, t0, "[conv2d_bwd_filter]");
+    return rc;
 }

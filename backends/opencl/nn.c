@@ -16,9 +16,13 @@ int ocl_bias_add(rt_dev *d, int n, int c, int hw, rt_view b, rt_view y)
     return ocl_run_n(d, OCL_K_bias_add, planes, "liivv", planes, c, hw, b, y);
 }
 
-/* One work-group per channel. */
+/* One work-group per channel; on a CPU device, one work-item per channel
+ * (a work-group runs on one core there, and its barriers cost more than
+ * its tree saves). */
 int ocl_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db)
 {
+    if (ocl(d)->sh->is_cpu)
+        return ocl_run_n(d, OCL_K_bias_grad_cpu, (size_t)c, "iiivv", n, c, hw, dy, db);
     return ocl_run_groups(d, OCL_K_bias_grad, (size_t)c, "iiivv", n, c, hw, dy, db);
 }
 
@@ -26,8 +30,21 @@ int ocl_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db)
     (int)(s)->mode, (s)->h, (s)->w, (s)->r, (s)->s, (s)->stride_h, (s)->stride_w, (s)->pad_h, \
         (s)->pad_w, (s)->oh, (s)->ow
 
+/* 2x2 max pooling, stride 2, tiling the input exactly, on a CPU device:
+ * the hand-vectorised kernels. */
+static bool pool_max2(rt_dev *d, const struct rt_pool_shape *s)
+{
+    return ocl(d)->sh->is_cpu && s->mode == RT_POOL_MAX && s->r == 2 && s->s == 2 &&
+           s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 && s->pad_w == 0 &&
+           s->h == 2 * s->oh && s->w == 2 * s->ow;
+}
+
 int ocl_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y)
 {
+    if (pool_max2(d, s)) {
+        size_t rows = (size_t)s->n * s->c * s->oh;
+        return ocl_run_n(d, OCL_K_maxpool2_fwd, rows, "livv", rows, s->ow, x, y);
+    }
     size_t rows = (size_t)s->n * s->c * s->oh;
     return ocl_run_n(d, OCL_K_pool_fwd, rows, "liiiiiiiiiiivv", rows, POOL_GEOM(s), x, y);
 }
@@ -38,6 +55,10 @@ int ocl_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y)
 int ocl_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y, rt_view dy,
                  rt_view dx)
 {
+    if (pool_max2(d, s)) {
+        size_t rows = (size_t)s->n * s->c * s->oh;
+        return ocl_run_n(d, OCL_K_maxpool2_bwd, rows, "livvv", rows, s->ow, x, dy, dx);
+    }
     if (s->stride_h == s->r && s->stride_w == s->s && s->pad_h == 0 && s->pad_w == 0) {
         size_t rows = (size_t)s->n * s->c * s->oh;
         return ocl_run_n(d, OCL_K_pool_bwd_tile, rows, "liiiiiiivvv", rows, (int)s->mode, s->h,
@@ -53,6 +74,8 @@ int ocl_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, r
         return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
     if (kind == RT_ACT_IDENTITY && x.buf == y.buf && x.off == y.off)
         return RT_OK;
+    if (kind <= RT_ACT_LEAKY)
+        return ocl_run_n(d, OCL_K_act_fwd_lin, n, "iflvv", (int)kind, (double)alpha, n, x, y);
     return ocl_run_n(d, OCL_K_act_fwd, n, "iflvv", (int)kind, (double)alpha, n, x, y);
 }
 
@@ -63,6 +86,9 @@ int ocl_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, r
         return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
     if (kind == RT_ACT_IDENTITY && dy.buf == dx.buf && dy.off == dx.off)
         return RT_OK;
+    if (kind <= RT_ACT_LEAKY)
+        return ocl_run_n(d, OCL_K_act_bwd_lin, n, "iflvvv", (int)kind, (double)alpha, n, x, dy,
+                         dx);
     return ocl_run_n(d, OCL_K_act_bwd, n, "iflvvvv", (int)kind, (double)alpha, n, x, y, dy, dx);
 }
 

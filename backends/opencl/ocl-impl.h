@@ -35,13 +35,18 @@
 /* Every kernel of kernels/NAME.cl, by the name after its "rt_" prefix, and
  * its kind, which sets its work-group size (ocl_pick_wg):
  *   E  one work-item per element        R  one work-item per row of output
- *   G  a reduction: one work-group per channel or partial sum */
+ *   G  a reduction: one work-group per channel or partial sum
+ *   T  one work-item per register tile of a direct convolution (heavy)
+ *   S  one work-item per row, vectorised by hand (CPU devices only) */
 #define OCL_KERNELS(X)                                                                      \
     X(fill, E) X(scale, E) X(axpy, E) X(mul, E) X(scale_block, R) X(act_fwd, E)             \
     X(act_bwd, E) X(dropout_fwd, E) X(sgd_step, E) X(adam_step, E) X(sumsq_part, G)         \
     X(bias_add, R) X(bias_grad, G) X(pool_fwd, R) X(pool_bwd, R) X(pool_bwd_tile, R)         \
     X(softmax_xent_fwd, R) X(softmax_xent_bwd, R) X(bn_fwd_train, G) X(bn_fwd_infer, R) X(bn_bwd, G) X(im2col, R) \
-    X(col2im, R) X(nkp_to_knp, R) X(knp_to_nkp, R)
+    X(col2im, R) X(nkp_to_knp, R) X(knp_to_nkp, R) X(conv_pack, R) X(conv_wpack, E)         \
+    X(conv_direct, T) X(conv_bwdf3, T) X(conv_bwdf5, T) X(conv_bwdf4, T) X(conv_bwdf_sum, E) \
+    X(gemm_rows, T) X(gemm_dots, T) X(act_fwd_lin, E) X(act_bwd_lin, E) X(bias_grad_cpu, S)    \
+    X(maxpool2_fwd, S) X(maxpool2_bwd, S)
 
 enum ocl_kernel {
 #define X(name, kind) OCL_K_##name,
@@ -66,6 +71,7 @@ struct ocl_shared {
     bool is_pocl; /* on PoCL: ragtag's CLBlast tuning applies */
     bool fp64;    /* cl_khr_fp64: reductions accumulate in double */
     bool crdiv;   /* correctly rounded float divide and sqrt available */
+    bool fma;     /* CL_FP_FMA: fused multiply-add in hardware (RT_FMA) */
 
     pthread_mutex_t lock; /* guards the two below while they are created */
     cl_context context;
@@ -80,6 +86,7 @@ struct ocl_dev {
     cl_mem partial;         /* OCL_SUMSQ_GROUPS partial sums of sumsq */
     cl_mem flag;            /* one int: first bad label found by softmax */
     cl_mem dummy;           /* stands in for absent views (no momentum) */
+    struct ocl_prof *prof;  /* RAGTAG_OPENCL_PROFILE=1: time per kernel, else NULL */
 };
 
 static inline struct ocl_dev *ocl(const rt_dev *d) { return d->impl; }
@@ -102,6 +109,13 @@ int ocl_status(cl_int err, const char *what);
  * work-groups; ocl_run_groups launches `groups` work-groups (reductions). */
 int ocl_run_n(rt_dev *d, enum ocl_kernel k, size_t n, const char *fmt, ...);
 int ocl_run_groups(rt_dev *d, enum ocl_kernel k, size_t groups, const char *fmt, ...);
+
+/* RAGTAG_OPENCL_PROFILE=1 makes every launch wait for the queue and adds
+ * its time to a per-name total, printed on stderr when the device closes
+ * (nested spans, e.g. a whole convolution, count their inner launches too).
+ * ocl_prof_begin returns a start time, or 0 when profiling is off. */
+double ocl_prof_begin(rt_dev *d);
+void ocl_prof_end(rt_dev *d, double t0, const char *name);
 
 /* conv.c */
 size_t ocl_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s);

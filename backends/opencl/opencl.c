@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <clblast_c.h>
 
@@ -164,6 +165,7 @@ static void ocl_describe(struct ocl_shared *sh)
     sh->is_pocl = strstr(pname, "Portable Computing Language") != NULL;
     sh->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
     sh->crdiv = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+    sh->fma = (fp & CL_FP_FMA) != 0;
 }
 
 static void ocl_enumerate(void)
@@ -372,8 +374,8 @@ static int ocl_shared_build(struct ocl_shared *sh)
         return ocl_status(err, "creating the kernel program");
     }
     char opts[160];
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DRT_FP64=%d%s", sh->fp64 ? 1 : 0,
-             sh->crdiv ? " -cl-fp32-correctly-rounded-divide-sqrt" : "");
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DRT_FP64=%d -DRT_FMA=%d%s", sh->fp64 ? 1 : 0,
+             sh->fma ? 1 : 0, sh->crdiv ? " -cl-fp32-correctly-rounded-divide-sqrt" : "");
     err = clBuildProgram(prog, 1, &sh->device, opts, NULL, NULL);
     if (err != CL_SUCCESS) {
         int rc = ocl_build_error(sh, prog, err);
@@ -398,6 +400,79 @@ static int ocl_shared_ready(struct ocl_shared *sh)
     int rc = sh->program ? RT_OK : ocl_shared_build(sh);
     pthread_mutex_unlock(&sh->lock);
     return rc;
+}
+
+/* ---- profiling (RAGTAG_OPENCL_PROFILE=1) -------------------------------------------- */
+
+#define OCL_PROF_MAX 96
+
+struct ocl_prof {
+    int n;
+    struct {
+        char name[48];
+        double t;
+        long calls;
+    } e[OCL_PROF_MAX];
+};
+
+static double ocl_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double ocl_prof_begin(rt_dev *d)
+{
+    struct ocl_dev *o = ocl(d);
+    if (!o->prof)
+        return 0.0;
+    clFinish(o->queue);
+    return ocl_now();
+}
+
+void ocl_prof_end(rt_dev *d, double t0, const char *name)
+{
+    struct ocl_dev *o = ocl(d);
+    if (!o->prof || t0 == 0.0)
+        return;
+    clFinish(o->queue);
+    double t = ocl_now() - t0;
+    struct ocl_prof *p = o->prof;
+    int i = 0;
+    while (i < p->n && strcmp(p->e[i].name, name) != 0)
+        i++;
+    if (i == p->n) {
+        if (p->n == OCL_PROF_MAX)
+            return;
+        snprintf(p->e[p->n++].name, sizeof p->e[0].name, "%s", name);
+    }
+    p->e[i].t += t;
+    p->e[i].calls++;
+}
+
+static void ocl_prof_print(struct ocl_prof *p)
+{
+    double total = 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->e[i].name[0] != '[')
+            total += p->e[i].t;
+    fprintf(stderr, "opencl profile (ms total, calls, us/call); [spans] include their kernels\n");
+    for (int i = 0; i < p->n; i++) {
+        int best = i;
+        for (int j = i + 1; j < p->n; j++)
+            if (p->e[j].t > p->e[best].t)
+                best = j;
+        if (best != i) {
+            char tmp[sizeof p->e[0]];
+            memcpy(tmp, &p->e[i], sizeof tmp);
+            memcpy(&p->e[i], &p->e[best], sizeof tmp);
+            memcpy(&p->e[best], tmp, sizeof tmp);
+        }
+        fprintf(stderr, "  %-40s %10.1f %8ld %9.1f %5.1f%%\n", p->e[i].name, p->e[i].t * 1e3,
+                p->e[i].calls, p->e[i].t * 1e6 / (double)p->e[i].calls,
+                total > 0 ? 100.0 * p->e[i].t / total : 0.0);
+    }
 }
 
 /* ---- opening a device ------------------------------------------------------------- */
@@ -429,6 +504,8 @@ static size_t ocl_pick_wg(struct ocl_dev *o, enum ocl_kernel k)
     switch (ocl_kernel_kinds[k]) {
     case 'E': want = o->sh->is_cpu ? 1024 : 256; break;
     case 'R': want = 64; break;
+    case 'T': want = o->sh->is_cpu ? 8 : 64; break;
+    case 'S': want = o->sh->is_cpu ? 4 : 64; break;
     default: want = OCL_RED; break;
     }
     size_t wg = 1;
@@ -450,6 +527,9 @@ static void ocl_dev_free(struct ocl_dev *o)
         clReleaseMemObject(o->dummy);
     if (o->queue)
         clReleaseCommandQueue(o->queue);
+    if (o->prof)
+        ocl_prof_print(o->prof);
+    free(o->prof);
     free(o);
 }
 
@@ -464,6 +544,9 @@ static int ocl_dev_open(rt_dev *d)
     o->sh = sh;
     cl_int err;
     int rc;
+    const char *prof = getenv("RAGTAG_OPENCL_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0)
+        o->prof = calloc(1, sizeof *o->prof); /* NULL: no profile, nothing else lost */
     o->queue = clCreateCommandQueue(sh->context, sh->device, 0, &err);
     if (!o->queue) {
         rc = ocl_status(err, "creating a command queue");
@@ -559,7 +642,9 @@ static int ocl_enqueue(rt_dev *d, enum ocl_kernel k, size_t groups)
 {
     struct ocl_dev *o = ocl(d);
     size_t local = o->wg[k], global = groups * local;
+    double t0 = ocl_prof_begin(d);
     cl_int err = clEnqueueNDRangeKernel(o->queue, o->k[k], 1, NULL, &global, &local, 0, NULL, NULL);
+    ocl_prof_end(d, t0, ocl_kernel_names[k]);
     if (err != CL_SUCCESS) {
         char what[64];
         snprintf(what, sizeof what, "running kernel %s", ocl_kernel_names[k]);
@@ -669,6 +754,30 @@ static int ocl_blast_status(CLBlastStatusCode st, const char *what)
     return ocl_status((cl_int)st, what);
 }
 
+/* RT_GM in elementwise.cl */
+#define OCL_GEMM_ROWS 8
+
+/* ragtag's own GEMM kernels (kernels/elementwise.cl) instead of CLBlast:
+ * on CPU devices, where CLBlast's GPU-shaped kernels are slow at every
+ * shape a layer makes, for every transpose but A^T B^T, while indices fit
+ * in an int. RAGTAG_OPENCL_GEMM=own|clblast forces a choice (tests). */
+static bool ocl_own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, int lda, int ldb,
+                         int ldc)
+{
+    if (ta && tb)
+        return false;
+    const double lim = 2147483647.0 - 64.0;
+    if ((double)(ta ? k : m) * lda > lim || (double)(tb ? n : k) * ldb > lim ||
+        (double)m * ldc > lim)
+        return false;
+    const char *env = getenv("RAGTAG_OPENCL_GEMM");
+    if (env && strcmp(env, "own") == 0)
+        return true;
+    if (env && strcmp(env, "clblast") == 0)
+        return false;
+    return ocl(d)->sh->is_cpu;
+}
+
 int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_view a, int lda,
               rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
@@ -680,6 +789,30 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
         return ocl_run_n(d, OCL_K_scale_block, (size_t)m, "iiifv", m, n, ldc, (double)beta, c);
     }
     struct ocl_dev *o = ocl(d);
+    double t0 = ocl_prof_begin(d);
+    if (ocl_own_gemm(d, ta, tb, m, n, k, lda, ldb, ldc)) {
+        int rc;
+        /* neighbouring work-items share rows of A (column block fastest),
+         * so B streams once per row block, or share B (row block fastest),
+         * so A streams once per column block: the smaller traffic wins */
+        const int tr = tb ? 4 : OCL_GEMM_ROWS, tc = tb ? 4 : 32;
+        const double nrb = (double)((m + tr - 1) / tr), ncb = (double)((n + tc - 1) / tc);
+        const int rowfast = (double)m * k * ncb < (double)k * n * nrb;
+        const size_t items = (size_t)nrb * (size_t)ncb;
+        if (!tb) /* op(A)[i][kk] = A[i*sai + kk*sak] */
+            rc = ocl_run_n(d, OCL_K_gemm_rows, items, "iiifiivvifvii", m, n, k, (double)alpha,
+                           ta ? 1 : lda, ta ? lda : 1, a, b, ldb, (double)beta, c, ldc, rowfast);
+        else
+            rc = ocl_run_n(d, OCL_K_gemm_dots, items, "iiifvivifvii", m, n, k, (double)alpha, a,
+                           lda, b, ldb, (double)beta, c, ldc, rowfast);
+        if (t0 != 0.0) {
+            char name[48];
+            snprintf(name, sizeof name, "own sgemm %c%c %dx%dx%d", ta ? 'T' : 'N', tb ? 'T' : 'N',
+                     m, n, k);
+            ocl_prof_end(d, t0, name);
+        }
+        return rc;
+    }
     /* CLBlast does not read C when beta == 0 (NaNs vanish), as the
      * contract asks; tests/test_backend_ops.c checks it. */
     CLBlastStatusCode st = CLBlastSgemm(
@@ -687,6 +820,11 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
         tb ? CLBlastTransposeYes : CLBlastTransposeNo, (size_t)m, (size_t)n, (size_t)k, alpha,
         ocl_mem(a), a.off, (size_t)lda, ocl_mem(b), b.off, (size_t)ldb, beta, ocl_mem(c), c.off,
         (size_t)ldc, &o->queue, NULL);
+    if (t0 != 0.0) {
+        char name[48];
+        snprintf(name, sizeof name, "sgemm %c%c %dx%dx%d", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k);
+        ocl_prof_end(d, t0, name);
+    }
     return ocl_blast_status(st, "CLBlast SGEMM");
 }
 

@@ -2,6 +2,7 @@
  * built as one program, in the order of OPENCL_KERNELS in Makefile.am, with
  *   -DRT_FP64=1|0   the device has cl_khr_fp64: reductions accumulate in
  *                   double, like the cpu backend, else in float.
+ *   -DRT_FMA=1|0    the device has fused multiply-add in hardware.
  *
  * Conventions: a view is a global pointer plus an element offset (ulong),
  * added on entry. Three kinds of kernel (OCL_KERNELS in ocl-impl.h): one
@@ -17,6 +18,16 @@
 typedef double acc_t;
 #else
 typedef float acc_t;
+#endif
+
+/* a*b + c for the sums of products of the convolutions (whose bounds allow
+ * either rounding): one fused instruction where the device has it in
+ * hardware (-DRT_FMA=1, from CL_FP_FMA), else a multiply and an add — never
+ * a slow software fma. */
+#if RT_FMA
+#define RT_MAD(a, b, c) fma(a, b, c)
+#else
+#define RT_MAD(a, b, c) ((a) * (b) + (c))
 #endif
 
 /* Largest work-group of the reduction kernels (OCL_RED on the host). */

@@ -91,3 +91,242 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
     for (int i = 0; i < p; i++)
         b[i] = a[i];
 }
+
+/* ---- direct convolution for CPU devices (PoCL) --------------------------------------
+ * Stride-1 convolutions without a column matrix or a skinny GEMM. Every
+ * work-item owns a register tile of explicit float16 vectors, which PoCL
+ * compiles to whole SIMD registers; the loops run over contiguous memory.
+ * The input is first copied into a zero-padded layout ("packed": planes of
+ * pr rows of wp floats, plane stride ps, with spare zero rows at the end),
+ * so that no load needs a bounds test: lanes past a row's end read the next
+ * row or the spare rows, and their results are never stored.
+ *   forward     y  = direct(pack(x, pad), w)
+ *   bwd-data    dx = direct(pack(dy, r-1-pad), w flipped and transposed)
+ *   bwd-filter  dw = sum over images of pack(dy) (.) shifted pack(x),
+ *               as flat dot products over the packed planes. */
+
+#define RT_V 16  /* floats per vector: float16 */
+#define RT_KT 8  /* output channels per work-item of the direct kernel */
+
+/* Row kernel: row `row` of packed plane `p`: dst[p*ps + row*wp + 0..wp) is
+ * src plane p (h x w) shifted to (top, left), zeros around it. The last row's
+ * work-item also zeros the plane's tail [pr*wp, ps). */
+kernel void rt_conv_pack(ulong rows, int h, int w, int top, int left, int pr, int wp, int ps,
+                         global const float *src, ulong so, global float *dst, ulong dso)
+{
+    RT_ELEM(t, rows);
+    const ulong p = t / pr;
+    const int row = (int)(t % pr), iy = row - top;
+    global float *d = dst + dso + p * ps + (ulong)row * wp;
+    const float16 z = (float16)0.0f;
+    if (iy < 0 || iy >= h) {
+        int j = 0;
+        for (; j + 16 <= wp; j += 16)
+            vstore16(z, 0, d + j);
+        for (; j < wp; j++)
+            d[j] = 0.0f;
+    } else {
+        global const float *s = src + so + (p * h + iy) * w;
+        for (int j = 0; j < left; j++)
+            d[j] = 0.0f;
+        global float *e = d + left;
+        int j = 0;
+        for (; j + 16 <= w; j += 16)
+            vstore16(vload16(0, s + j), 0, e + j);
+        for (; j < w; j++)
+            e[j] = s[j];
+        for (j = left + w; j < wp; j++)
+            d[j] = 0.0f;
+    }
+    if (row == pr - 1)
+        for (int j = pr * wp; j < ps; j++)
+            dst[dso + p * ps + j] = 0.0f;
+}
+
+/* Element kernel: the direct kernel's weights, wt[kb][ch][i][j][q] =
+ * w'[kb*RT_KT + q][ch][i][j] (zero for channels past ko), where
+ * w' = w (flip 0) or w with k and c swapped and the window flipped (flip 1,
+ * the backward-data convolution). ko, ci: output and input channels of w'. */
+kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, global const float *w,
+                          ulong wo, global float *wt, ulong wto)
+{
+    RT_ELEM(e, n);
+    const int q = (int)(e % RT_KT);
+    ulong u = e / RT_KT;
+    const int j = (int)(u % s);
+    u /= s;
+    const int i = (int)(u % r);
+    u /= r;
+    const int ch = (int)(u % ci), kk = (int)(u / ci) * RT_KT + q;
+    float v = 0.0f;
+    if (kk < ko)
+        v = flip ? w[wo + (((ulong)ch * ko + kk) * r + (r - 1 - i)) * s + (s - 1 - j)]
+                 : w[wo + (((ulong)kk * ci + ch) * r + i) * s + j];
+    wt[wto + e] = v;
+}
+
+/* Store the first n (0..16) lanes of v at p. */
+void rt_vstore_part(float16 v, int n, global float *p)
+{
+    if (n >= 16) {
+        vstore16(v, 0, p);
+        return;
+    }
+    float8 a = v.lo;
+    if (n & 8) {
+        vstore8(a, 0, p);
+        p += 8;
+        a = v.hi;
+    }
+    float4 b = a.lo;
+    if (n & 4) {
+        vstore4(b, 0, p);
+        p += 4;
+        b = a.hi;
+    }
+    float2 c = b.lo;
+    if (n & 2) {
+        vstore2(c, 0, p);
+        p += 2;
+        c = b.hi;
+    }
+    if (n & 1)
+        p[0] = c.x;
+}
+
+/* y[ni][k][oy][ox] = sum_{ch,i,j} w[k][ch][i][j] * xp[ni][ch][oy+i][ox+j]
+ * (stride 1; xp packed, planes of pr x wp at stride ps; wt from
+ * rt_conv_wpack). One work-item: output rows oy, oy+1, columns ox..ox+15,
+ * channels k0..k0+7: 16 vector accumulators. Work-item order: channel
+ * block fastest, then column segment, row pair, image, so that neighbours
+ * share their input rows. */
+kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int ps, int oh,
+                           int ow, int nseg, int nkb, global const float *xp, ulong xpo,
+                           global const float *wt, ulong wto, global float *y, ulong yo)
+{
+    RT_ELEM(t, items);
+    const int kb = (int)(t % nkb);
+    ulong u = t / nkb;
+    const int seg = (int)(u % nseg);
+    u /= nseg;
+    const int pairs = (oh + 1) / 2;
+    const int oy = (int)(u % pairs) * 2;
+    const ulong ni = u / pairs;
+    const int ox = seg * RT_V, k0 = kb * RT_KT;
+    global const float *xb = xp + xpo + ni * c * ps + (ulong)oy * wp + ox;
+    global const float *wb = wt + wto + (ulong)kb * c * r * s * RT_KT;
+    float16 a0[RT_KT], a1[RT_KT];
+#pragma unroll
+    for (int q = 0; q < RT_KT; q++)
+        a0[q] = a1[q] = (float16)0.0f;
+    for (int ch = 0; ch < c; ch++) {
+        for (int i = 0; i < r; i++) {
+            global const float *x0 = xb + (ulong)ch * ps + i * wp;
+            for (int j = 0; j < s; j++) {
+                const float16 v0 = vload16(0, x0 + j), v1 = vload16(0, x0 + wp + j);
+#pragma unroll
+                for (int q = 0; q < RT_KT; q++) {
+                    /* a broadcast load per weight, not a shuffle of a vector
+                     * load: the shuffle port is the FMA port on x86 */
+                    const float16 wv = (float16)wb[q];
+                    a0[q] = RT_MAD(wv, v0, a0[q]);
+                    a1[q] = RT_MAD(wv, v1, a1[q]);
+                }
+                wb += RT_KT;
+            }
+        }
+    }
+    const int nv = min(ow - ox, RT_V);
+    const bool second = oy + 1 < oh;
+#pragma unroll
+    for (int q = 0; q < RT_KT; q++) {
+        if (k0 + q >= k)
+            break;
+        global float *yp = y + yo + ((ni * k + k0 + q) * oh + oy) * ow + ox;
+        rt_vstore_part(a0[q], nv, yp);
+        if (second)
+            rt_vstore_part(a1[q], nv, yp + ow);
+    }
+}
+
+/* Partial filter gradients of one group of images, by flat dot products:
+ * part[g][k][ch][i][j] = sum over images ni of group g, and q < dps, of
+ * dyp[ni][k][q] * xp[ni][ch][i*wp + j + q], where dyp holds dy in rows of
+ * wp (zeros past ow and past oh*wp: those lanes add nothing). One work-item:
+ * KT channels x SJ window columns of one (ch, i), for every j0 = 0, SJ, ..
+ * (columns past s computed on a duplicate and not stored). Work-item order:
+ * channel block fastest, then ch, i, group. */
+#define RT_CONV_BWDF(NAME, SJ, KT)                                                          \
+    kernel void NAME(ulong items, int per, int n, int c, int k, int r, int s, int wp, int ps,  \
+                     int dps, int nkb, global const float *xp, ulong xpo,                   \
+                     global const float *dyp, ulong dyo, global float *part, ulong po)      \
+    {                                                                                       \
+        RT_ELEM(t, items);                                                                  \
+        const int kb = (int)(t % nkb);                                                      \
+        ulong u = t / nkb;                                                                  \
+        const int ch = (int)(u % c);                                                        \
+        u /= c;                                                                             \
+        const int i = (int)(u % r), g = (int)(u / r);                                       \
+        const int n0 = g * per, n1 = min(n, n0 + per), k0 = kb * KT;                        \
+        int dq[KT];                                                                         \
+        _Pragma("unroll")                                                                   \
+        for (int q = 0; q < KT; q++)                                                        \
+            dq[q] = min(k0 + q, k - 1) * dps;                                               \
+        for (int j0 = 0; j0 < s; j0 += SJ) {                                                \
+            int jj[SJ];                                                                     \
+            _Pragma("unroll")                                                               \
+            for (int j = 0; j < SJ; j++)                                                    \
+                jj[j] = i * wp + min(j0 + j, s - 1);                                        \
+            float16 acc[KT][SJ];                                                            \
+            _Pragma("unroll")                                                               \
+            for (int q = 0; q < KT; q++)                                                    \
+                _Pragma("unroll")                                                           \
+                for (int j = 0; j < SJ; j++)                                                \
+                    acc[q][j] = (float16)0.0f;                                              \
+            for (int ni = n0; ni < n1; ni++) {                                              \
+                global const float *xr = xp + xpo + ((ulong)ni * c + ch) * ps;              \
+                global const float *dr = dyp + dyo + (ulong)ni * k * dps;                   \
+                for (int p = 0; p < dps; p += RT_V) {                                       \
+                    float16 xv[SJ];                                                         \
+                    _Pragma("unroll")                                                       \
+                    for (int j = 0; j < SJ; j++)                                            \
+                        xv[j] = vload16(0, xr + jj[j] + p);                                 \
+                    _Pragma("unroll")                                                       \
+                    for (int q = 0; q < KT; q++) {                                          \
+                        const float16 dv = vload16(0, dr + dq[q] + p);                      \
+                        _Pragma("unroll")                                                   \
+                        for (int j = 0; j < SJ; j++)                                        \
+                            acc[q][j] = RT_MAD(dv, xv[j], acc[q][j]);                       \
+                    }                                                                       \
+                }                                                                           \
+            }                                                                               \
+            _Pragma("unroll")                                                               \
+            for (int q = 0; q < KT; q++)                                                    \
+                _Pragma("unroll")                                                           \
+                for (int j = 0; j < SJ; j++) {                                              \
+                    const float16 a = acc[q][j];                                            \
+                    const float8 h8 = a.lo + a.hi;                                          \
+                    const float4 h4 = h8.lo + h8.hi;                                        \
+                    const float2 h2 = h4.lo + h4.hi;                                        \
+                    if (k0 + q < k && j0 + j < s)                                           \
+                        part[po + (((ulong)g * k + k0 + q) * c + ch) * r * s + i * s + j0 + \
+                             j] = h2.x + h2.y;                                              \
+                }                                                                           \
+        }                                                                                   \
+    }
+
+RT_CONV_BWDF(rt_conv_bwdf3, 3, 8)
+RT_CONV_BWDF(rt_conv_bwdf5, 5, 4)
+RT_CONV_BWDF(rt_conv_bwdf4, 4, 4)
+
+/* Element kernel: dw[e] (+)= the sum of the groups' partials, in group
+ * order (a fixed order: a run repeats exactly). */
+kernel void rt_conv_bwdf_sum(ulong n, int groups, int add, global const float *part, ulong po,
+                             global float *dw, ulong dwo)
+{
+    RT_ELEM(e, n);
+    float v = add ? dw[dwo + e] : 0.0f;
+    for (int g = 0; g < groups; g++)
+        v += part[po + (ulong)g * n + e];
+    dw[dwo + e] = v;
+}

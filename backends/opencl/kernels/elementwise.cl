@@ -83,6 +83,27 @@ kernel void rt_act_bwd(int kind, float alpha, ulong n, global const float *x, ul
     dx[dxo + i] = r;
 }
 
+/* Identity, relu and leaky without the transcendental cases: loops of
+ * selects that PoCL vectorises across work-items (rt_act_fwd's calls to
+ * exp and tanh keep it scalar). The same results as rt_act_fwd/bwd. */
+kernel void rt_act_fwd_lin(int kind, float alpha, ulong n, global const float *x, ulong xo,
+                           global float *y, ulong yo)
+{
+    RT_ELEM(i, n);
+    const float v = x[xo + i];
+    const float neg = kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? alpha * v : v;
+    y[yo + i] = v > 0.0f ? v : neg;
+}
+
+kernel void rt_act_bwd_lin(int kind, float alpha, ulong n, global const float *x, ulong xo,
+                           global const float *dy, ulong dyo, global float *dx, ulong dxo)
+{
+    RT_ELEM(i, n);
+    const float g = dy[dyo + i];
+    const float neg = kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? alpha * g : g;
+    dx[dxo + i] = x[xo + i] > 0.0f ? g : neg;
+}
+
 /* rt_dropout_keep() of backends/backend.h, in OpenCL C: the same 64-bit
  * hash, so every backend draws the same mask. */
 bool rt_dropout_keep(ulong seed, ulong i, float rate)
@@ -165,4 +186,178 @@ kernel void rt_sumsq_part(ulong n, global const float *x, ulong xo, global acc_t
     s = rt_group_sum(scratch, s);
     if (get_local_id(0) == 0)
         part[g] = s;
+}
+
+/* ---- GEMM for CPU devices --------------------------------------------------------------
+ * CLBlast's kernels are shaped for GPUs; on PoCL they reach 5-17 GFLOP/s at
+ * a dense layer's shapes (64 rows). These two hold a register tile of
+ * float16 vectors per work-item instead (backends/opencl/opencl.c picks
+ * them on CPU devices). C = alpha*op(A)*op(B) + beta*C, row-major; beta == 0
+ * does not read C. Rows and columns past the edges are computed on clamped
+ * (duplicate) indices and not stored; tails along the vector are loaded
+ * lane by lane, never past the matrix. */
+
+/* The first n (0..16) floats at p, zeros after. */
+float16 rt_vload_part(int n, global const float *p)
+{
+    if (n >= 16)
+        return vload16(0, p);
+    float t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = i < n ? p[i] : 0.0f;
+    return vload16(0, t);
+}
+
+/* Store lanes [0, n) of v at p. */
+void rt_vstore_n(float16 v, int n, global float *p)
+{
+    if (n >= 16) {
+        vstore16(v, 0, p);
+        return;
+    }
+    float t[16];
+    vstore16(v, 0, t);
+    for (int i = 0; i < n; i++)
+        p[i] = t[i];
+}
+
+/* C row = alpha*acc (+ beta*C). */
+void rt_gemm_put(float16 acc, int nv, float alpha, float beta, global float *c)
+{
+    float16 v = alpha * acc;
+    if (beta != 0.0f)
+        v += beta * rt_vload_part(nv, c);
+    rt_vstore_n(v, nv, c);
+}
+
+#define RT_GM 8 /* rows per work-item of rt_gemm_rows */
+
+/* op(B) not transposed: vectors along C's rows. One work-item: RT_GM rows x
+ * 32 columns. op(A)[i][kk] = A[i*sai + kk*sak]. Work-items: column block
+ * fastest, then row block, or the other way round (rowfast): neighbours
+ * then share a panel of B rather than rows of A (the host picks whichever
+ * streams less). */
+kernel void rt_gemm_rows(int m, int n, int k, float alpha, int sai, int sak,
+                         global const float *a, ulong ao, global const float *b, ulong bo,
+                         int ldb, float beta, global float *c, ulong co, int ldc, int rowfast)
+{
+    const int ncb = (n + 31) / 32, nrb = (m + RT_GM - 1) / RT_GM;
+    const ulong t = get_global_id(0);
+    if (t >= (ulong)ncb * nrb)
+        return;
+    const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 32;
+    const int i0 = (int)(rowfast ? t % nrb : t / ncb) * RT_GM;
+    a += ao;
+    b += bo + j0;
+    int ro[RT_GM];
+#pragma unroll
+    for (int r = 0; r < RT_GM; r++)
+        ro[r] = min(i0 + r, m - 1) * sai;
+    float16 p[RT_GM], q[RT_GM];
+#pragma unroll
+    for (int r = 0; r < RT_GM; r++)
+        p[r] = q[r] = (float16)0.0f;
+    const int nv = min(n - j0, 32);
+    if (nv == 32) {
+        for (int kk = 0; kk < k; kk++) {
+            global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;
+            const float16 b0 = vload16(0, bk), b1 = vload16(0, bk + 16);
+#pragma unroll
+            for (int r = 0; r < RT_GM; r++) {
+                const float16 av = (float16)ak[ro[r]];
+                p[r] = RT_MAD(av, b0, p[r]);
+                q[r] = RT_MAD(av, b1, q[r]);
+            }
+        }
+    } else {
+        for (int kk = 0; kk < k; kk++) {
+            global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;
+            const float16 b0 = rt_vload_part(nv, bk), b1 = rt_vload_part(nv - 16, bk + 16);
+#pragma unroll
+            for (int r = 0; r < RT_GM; r++) {
+                const float16 av = (float16)ak[ro[r]];
+                p[r] = RT_MAD(av, b0, p[r]);
+                q[r] = RT_MAD(av, b1, q[r]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RT_GM; r++) {
+        if (i0 + r < m) {
+            global float *cr = c + co + (ulong)(i0 + r) * ldc + j0;
+            rt_gemm_put(p[r], nv, alpha, beta, cr);
+            if (nv > 16)
+                rt_gemm_put(q[r], nv - 16, alpha, beta, cr + 16);
+        }
+    }
+}
+
+/* A not transposed, B transposed: dot products along k. One work-item:
+ * 4 x 4 entries of C, 16 vector accumulators. Work-item order as in
+ * rt_gemm_rows. */
+kernel void rt_gemm_dots(int m, int n, int k, float alpha, global const float *a, ulong ao,
+                         int lda, global const float *b, ulong bo, int ldb, float beta,
+                         global float *c, ulong co, int ldc, int rowfast)
+{
+    const int ncb = (n + 3) / 4, nrb = (m + 3) / 4;
+    const ulong t = get_global_id(0);
+    if (t >= (ulong)ncb * nrb)
+        return;
+    const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 4;
+    const int i0 = (int)(rowfast ? t % nrb : t / ncb) * 4;
+    global const float *a0 = a + ao + (ulong)min(i0, m - 1) * lda;
+    global const float *a1 = a + ao + (ulong)min(i0 + 1, m - 1) * lda;
+    global const float *a2 = a + ao + (ulong)min(i0 + 2, m - 1) * lda;
+    global const float *a3 = a + ao + (ulong)min(i0 + 3, m - 1) * lda;
+    global const float *b0 = b + bo + (ulong)min(j0, n - 1) * ldb;
+    global const float *b1 = b + bo + (ulong)min(j0 + 1, n - 1) * ldb;
+    global const float *b2 = b + bo + (ulong)min(j0 + 2, n - 1) * ldb;
+    global const float *b3 = b + bo + (ulong)min(j0 + 3, n - 1) * ldb;
+    float16 s[16];
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+        s[e] = (float16)0.0f;
+    int kk = 0;
+#define RT_DOTS_STEP(LOAD)                                                                  \
+    {                                                                                       \
+        const float16 x0 = LOAD(a0), x1 = LOAD(a1), x2 = LOAD(a2), x3 = LOAD(a3);           \
+        const float16 y0 = LOAD(b0), y1 = LOAD(b1), y2 = LOAD(b2), y3 = LOAD(b3);           \
+        s[0] = RT_MAD(x0, y0, s[0]);                                                        \
+        s[1] = RT_MAD(x0, y1, s[1]);                                                        \
+        s[2] = RT_MAD(x0, y2, s[2]);                                                        \
+        s[3] = RT_MAD(x0, y3, s[3]);                                                        \
+        s[4] = RT_MAD(x1, y0, s[4]);                                                        \
+        s[5] = RT_MAD(x1, y1, s[5]);                                                        \
+        s[6] = RT_MAD(x1, y2, s[6]);                                                        \
+        s[7] = RT_MAD(x1, y3, s[7]);                                                        \
+        s[8] = RT_MAD(x2, y0, s[8]);                                                        \
+        s[9] = RT_MAD(x2, y1, s[9]);                                                        \
+        s[10] = RT_MAD(x2, y2, s[10]);                                                      \
+        s[11] = RT_MAD(x2, y3, s[11]);                                                      \
+        s[12] = RT_MAD(x3, y0, s[12]);                                                      \
+        s[13] = RT_MAD(x3, y1, s[13]);                                                      \
+        s[14] = RT_MAD(x3, y2, s[14]);                                                      \
+        s[15] = RT_MAD(x3, y3, s[15]);                                                      \
+    }
+#define RT_LOAD_FULL(p) vload16(0, (p) + kk)
+#define RT_LOAD_TAIL(p) rt_vload_part(k - kk, (p) + kk)
+    for (; kk + 16 <= k; kk += 16)
+        RT_DOTS_STEP(RT_LOAD_FULL)
+    if (kk < k)
+        RT_DOTS_STEP(RT_LOAD_TAIL)
+#undef RT_LOAD_FULL
+#undef RT_LOAD_TAIL
+#undef RT_DOTS_STEP
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+        const int i = i0 + e / 4, j = j0 + e % 4;
+        const float8 h8 = s[e].lo + s[e].hi;
+        const float4 h4 = h8.lo + h8.hi;
+        const float2 h2 = h4.lo + h4.hi;
+        if (i < m && j < n) {
+            global float *cp = c + co + (ulong)i * ldc + j;
+            const float v = alpha * (h2.x + h2.y);
+            *cp = beta != 0.0f ? v + beta * *cp : v;
+        }
+    }
 }

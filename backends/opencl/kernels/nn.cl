@@ -49,6 +49,113 @@ kernel void rt_bias_grad(int n, int c, int hw, global const float *dy, ulong dyo
         db[dbo + j] = (float)s;
 }
 
+/* For CPU devices, one work-item per channel (kind S: small groups), each
+ * summing its n planes with vector loads; double accumulators where the
+ * device has them, like rt_bias_grad. */
+#if RT_FP64
+typedef double8 acc8_t;
+#define rt_convert_acc8 convert_double8
+#else
+typedef float8 acc8_t;
+#define rt_convert_acc8 convert_float8
+#endif
+
+kernel void rt_bias_grad_cpu(int n, int c, int hw, global const float *dy, ulong dyo,
+                             global float *db, ulong dbo)
+{
+    RT_ELEM(j, c);
+    acc8_t s8 = (acc8_t)0;
+    acc_t s = 0;
+    for (int i = 0; i < n; i++) {
+        global const float *p = dy + dyo + ((ulong)i * c + j) * hw;
+        int k = 0;
+        for (; k + 8 <= hw; k += 8)
+            s8 += rt_convert_acc8(vload8(0, p + k));
+        for (; k < hw; k++)
+            s += p[k];
+    }
+    const acc_t t = ((s8.s0 + s8.s1) + (s8.s2 + s8.s3)) + ((s8.s4 + s8.s5) + (s8.s6 + s8.s7));
+    db[dbo + j] = (float)(s + t);
+}
+
+/* 2x2 max pooling with stride 2 on planes that the windows tile exactly
+ * (h = 2*oh, w = 2*ow), for CPU devices: one work-item per output row,
+ * 8 windows per step as float16 vectors (even and odd lanes), the last
+ * partial step loaded lane by lane. The arg-max rule of rt_pool_argmax:
+ * the first maximal element in row-major order (strict '>'). */
+kernel void rt_maxpool2_fwd(ulong rows, int ow, global const float *x, ulong xo, global float *y,
+                            ulong yo)
+{
+    RT_ELEM(t, rows);
+    global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
+    global float *yr = y + yo + t * ow;
+    for (int ox = 0; ox < ow; ox += 8) {
+        const int nv = min(ow - ox, 8);
+        const float16 u = rt_vload_part(2 * nv, r0 + 2 * ox), v = rt_vload_part(2 * nv, r1 + 2 * ox);
+        float8 b = u.even;
+        b = select(b, u.odd, u.odd > b);
+        b = select(b, v.even, v.even > b);
+        b = select(b, v.odd, v.odd > b);
+        if (nv == 8) {
+            vstore8(b, 0, yr + ox);
+        } else {
+            float tb[8];
+            vstore8(b, 0, tb);
+            for (int i = 0; i < nv; i++)
+                yr[ox + i] = tb[i];
+        }
+    }
+}
+
+/* dx of rt_maxpool2_fwd: each window's arg-max gets dy, the rest zeros. */
+kernel void rt_maxpool2_bwd(ulong rows, int ow, global const float *x, ulong xo,
+                            global const float *dy, ulong dyo, global float *dx, ulong dxo)
+{
+    RT_ELEM(t, rows);
+    global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
+    global const float *g = dy + dyo + t * ow;
+    global float *d0 = dx + dxo + t * 4 * ow, *d1 = d0 + 2 * ow;
+    const uint16 mix = (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    for (int ox = 0; ox < ow; ox += 8) {
+        const int nv = min(ow - ox, 8);
+        const float16 u = rt_vload_part(2 * nv, r0 + 2 * ox), v = rt_vload_part(2 * nv, r1 + 2 * ox);
+        float8 gv;
+        if (nv == 8) {
+            gv = vload8(0, g + ox);
+        } else {
+            float tg[8];
+            for (int i = 0; i < 8; i++)
+                tg[i] = i < nv ? g[ox + i] : 0.0f;
+            gv = vload8(0, tg);
+        }
+        float8 b = u.even;
+        int8 idx = (int8)0;
+        int8 m = u.odd > b;
+        b = select(b, u.odd, m);
+        idx = select(idx, (int8)1, m);
+        m = v.even > b;
+        b = select(b, v.even, m);
+        idx = select(idx, (int8)2, m);
+        m = v.odd > b;
+        idx = select(idx, (int8)3, m);
+        const float8 z = (float8)0.0f;
+        const float16 o0 = shuffle2(select(z, gv, idx == 0), select(z, gv, idx == 1), mix);
+        const float16 o1 = shuffle2(select(z, gv, idx == 2), select(z, gv, idx == 3), mix);
+        if (nv == 8) {
+            vstore16(o0, 0, d0 + 2 * ox);
+            vstore16(o1, 0, d1 + 2 * ox);
+        } else {
+            float t0[16], t1[16];
+            vstore16(o0, 0, t0);
+            vstore16(o1, 0, t1);
+            for (int i = 0; i < 2 * nv; i++) {
+                d0[2 * ox + i] = t0[i];
+                d1[2 * ox + i] = t1[i];
+            }
+        }
+    }
+}
+
 /* Pooling modes: enum rt_pool_mode. Windows are clipped to the input; max
  * takes the FIRST maximal element in row-major order (strict '>'), average
  * divides by the full window area r*s. */
