@@ -29,7 +29,13 @@ static void base_config(struct rt_train_config *c, const char *dir)
     c->batch = 32;
     c->threads = 1;
     c->seed = 7;
+    /* plain SGD whatever the file's recipe, so the test's numbers stay put */
+    c->optim.kind = RT_OPT_SGD;
     c->optim.lr = 0.02f;
+    c->optim.momentum = 0.9f;
+    c->optim.weight_decay = 0.0f;
+    c->optim.schedule = RT_SCHED_CONSTANT;
+    c->warmup_epochs = 0.0f;
     c->progress = RT_PROGRESS_OFF;
     if (dir) {
         snprintf(c->checkpoint_dir, sizeof c->checkpoint_dir, "%s", dir);
