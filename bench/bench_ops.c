@@ -5,6 +5,7 @@
  *
  *   bench/bench_ops [backend [threads...]]     default: cpu 1 2
  *   BENCH_ONLY=seedcnn bench/bench_ops        only the conv layers so named
+ *                                             (also lenet, c64)
  *   BENCH_ONLY=step bench/bench_ops           only whole training steps
  *   BENCH_ONLY=sgemm bench/bench_ops          only SGEMM
  *
@@ -174,6 +175,7 @@ static void bench_layers(rt_dev *d, int threads)
         {"lenet conv2 ", 6, 14, 16, 5, 0},
         {"seedcnn conv1", 1, 28, 32, 3, 0},
         {"seedcnn conv2", 32, 26, 32, 3, 0},
+        {"3x3 c64 pad1 ", 64, 14, 64, 3, 1}, /* a deeper net's layer (Winograd) */
     };
     static const char *what[] = {"fwd", "bwd-data", "bwd-filter"};
     const char *only = getenv("BENCH_ONLY"); /* e.g. BENCH_ONLY=seedcnn */

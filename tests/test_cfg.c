@@ -189,13 +189,13 @@ static void test_examples(void **state)
 
 static void test_train_options(void **state)
 {
-    rt_model *m = load_example("lenet.cfg", 2);
+    rt_model *m = load_example("seedcnn.cfg", 2);
     int n = rt_model_train_option_count(m);
     assert_int_equal(n, 5);
     struct rt_train_option o = rt_model_train_option(m, 0);
     assert_string_equal(o.key, "epochs");
     assert_string_equal(o.value, "10");
-    assert_non_null(strstr(o.file, "examples/lenet.cfg"));
+    assert_non_null(strstr(o.file, "examples/seedcnn.cfg"));
     assert_int_equal(o.line, 10);
     o = rt_model_train_option(m, 4);
     assert_string_equal(o.key, "momentum");

@@ -372,6 +372,17 @@ static void test_conv(void **state)
         conv_make(2, 2, 5, 12, 3, 2, 4, 1, 1, 1, 3),   /* pad_w = s - 1 */
         conv_make(2, 2, 5, 5, 2, 2, 2, 1, 1, 3, 3),    /* pad > kernel */
         conv_make(2, 32, 12, 12, 8, 3, 3, 1, 1, 1, 1), /* many channels */
+        /* 3x3 stride 1 with c, k >= 8: the Winograd F(2x2,3x3) path */
+        conv_make(3, 32, 26, 26, 32, 3, 3, 1, 1, 0, 0), /* seedcnn conv2 */
+        conv_make(1, 8, 7, 9, 8, 3, 3, 1, 1, 1, 1),     /* n = 1, odd oh and ow */
+        conv_make(4, 9, 5, 6, 11, 3, 3, 1, 1, 0, 0),    /* odd oh, even ow, odd c, k */
+        conv_make(2, 16, 8, 8, 8, 3, 3, 1, 1, 2, 2),    /* pad 2: outputs at the rim */
+        conv_make(3, 8, 10, 7, 16, 3, 3, 1, 1, 0, 1),   /* pad in w only */
+        conv_make(5, 12, 4, 11, 9, 3, 3, 1, 1, 1, 0),   /* pad in h only */
+        conv_make(2, 8, 4, 4, 8, 3, 3, 1, 1, 0, 0),     /* 2x2 output: one tile */
+        conv_make(7, 10, 35, 33, 12, 3, 3, 1, 1, 1, 1), /* rows of more than 16 tiles */
+        conv_make(2, 8, 5, 5, 8, 3, 3, 1, 1, 4, 3),     /* pad > kernel */
+        conv_make(7, 8, 20, 20, 8, 3, 3, 1, 1, 0, 0),   /* 3-image chunks, last one short */
     };
     for (int t = 0; t < N_THREADS; t++) {
         rt_dev *d = open_dev(thread_counts[t]);

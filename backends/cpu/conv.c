@@ -1,4 +1,6 @@
-/* conv.c — the cpu backend's 2-D convolution: im2col + SGEMM.
+/* conv.c — the cpu backend's 2-D convolution: im2col + SGEMM, and
+ * Winograd F(2x2, 3x3) for 3x3 stride-1 layers with 8+ channels in and out
+ * (see "Winograd" below; it halves seedcnn conv2's time).
  *
  * Per image n (x_n is c x h x w, y_n is k x oh*ow, col is c*r*s x oh*ow):
  *   forward      col = im2col(x_n);      y_n   = W[k x crs] * col
@@ -116,11 +118,17 @@ static int conv_groups(int nt, const struct rt_conv_shape *s)
     return s->n < per * nt ? s->n : per * nt;
 }
 
-/* Workspace: one slice per thread, then one partial dW^T per group. */
+static bool wino_ok(int nt, const struct rt_conv_shape *s);
+static size_t wino_workspace(int nt, const struct rt_conv_shape *s);
+
+/* Workspace: one slice per thread, then one partial dW^T per group (or the
+ * Winograd path's, below). */
 size_t cpu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
 {
-    const struct conv_layout l = conv_layout(s);
     const int nt = cpu_nt(d);
+    if (wino_ok(nt, s))
+        return wino_workspace(nt, s);
+    const struct conv_layout l = conv_layout(s);
     return (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.part);
 }
 
@@ -366,6 +374,581 @@ static void reduce_dw(const struct rt_conv_shape *s, const float *parts, size_t 
     }
 }
 
+/* ---- Winograd F(2x2, 3x3) ------------------------------------------------------
+ * A 3x3, stride-1 convolution with enough channels on both sides runs as
+ * Winograd's minimal filtering F(2x2, 3x3) (Lavin & Gray, 2016): the output
+ * is cut into 2x2 tiles, tile (a, b) reading the 4x4 input patch at padded
+ * position (2a, 2b), and
+ *   forward      y_tile = A^T [ U ⊙ V ] A,  U = G g G^T,  V = B^T d B
+ * with the sum over input channels inside the product: for each of the 16
+ * transformed positions xi, M[xi] (k x tiles) = U[xi] (k x c) * V[xi]
+ * (c x tiles), a GEMM with all the tiles of a chunk of images as columns.
+ * That is 16 multiplies per 4 outputs where direct convolution needs 36.
+ * The two backward ops are the exact derivatives of that computation:
+ *   bwd-data     dM = A dy_tile A^T;  dV[xi] = U[xi]^T dM[xi];
+ *                dx += B dV B^T scattered over the overlapping patches
+ *   bwd-filter   dU[xi] = sum over tiles of dM[xi] V[xi]^T;  dw = G^T dU G
+ * Outputs past oh x ow (odd sizes) have dy = 0, and patch reads past the
+ * padded input are zeros, so any size and padding works. The transforms
+ * only add, subtract and halve: the float32 error stays close to that of
+ * the direct sum (tests/test_cpu_ops.c holds it to 1e-5 relative).
+ *
+ * Work is cut into chunks of whole images (about WG_TILES tiles, so the
+ * GEMMs are wide enough while V and M stay in L2: per image for seedcnn's
+ * 24 x 24 outputs); the chunking depends on
+ * the shape only, so forward and bwd-data repeat bit for bit at any thread
+ * count, and bwd-filter sums chunks in fixed groups (conv_groups) like the
+ * im2col path. Workspace: U (16 k c), one slice per thread (V, M, and
+ * scratch rows), then one partial dU per group. */
+
+#ifndef WG_TILES
+#define WG_TILES 256
+#endif
+#define WG_CHUNK_FLOATS (384 * 1024)
+#define WG_MIN_TILES 128
+
+/* RT_CPU_NO_WINOGRAD (a -D when building) turns the path off, to compare. */
+static bool wino_ok(int nt, const struct rt_conv_shape *s)
+{
+#ifdef RT_CPU_NO_WINOGRAD
+    return false;
+#endif
+    return s->r == 3 && s->s == 3 && s->stride_h == 1 && s->stride_w == 1 && s->c >= 8 &&
+           s->k >= 8 && s->oh >= 2 && s->ow >= 2 && s->n > 0 && (nt == 1 || s->n >= nt);
+}
+
+struct wino_layout {
+    int th, tw;       /* tiles per image: ceil(oh/2) x ceil(ow/2) */
+    size_t tpi;       /* tiles per image */
+    int ipc;          /* images per chunk */
+    size_t pr, pc;    /* padded tile-grid image: 2th+2 x 2tw+2 */
+    int twv;          /* tw rounded up to WG_VW */
+    size_t pcs;       /* row stride of the bwd-data grid */
+    size_t ldt;       /* row stride of V and M: the largest chunk's tiles + slack */
+    size_t u;         /* 16 k c */
+    size_t vxs, mxs;  /* V's and M's stride from one xi to the next */
+    size_t v, m;      /* 16 vxs, 16 mxs */
+    size_t off_m, off_pad, off_tmp, slice;
+};
+
+/* The transforms' vector loops over a row of tiles run a multiple of WG_VW
+ * tiles (no scalar tail, which costs as much as the vector part when a row
+ * has 12 tiles): the extra lanes read and write slack kept for them in the
+ * workspace, or in the row of tiles after, which is written later. */
+#define WG_VW 8
+static size_t wg_round(size_t n) { return (n + WG_VW - 1) / WG_VW * WG_VW; }
+
+static struct wino_layout wino_layout(const struct rt_conv_shape *s)
+{
+    struct wino_layout l = {0};
+    l.th = (s->oh + 1) / 2;
+    l.tw = (s->ow + 1) / 2;
+    l.tpi = (size_t)l.th * l.tw;
+    l.ipc = l.tpi >= WG_TILES ? 1 : (int)(WG_TILES / l.tpi);
+    /* and V + M (16 (c + k) T floats) within about 1.5 MiB, an L2's worth,
+     * unless that leaves GEMMs narrower than WG_MIN_TILES (deep layers on
+     * small images: there the width matters more) */
+    const size_t cap = WG_CHUNK_FLOATS / (16 * ((size_t)s->c + s->k) * l.tpi);
+    if ((size_t)l.ipc > cap)
+        l.ipc = cap > 0 ? (int)cap : 1;
+    if ((size_t)l.ipc * l.tpi < WG_MIN_TILES)
+        l.ipc = (int)((WG_MIN_TILES + l.tpi - 1) / l.tpi);
+    if (l.ipc > s->n)
+        l.ipc = s->n > 0 ? s->n : 1;
+    l.pr = 2 * (size_t)l.th + 2;
+    l.pc = 2 * (size_t)l.tw + 2;
+    l.twv = (int)wg_round((size_t)l.tw);
+    l.pcs = 2 * wg_round((size_t)l.tw + 1);
+    l.ldt = l.tpi * l.ipc + WG_VW;
+    l.u = 16 * (size_t)s->k * s->c;
+    /* a cache line more than c ldt: the 16 streams of a transform would
+     * otherwise often sit a multiple of 4 KiB apart and fight for the same
+     * L1 sets (seedcnn: 32 x 160 floats = 20 KiB) */
+    l.vxs = (size_t)s->c * l.ldt + 16;
+    l.mxs = (size_t)s->k * l.ldt + 16;
+    l.v = 16 * l.vxs;
+    l.m = 16 * l.mxs;
+    l.off_m = align16(l.v);
+    l.off_pad = l.off_m + align16(l.m);
+    l.off_tmp = l.off_pad + align16(l.pr * l.pcs + 2 * WG_VW);
+    /* tmp: wino_scatter's 16 rows of twv + 1, or wino_dy's deinterleaved
+     * dy plane (2 x 2th x tw), or wino_out's 2 rows */
+    size_t tmp = 16 * ((size_t)l.twv + 1);
+    if (tmp < 2 * (2 * (size_t)l.th * l.tw + WG_VW))
+        tmp = 2 * (2 * (size_t)l.th * l.tw + WG_VW);
+    l.slice = l.off_tmp + align16(tmp + 2 * WG_VW);
+    return l;
+}
+
+static size_t wino_workspace(int nt, const struct rt_conv_shape *s)
+{
+    const struct wino_layout l = wino_layout(s);
+    return align16(l.u) + (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.u);
+}
+
+/* U[xi][k][c] = (G g G^T)[xi] for filters k in [k0, k1), or U[xi][c][k]
+ * when `trans` (bwd-data's GEMM then multiplies by U^T without a transpose). */
+static void wino_filter(const struct rt_conv_shape *s, const float *w, float *U, int k0, int k1,
+                        bool trans)
+{
+    const size_t KC = (size_t)s->k * s->c;
+    for (int k = k0; k < k1; k++)
+        for (int c = 0; c < s->c; c++) {
+            const float *g = w + ((size_t)k * s->c + c) * 9;
+            float t[4][3];
+            for (int j = 0; j < 3; j++) {
+                t[0][j] = g[j];
+                t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+                t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+                t[3][j] = g[6 + j];
+            }
+            float *u = U + (trans ? (size_t)c * s->k + k : (size_t)k * s->c + c);
+            for (int i = 0; i < 4; i++) {
+                u[(4 * i + 0) * KC] = t[i][0];
+                u[(4 * i + 1) * KC] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+                u[(4 * i + 2) * KC] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+                u[(4 * i + 3) * KC] = t[i][2];
+            }
+        }
+}
+
+/* dw[k][c] = G^T (sum over groups of dU[k][c]) G for idx = k*c + c in [lo, hi). */
+static void wino_filter_grad(const struct rt_conv_shape *s, const float *parts, size_t pstride,
+                             int groups, float *dw, size_t lo, size_t hi)
+{
+    const size_t KC = (size_t)s->k * s->c;
+    for (size_t idx = lo; idx < hi; idx++) {
+        float u[16];
+        for (int e = 0; e < 16; e++) {
+            float v = 0.0f;
+            for (int g = 0; g < groups; g++)
+                v += parts[(size_t)g * pstride + e * KC + idx];
+            u[e] = v;
+        }
+        float q[3][4];
+        for (int j = 0; j < 4; j++) {
+            q[0][j] = u[j] + 0.5f * (u[4 + j] + u[8 + j]);
+            q[1][j] = 0.5f * (u[4 + j] - u[8 + j]);
+            q[2][j] = 0.5f * (u[4 + j] + u[8 + j]) + u[12 + j];
+        }
+        float *o = dw + idx * 9;
+        for (int i = 0; i < 3; i++) {
+            o[3 * i + 0] = q[i][0] + 0.5f * (q[i][1] + q[i][2]);
+            o[3 * i + 1] = 0.5f * (q[i][1] - q[i][2]);
+            o[3 * i + 2] = 0.5f * (q[i][1] + q[i][2]) + q[i][3];
+        }
+    }
+}
+
+/* The transforms run over the tiles of a row of tiles as vector loops, so
+ * they get the widest vectors the CPU has: one clone per ISA level, picked
+ * at load time (one binary still runs on any x86-64; 15% faster on AVX-512
+ * than the SSE2 default). They only add and subtract (or multiply by 0 and
+ * +-1), so every clone gives the same bits. */
+#if !defined(WG_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && \
+    defined(__has_attribute) /* ifunc */
+#if __has_attribute(target_clones)
+#if !defined(__clang__) && __GNUC__ >= 11
+#define WG_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define WG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#endif
+#ifndef WG_CLONES
+#define WG_CLONES
+#endif
+
+/* xp = one input plane placed at (ph, pw) of a zeroed pr x pc grid, stored
+ * split: the even columns of every row (pr x (tw + 1)), then the odd ones,
+ * so that every tile reads its 4 columns at unit stride. An unpadded plane
+ * that fills the grid exactly (seedcnn's 26 x 26 -> 24 x 24) is one long
+ * deinterleaving loop. */
+WG_CLONES
+static void wino_pad(const struct rt_conv_shape *s, const struct wino_layout *l, const float *x,
+                     float *xp)
+{
+    const int W = s->w, PW = s->pad_w, hw = l->tw + 1;
+    float *EV = xp, *OD = xp + l->pr * (size_t)hw;
+    if (s->pad_h == 0 && PW == 0 && (size_t)s->h == l->pr && (size_t)W == l->pc) {
+        const size_t n = l->pr * (size_t)hw;
+        CPU_SIMD
+        for (size_t m = 0; m < n; m++) {
+            EV[m] = x[2 * m];
+            OD[m] = x[2 * m + 1];
+        }
+        return;
+    }
+    memset(xp, 0, l->pr * l->pc * sizeof(float));
+    for (int h = 0; h < s->h; h++) {
+        const float *xr = x + (size_t)h * W;
+        float *ev = EV + ((size_t)h + s->pad_h) * hw, *od = OD + ((size_t)h + s->pad_h) * hw;
+        /* padded column q = iw + PW goes to ev[q/2] or od[q/2] */
+        int iw = 0;
+        if (PW & 1) { /* iw = 0 is odd column PW */
+            od[PW / 2] = xr[0];
+            iw = 1;
+        }
+        const int m0 = (iw + PW) / 2, cnt = (W - iw) / 2;
+        const float *xs = xr + iw;
+        CPU_SIMD
+        for (int m = 0; m < cnt; m++) {
+            ev[m0 + m] = xs[2 * m];
+            od[m0 + m] = xs[2 * m + 1];
+        }
+        if (iw + 2 * cnt < W)
+            ev[m0 + cnt] = xr[W - 1];
+    }
+}
+
+/* V[xi][t] (xi stride xs) = B^T d B for the tiles of one padded plane: one
+ * loop per row i of B^T d (few pointers: no spills in the vector loop). */
+WG_CLONES
+static void wino_in(const struct wino_layout *l, const float *xp, float *v, size_t xs)
+{
+    const size_t hw = (size_t)l->tw + 1, od = l->pr * hw;
+    const int tw = l->tw, twv = l->twv;
+    for (int a = 0; a < l->th; a++) {
+        const float *r0 = xp + 2 * (size_t)a * hw, *r1 = r0 + hw, *r2 = r1 + hw, *r3 = r2 + hw;
+        float *o = v + (size_t)a * tw;
+        for (int i = 0; i < 4; i++) {
+            /* row i of B^T d is p + sg * q: d0 - d2, d1 + d2, d2 - d1, d1 - d3 */
+            const float *p = i == 0 ? r0 : i == 2 ? r2 : r1;
+            const float *q = i == 0 ? r2 : i == 2 ? r1 : i == 1 ? r2 : r3;
+            const float *po = p + od, *qo = q + od;
+            const float sg = i == 1 ? 1.0f : -1.0f;
+            float *o0 = o + 4 * i * xs, *o1 = o0 + xs, *o2 = o1 + xs, *o3 = o2 + xs;
+            CPU_SIMD
+            for (int b = 0; b < twv; b++) {
+                /* columns 2b, 2b+1, 2b+2, 2b+3 are ev[b], od[b], ev[b+1], od[b+1] */
+                const float e0 = p[b] + sg * q[b], e1 = po[b] + sg * qo[b],
+                            e2 = p[b + 1] + sg * q[b + 1], e3 = po[b + 1] + sg * qo[b + 1];
+                o0[b] = e0 - e2;
+                o1[b] = e1 + e2;
+                o2[b] = e2 - e1;
+                o3[b] = e1 - e3;
+            }
+        }
+    }
+}
+
+/* One output plane from M[xi][t] (xi stride xs): y_tile = A^T m A. */
+WG_CLONES
+static void wino_out(const struct rt_conv_shape *s, const struct wino_layout *l, const float *m,
+                     size_t xs, float *y, float *tmp)
+{
+    const size_t OW = (size_t)s->ow;
+    const int tw = l->tw, twv = l->twv;
+    float *t0 = tmp, *t1 = tmp + 2 * (size_t)twv;
+    for (int a = 0; a < l->th; a++) {
+        const float *p = m + (size_t)a * tw;
+        const float *m0 = p, *m1 = p + xs, *m2 = p + 2 * xs, *m3 = p + 3 * xs, *m4 = p + 4 * xs,
+                    *m5 = p + 5 * xs, *m6 = p + 6 * xs, *m7 = p + 7 * xs, *m8 = p + 8 * xs,
+                    *m9 = p + 9 * xs, *m10 = p + 10 * xs, *m11 = p + 11 * xs,
+                    *m12 = p + 12 * xs, *m13 = p + 13 * xs, *m14 = p + 14 * xs,
+                    *m15 = p + 15 * xs;
+        CPU_SIMD
+        for (int b = 0; b < twv; b++) {
+            const float s00 = m0[b] + m4[b] + m8[b], s01 = m1[b] + m5[b] + m9[b],
+                        s02 = m2[b] + m6[b] + m10[b], s03 = m3[b] + m7[b] + m11[b];
+            const float s10 = m4[b] - m8[b] - m12[b], s11 = m5[b] - m9[b] - m13[b],
+                        s12 = m6[b] - m10[b] - m14[b], s13 = m7[b] - m11[b] - m15[b];
+            t0[2 * b] = s00 + s01 + s02;
+            t0[2 * b + 1] = s01 - s02 - s03;
+            t1[2 * b] = s10 + s11 + s12;
+            t1[2 * b + 1] = s11 - s12 - s13;
+        }
+        memcpy(y + 2 * (size_t)a * OW, t0, OW * sizeof(float));
+        if (2 * a + 1 < s->oh)
+            memcpy(y + (2 * (size_t)a + 1) * OW, t1, OW * sizeof(float));
+    }
+}
+
+/* dM[xi][t] (xi stride xs) = A dy_tile A^T for one dy plane, dy = 0 past
+ * oh x ow. The plane is first split into its even and odd columns (one
+ * long loop when ow is even), then one loop per row i of A dy: g0, g0 + g1,
+ * g0 - g1, -g1. */
+WG_CLONES
+static void wino_dy(const struct rt_conv_shape *s, const struct wino_layout *l, const float *dy,
+                    float *dm, size_t xs, float *tmp)
+{
+    const size_t OW = (size_t)s->ow, tw = (size_t)l->tw, rows = 2 * (size_t)l->th;
+    const size_t np = rows * tw + WG_VW; /* one split plane, slack lanes included */
+    const int twv = l->twv;
+    float *EV = tmp, *OD = tmp + np;
+    if (OW == 2 * tw) {
+        const size_t n = (size_t)s->oh * tw;
+        CPU_SIMD
+        for (size_t m = 0; m < n; m++) {
+            EV[m] = dy[2 * m];
+            OD[m] = dy[2 * m + 1];
+        }
+    } else { /* odd ow: column ow is a zero */
+        for (size_t h = 0; h < (size_t)s->oh; h++) {
+            const float *g = dy + h * OW;
+            float *ev = EV + h * tw, *od = OD + h * tw;
+            CPU_SIMD
+            for (size_t m = 0; m < tw - 1; m++) {
+                ev[m] = g[2 * m];
+                od[m] = g[2 * m + 1];
+            }
+            ev[tw - 1] = g[OW - 1];
+            od[tw - 1] = 0.0f;
+        }
+    }
+    /* the row past an odd oh, and the slack lanes, are zeros */
+    memset(EV + (size_t)s->oh * tw, 0, (np - (size_t)s->oh * tw) * sizeof(float));
+    memset(OD + (size_t)s->oh * tw, 0, (np - (size_t)s->oh * tw) * sizeof(float));
+    for (int a = 0; a < l->th; a++) {
+        const float *e0 = EV + 2 * (size_t)a * tw, *e1 = e0 + tw, *o0r = OD + 2 * (size_t)a * tw,
+                    *o1r = o0r + tw;
+        float *o = dm + (size_t)a * tw;
+        for (int i = 0; i < 4; i++) {
+            const float c0 = i == 3 ? 0.0f : 1.0f, c1 = i == 0 ? 0.0f : i == 1 ? 1.0f : -1.0f;
+            float *o0 = o + 4 * i * xs, *o1 = o0 + xs, *o2 = o1 + xs, *o3 = o2 + xs;
+            CPU_SIMD
+            for (int b = 0; b < twv; b++) {
+                const float r0 = c0 * e0[b] + c1 * e1[b], r1 = c0 * o0r[b] + c1 * o1r[b];
+                o0[b] = r0;
+                o1[b] = r0 + r1;
+                o2[b] = r0 - r1;
+                o3[b] = -r1;
+            }
+        }
+    }
+}
+
+/* One dx plane from dV[xi][t] (xi stride xs): the patches B dV B^T added up
+ * on the padded grid xp (plain row-major rows of pcs here), whose inner
+ * h x w is dx. tmp: 16 (twv + 1) floats and slack. */
+WG_CLONES
+static void wino_scatter(const struct rt_conv_shape *s, const struct wino_layout *l,
+                         const float *dv, size_t xs, float *dx, float *xp, float *tmp)
+{
+    const size_t pc = l->pcs, n1 = (size_t)l->twv + 1, nb = wg_round((size_t)l->tw + 1);
+    const int tw = l->tw, twv = l->twv;
+    memset(xp, 0, l->pr * pc * sizeof(float));
+    /* P[r][j] at tmp + (4r + j) n1: patch row r, column j of each tile; the
+     * j = 2, 3 columns shifted one tile right so that padded column
+     * 2b + j' (j' < 2) gathers P[r][j'][b] + P[r][j'+2][b] */
+    for (int r = 0; r < 4; r++) {
+        tmp[(4 * r + 0) * n1 + tw] = tmp[(4 * r + 1) * n1 + tw] = 0.0f;
+        tmp[(4 * r + 2) * n1] = tmp[(4 * r + 3) * n1] = 0.0f;
+    }
+    float *q0 = tmp, *q1 = tmp + n1, *q2 = tmp + 2 * n1 + 1, *q3 = tmp + 3 * n1 + 1,
+          *q4 = tmp + 4 * n1, *q5 = tmp + 5 * n1, *q6 = tmp + 6 * n1 + 1,
+          *q7 = tmp + 7 * n1 + 1, *q8 = tmp + 8 * n1, *q9 = tmp + 9 * n1,
+          *q10 = tmp + 10 * n1 + 1, *q11 = tmp + 11 * n1 + 1, *q12 = tmp + 12 * n1,
+          *q13 = tmp + 13 * n1, *q14 = tmp + 14 * n1 + 1, *q15 = tmp + 15 * n1 + 1;
+    for (int a = 0; a < l->th; a++) {
+        const float *p = dv + (size_t)a * tw;
+        const float *x0 = p, *x1 = p + xs, *x2 = p + 2 * xs, *x3 = p + 3 * xs, *x4 = p + 4 * xs,
+                    *x5 = p + 5 * xs, *x6 = p + 6 * xs, *x7 = p + 7 * xs, *x8 = p + 8 * xs,
+                    *x9 = p + 9 * xs, *x10 = p + 10 * xs, *x11 = p + 11 * xs,
+                    *x12 = p + 12 * xs, *x13 = p + 13 * xs, *x14 = p + 14 * xs,
+                    *x15 = p + 15 * xs;
+        CPU_SIMD
+        for (int b = 0; b < twv; b++) {
+            /* Z = B X (rows), then Z B^T (columns) */
+            const float z00 = x0[b], z01 = x1[b], z02 = x2[b], z03 = x3[b];
+            const float z10 = x4[b] - x8[b] + x12[b], z11 = x5[b] - x9[b] + x13[b],
+                        z12 = x6[b] - x10[b] + x14[b], z13 = x7[b] - x11[b] + x15[b];
+            const float z20 = x4[b] + x8[b] - x0[b], z21 = x5[b] + x9[b] - x1[b],
+                        z22 = x6[b] + x10[b] - x2[b], z23 = x7[b] + x11[b] - x3[b];
+            const float z30 = -x12[b], z31 = -x13[b], z32 = -x14[b], z33 = -x15[b];
+            q0[b] = z00;
+            q1[b] = z01 - z02 + z03;
+            q2[b] = z01 + z02 - z00;
+            q3[b] = -z03;
+            q4[b] = z10;
+            q5[b] = z11 - z12 + z13;
+            q6[b] = z11 + z12 - z10;
+            q7[b] = -z13;
+            q8[b] = z20;
+            q9[b] = z21 - z22 + z23;
+            q10[b] = z21 + z22 - z20;
+            q11[b] = -z23;
+            q12[b] = z30;
+            q13[b] = z31 - z32 + z33;
+            q14[b] = z31 + z32 - z30;
+            q15[b] = -z33;
+        }
+        q0[tw] = q1[tw] = q4[tw] = q5[tw] = q8[tw] = q9[tw] = q12[tw] = q13[tw] = 0.0f;
+        for (int r = 0; r < 4; r++) {
+            float *row = xp + (2 * (size_t)a + r) * pc;
+            const float *p0 = tmp + (4 * r) * n1, *p1 = p0 + n1, *p2 = p1 + n1, *p3 = p2 + n1;
+            CPU_SIMD
+            for (size_t b = 0; b < nb; b++) {
+                row[2 * b] += p0[b] + p2[b];
+                row[2 * b + 1] += p1[b] + p3[b];
+            }
+        }
+    }
+    for (int h = 0; h < s->h; h++)
+        memcpy(dx + (size_t)h * s->w, xp + ((size_t)h + s->pad_h) * pc + s->pad_w,
+               (size_t)s->w * sizeof(float));
+}
+
+/* V for images [i0, i1) of x: V[xi][c][t], T tiles in all. */
+static void wino_in_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
+                          const float *x, int i0, int i1, float *V, float *sl)
+{
+    const size_t T = l->ldt, xsz = (size_t)s->h * s->w;
+    for (int i = i0; i < i1; i++)
+        for (int c = 0; c < s->c; c++) {
+            wino_pad(s, l, x + ((size_t)i * s->c + c) * xsz, sl + l->off_pad);
+            wino_in(l, sl + l->off_pad, V + (size_t)c * T + (size_t)(i - i0) * l->tpi,
+                    l->vxs);
+        }
+}
+
+static void wino_dy_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
+                          const float *dy, int i0, int i1, float *M, float *sl)
+{
+    const size_t T = l->ldt, ysz = (size_t)s->oh * s->ow;
+    for (int i = i0; i < i1; i++)
+        for (int k = 0; k < s->k; k++)
+            wino_dy(s, l, dy + ((size_t)i * s->k + k) * ysz,
+                    M + (size_t)k * T + (size_t)(i - i0) * l->tpi, l->mxs,
+                    sl + l->off_tmp);
+}
+
+static void wino_fwd_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
+                           const float *x, const float *U, float *y, int i0, int i1, float *sl)
+{
+    const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
+    const size_t ysz = (size_t)s->oh * s->ow;
+    float *V = sl, *M = sl + l->off_m;
+    wino_in_chunk(s, l, x, i0, i1, V, sl);
+    for (int e = 0; e < 16; e++)
+        cpu_sgemm(1, false, false, K, T, C, 1.0f, U + (size_t)e * K * C, C,
+                  V + e * l->vxs, ld, 0.0f, M + e * l->mxs, ld);
+    for (int i = i0; i < i1; i++)
+        for (int k = 0; k < K; k++)
+            wino_out(s, l, M + (size_t)k * ld + (size_t)(i - i0) * l->tpi, l->mxs,
+                     y + ((size_t)i * K + k) * ysz, sl + l->off_tmp);
+}
+
+static void wino_bwd_data_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
+                                const float *dy, const float *U, float *dx, int i0, int i1,
+                                float *sl)
+{
+    const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
+    const size_t xsz = (size_t)s->h * s->w;
+    float *V = sl, *M = sl + l->off_m;
+    wino_dy_chunk(s, l, dy, i0, i1, M, sl);
+    for (int e = 0; e < 16; e++)
+        cpu_sgemm(1, false, false, C, T, K, 1.0f, U + (size_t)e * K * C, K,
+                  M + e * l->mxs, ld, 0.0f, V + e * l->vxs, ld);
+    for (int i = i0; i < i1; i++)
+        for (int c = 0; c < C; c++)
+            wino_scatter(s, l, V + (size_t)c * ld + (size_t)(i - i0) * l->tpi, l->vxs,
+                         dx + ((size_t)i * C + c) * xsz, sl + l->off_pad, sl + l->off_tmp);
+}
+
+/* dU (+)= dM V^T over the tiles of images [i0, i1). */
+static void wino_bwd_filter_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
+                                  const float *x, const float *dy, float *dU, float beta,
+                                  int i0, int i1, float *sl)
+{
+    const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
+    float *V = sl, *M = sl + l->off_m;
+    wino_in_chunk(s, l, x, i0, i1, V, sl);
+    wino_dy_chunk(s, l, dy, i0, i1, M, sl);
+    for (int e = 0; e < 16; e++)
+        cpu_sgemm(1, false, true, K, C, T, 1.0f, M + e * l->mxs, ld,
+                  V + e * l->vxs, ld, beta, dU + (size_t)e * K * C, C);
+}
+
+static int wino_chunks(const struct rt_conv_shape *s, const struct wino_layout *l)
+{
+    return (s->n + l->ipc - 1) / l->ipc;
+}
+
+static void wino_fwd(int nt, const struct rt_conv_shape *s, const float *x, const float *w,
+                     float *y, float *ws)
+{
+    const struct wino_layout l = wino_layout(s);
+    float *U = ws, *slices = ws + align16(l.u);
+    const int chunks = wino_chunks(s, &l);
+    cpu_blas_before_parallel();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        const int t = cpu_thread_num(), tn = cpu_num_threads();
+        wino_filter(s, w, U, s->k * t / tn, s->k * (t + 1) / tn, false);
+#ifdef _OPENMP
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (int ch = 0; ch < chunks; ch++) {
+            const int i0 = ch * l.ipc, i1 = i0 + l.ipc < s->n ? i0 + l.ipc : s->n;
+            wino_fwd_chunk(s, &l, x, U, y, i0, i1, slices + (size_t)t * l.slice);
+        }
+    }
+}
+
+static void wino_bwd_data(int nt, const struct rt_conv_shape *s, const float *dy,
+                          const float *w, float *dx, float *ws)
+{
+    const struct wino_layout l = wino_layout(s);
+    float *U = ws, *slices = ws + align16(l.u);
+    const int chunks = wino_chunks(s, &l);
+    cpu_blas_before_parallel();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        const int t = cpu_thread_num(), tn = cpu_num_threads();
+        wino_filter(s, w, U, s->k * t / tn, s->k * (t + 1) / tn, true);
+#ifdef _OPENMP
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (int ch = 0; ch < chunks; ch++) {
+            const int i0 = ch * l.ipc, i1 = i0 + l.ipc < s->n ? i0 + l.ipc : s->n;
+            wino_bwd_data_chunk(s, &l, dy, U, dx, i0, i1, slices + (size_t)t * l.slice);
+        }
+    }
+}
+
+/* Groups of chunks (conv_groups of them, fixed by the thread count) each
+ * sum into their own dU; the partials are added in group order. */
+static void wino_bwd_filter(int nt, const struct rt_conv_shape *s, const float *x,
+                            const float *dy, float *dw, float *ws)
+{
+    const struct wino_layout l = wino_layout(s);
+    float *slices = ws + align16(l.u);
+    float *parts = slices + (size_t)nt * l.slice;
+    const size_t pstride = align16(l.u), KC = (size_t)s->k * s->c;
+    const int chunks = wino_chunks(s, &l);
+    int groups = conv_groups(nt, s);
+    if (groups > chunks)
+        groups = chunks; /* <= the workspace's count */
+    cpu_blas_before_parallel();
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        const int t = cpu_thread_num(), tn = cpu_num_threads();
+        float *sl = slices + (size_t)t * l.slice;
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (int g = 0; g < groups; g++) {
+            const int lo = (int)((long)chunks * g / groups),
+                      hi = (int)((long)chunks * (g + 1) / groups);
+            float *dU = parts + (size_t)g * pstride;
+            for (int ch = lo; ch < hi; ch++) {
+                const int i0 = ch * l.ipc, i1 = i0 + l.ipc < s->n ? i0 + l.ipc : s->n;
+                wino_bwd_filter_chunk(s, &l, x, dy, dU, ch > lo ? 1.0f : 0.0f, i0, i1, sl);
+            }
+        }
+        wino_filter_grad(s, parts, pstride, groups, dw, KC * t / tn, KC * (t + 1) / tn);
+    }
+}
+
 int cpu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view wv, rt_view yv,
                    rt_view wsv)
 {
@@ -374,6 +957,10 @@ int cpu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view
     float *y = cpu_f(yv), *ws = cpu_f(wsv);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     int nt = cpu_nt(d);
+    if (wino_ok(nt, s)) {
+        wino_fwd(nt, s, x, w, y, ws);
+        return RT_OK;
+    }
     if (!conv_batch_parallel(nt, s)) {
         for (int i = 0; i < s->n; i++)
             fwd_one(nt, s, &l, x + i * xs, w, y + i * ys, ws);
@@ -396,6 +983,10 @@ int cpu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dyv, r
     float *dx = cpu_f(dxv), *ws = cpu_f(wsv);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     int nt = cpu_nt(d);
+    if (wino_ok(nt, s)) {
+        wino_bwd_data(nt, s, dy, w, dx, ws);
+        return RT_OK;
+    }
     if (!conv_batch_parallel(nt, s)) {
         for (int i = 0; i < s->n; i++)
             bwd_data_one(nt, s, &l, dy + i * ys, w, dx + i * xs, ws);
@@ -420,9 +1011,13 @@ int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, 
         memset(dw, 0, wsz * sizeof(float));
         return RT_OK;
     }
-    const struct conv_layout l = conv_layout(s);
     const float *x = cpu_f(xv), *dy = cpu_f(dyv);
     float *ws = cpu_f(wsv);
+    if (wino_ok(cpu_nt(d), s)) {
+        wino_bwd_filter(cpu_nt(d), s, x, dy, dw, ws);
+        return RT_OK;
+    }
+    const struct conv_layout l = conv_layout(s);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     const int nt = cpu_nt(d), groups = conv_groups(nt, s);
     const size_t pstride = align16(l.part);

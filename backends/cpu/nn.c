@@ -155,6 +155,7 @@ int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
             for (int oh = 0; oh < s->oh; oh++) {
                 const float *r0 = xp + (size_t)(2 * oh) * s->w, *r1 = r0 + s->w;
                 float *yr = yp + (size_t)oh * s->ow;
+                CPU_SIMD
                 for (int ow = 0; ow < s->ow; ow++) {
                     float m = r0[2 * ow];
                     m = r0[2 * ow + 1] > m ? r0[2 * ow + 1] : m;
@@ -203,6 +204,32 @@ int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
     for (long p = 0; p < planes; p++) {
         const float *xp = x + (size_t)p * xs, *dyp = dy + (size_t)p * ys;
         float *dxp = dx + (size_t)p * xs;
+        if (max2 && s->h == 2 * s->oh && s->w == 2 * s->ow) {
+            /* The windows tile the plane: each writes all four of its
+             * elements, so no zeroing pass (these planes outgrow the cache).
+             * The same comparisons as below, as selects, in a vector loop. */
+            const int W = s->w;
+            for (int oh = 0; oh < s->oh; oh++) {
+                const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
+                float *d0 = dxp + (size_t)(2 * oh) * W, *d1 = d0 + W;
+                const float *g = dyp + (size_t)oh * s->ow;
+                CPU_SIMD
+                for (int ow = 0; ow < s->ow; ow++) {
+                    const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow],
+                                e = r1[2 * ow + 1], gg = g[ow];
+                    const float mab = b > a ? b : a;
+                    const float mc = c > mab ? c : mab;
+                    const float ge = e > mc ? gg : 0.0f, r_e = e > mc ? 0.0f : gg;
+                    const float gc = c > mab ? r_e : 0.0f, r_c = c > mab ? 0.0f : r_e;
+                    const float gb = b > a ? r_c : 0.0f, ga = b > a ? 0.0f : r_c;
+                    d0[2 * ow] = ga;
+                    d0[2 * ow + 1] = gb;
+                    d1[2 * ow] = gc;
+                    d1[2 * ow + 1] = ge;
+                }
+            }
+            continue;
+        }
         memset(dxp, 0, xs * sizeof(float));
         if (max2) {
             /* Branch-free: the arg-max of random data is unpredictable, and a
