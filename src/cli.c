@@ -1,4 +1,5 @@
-/* cli.c — `ragtag COMMAND [flags]`: train, eval, summary, devices.
+/* cli.c — `ragtag COMMAND [flags]`: train, eval, summary, devices, and the
+ * cluster commands coord and worker (docs/cluster.md).
  *
  * Flags of `train` are the training options of train.c (the same names as
  * the model file's [train] keys, with dashes), so one table validates both
@@ -17,6 +18,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "net.h"
 #include "progress.h"
 #include "status.h"
 #include "train.h"
@@ -46,7 +48,12 @@ static void print_main_help(FILE *out)
             "Train neural networks on CPUs and GPUs.\n"
             "\n"
             "commands:\n"
-            "  train MODEL.cfg [flags]     train a model (ragtag train --help)\n"
+            "  train MODEL.cfg [flags]     train a model (ragtag train --help); with\n"
+            "                              --workers N, N local worker processes\n"
+            "  coord MODEL.cfg --workers N --listen tcp://*:PORT [flags]\n"
+            "                              coordinate workers on several machines\n"
+            "  worker --join tcp://HOST:PORT\n"
+            "                              join a coordinator and train with it\n"
             "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
             "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
             "  devices                     compute backends and devices, with measured GEMM speed\n"
@@ -89,12 +96,150 @@ static void on_sigint(int sig)
     signal(SIGINT, SIG_DFL); /* a second Ctrl-C kills at once */
 }
 
-static int cmd_train(int argc, char **argv)
+static void on_sigint_coord(int sig)
 {
+    (void)sig;
+    rt_coord_request_stop();
+    signal(SIGINT, SIG_DFL);
+}
+
+static void on_sigint_worker(int sig)
+{
+    (void)sig;
+    rt_worker_request_stop();
+    signal(SIGINT, SIG_DFL);
+}
+
+static bool is_bool_flag(const char *key)
+{
+    return !strcmp(key, "resume") || !strcmp(key, "nesterov") || !strcmp(key, "serve-data") ||
+           !strcmp(key, "no-shm") || !strcmp(key, "quiet");
+}
+
+static const char *const coord_help[] = {
+    "--workers N", "number of workers (train: local worker processes on this machine)",
+    "--listen ENDPOINT", "coord: where workers join, tcp://*:PORT or tcp://ADDRESS:PORT",
+    "--min-workers M", "coord: start with M workers if not all joined in time",
+    "--join-timeout S", "seconds to wait for the workers to join (default 60)",
+    "--worker-timeout S", "a worker silent this long is lost and the run stops (default 30)",
+    "--serve-data", "coord: send the data files to workers (cached there by content hash)",
+    "--no-shm", "never use shared memory between workers of one machine (TCP only)",
+    "--chunk BYTES", "ring pipeline chunk (default 262144)",
+    NULL, NULL,
+};
+
+static int parse_seconds(const char *cmd, const char *flag, const char *v, double *out)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d > 0.0 && d <= 1e7)) {
+        fprintf(stderr, "ragtag %s: --%s: '%s' is not accepted (expected seconds > 0)\n", cmd,
+                flag, v);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+static int parse_count(const char *cmd, const char *flag, const char *v, long lo, long hi,
+                       long *out)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < lo || n > hi) {
+        fprintf(stderr, "ragtag %s: --%s: '%s' is not accepted (expected an integer from %ld to "
+                        "%ld)\n", cmd, flag, v, lo, hi);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+/* A cluster flag of train/coord: 1 taken, 0 not one, -1 bad value. */
+static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o, bool *multi,
+                        const char *key, const char *v)
+{
+    long n;
+    if (!strcmp(key, "workers")) {
+        if (parse_count(cmd, key, v, 1, 256, &n) < 0)
+            return -1;
+        o->workers = (int)n;
+        *multi = true;
+        return 1;
+    }
+    if (!strcmp(key, "join-timeout"))
+        return parse_seconds(cmd, key, v, &o->join_timeout) < 0 ? -1 : 1;
+    if (!strcmp(key, "worker-timeout"))
+        return parse_seconds(cmd, key, v, &o->worker_timeout) < 0 ? -1 : 1;
+    if (!strcmp(key, "no-shm")) {
+        o->allow_shm = false;
+        return 1;
+    }
+    if (!strcmp(key, "chunk")) {
+        if (parse_count(cmd, key, v, 4096, 4 << 20, &n) < 0)
+            return -1;
+        if (n % 64) {
+            fprintf(stderr, "ragtag %s: --chunk: %ld is not a multiple of 64\n", cmd, n);
+            return -1;
+        }
+        o->chunk_bytes = (size_t)n;
+        return 1;
+    }
+    if (!coord)
+        return 0;
+    if (!strcmp(key, "listen")) {
+        if (strncmp(v, "tcp://", 6) != 0 || strlen(v) >= sizeof o->listen) {
+            fprintf(stderr, "ragtag %s: --listen: '%s' is not accepted (expected tcp://*:PORT "
+                            "or tcp://ADDRESS:PORT)\n", cmd, v);
+            return -1;
+        }
+        snprintf(o->listen, sizeof o->listen, "%s", v);
+        return 1;
+    }
+    if (!strcmp(key, "min-workers")) {
+        if (parse_count(cmd, key, v, 1, 256, &n) < 0)
+            return -1;
+        o->min_workers = (int)n;
+        return 1;
+    }
+    if (!strcmp(key, "serve-data")) {
+        o->serve_data = true;
+        return 1;
+    }
+    return 0;
+}
+
+static void print_done(const struct rt_train_result *res)
+{
+    fprintf(stderr, "ragtag: done: %d epochs, %ld steps in %.1f s", res->epochs_run, res->steps,
+            res->seconds);
+    if (res->test_acc >= 0)
+        fprintf(stderr, ", test_acc %.2f%%", 100 * res->test_acc);
+    fprintf(stderr, "\n");
+}
+
+/* `ragtag train` and `ragtag coord`: the training options, plus the
+ * cluster flags; train runs alone or, with --workers N, as a coordinator
+ * of N local worker processes. */
+static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
+{
+    bool coord = !strcmp(cmd, "coord");
     if (argc >= 2 && is_help(argv[1])) {
-        printf("usage: ragtag train MODEL.cfg [flags]\n\n"
-               "Trains MODEL.cfg. Its [train] section gives defaults; flags override them.\n\n"
-               "flags:\n");
+        if (coord)
+            printf("usage: ragtag coord MODEL.cfg --workers N --listen tcp://*:PORT [flags]\n\n"
+                   "Coordinates N workers (ragtag worker --join tcp://THIS-HOST:PORT) that train\n"
+                   "MODEL.cfg together, synchronously: the same result as one machine with the\n"
+                   "whole batch. Writes the checkpoints, metrics and --save file here.\n"
+                   "See docs/cluster.md.\n\ncluster flags:\n");
+        else
+            printf("usage: ragtag train MODEL.cfg [flags]\n\n"
+                   "Trains MODEL.cfg. Its [train] section gives defaults; flags override them.\n"
+                   "With --workers N it trains with N worker processes on this machine.\n\n"
+                   "cluster flags:\n");
+        for (int i = 0; coord_help[i]; i += 2)
+            if (coord || !strstr(coord_help[i + 1], "coord:"))
+                printf("  %-18s %s\n", coord_help[i], coord_help[i + 1]);
+        printf("\ntraining flags:\n");
         for (int i = 0; rt_train_option_help[i]; i += 2)
             printf("  %-18s %s\n", rt_train_option_help[i], rt_train_option_help[i + 1]);
         return 0;
@@ -103,18 +248,20 @@ static int cmd_train(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--", 2) != 0) {
             if (model)
-                return usage_error("train", "more than one model file ('%s')", argv[i]);
+                return usage_error(cmd, "more than one model file ('%s')", argv[i]);
             model = argv[i];
-        } else if (!strchr(argv[i], '=') && strcmp(argv[i], "--resume") &&
-                   strcmp(argv[i], "--nesterov")) {
+        } else if (!strchr(argv[i], '=') && !is_bool_flag(argv[i] + 2)) {
             i++; /* skip the flag's value */
         }
     }
     if (!model)
-        return usage_error("train", "%s", "needs a model file, e.g. examples/lenet.cfg");
+        return usage_error(cmd, "%s", "needs a model file, e.g. examples/lenet.cfg");
 
     struct rt_train_config c;
+    struct rt_coord_options co;
+    bool multi = coord;
     rt_train_config_defaults(&c);
+    rt_coord_options_defaults(&co);
     int rc = rt_train_config_from_model(&c, model);
     if (rc < 0)
         return fail(rc);
@@ -129,30 +276,131 @@ static int cmd_train(int argc, char **argv)
         const char *name = argv[i] + 2;
         size_t klen = strcspn(name, "=");
         snprintf(key, sizeof key, "%.*s", (int)klen, name);
-        if (!rt_train_config_known(key))
-            return usage_error("train", "unknown flag '%s'", argv[i]);
-        bool is_bool = !strcmp(key, "resume") || !strcmp(key, "nesterov");
+        bool is_bool = is_bool_flag(key);
         if (flag_value(argc, argv, i, is_bool, key, sizeof key, &value, &used) < 0)
-            return usage_error("train", "flag '%s' needs a value", argv[i]);
-        snprintf(flag, sizeof flag, "--%s", key);
-        if ((rc = rt_train_config_set(&c, key, value, flag)) < 0) {
-            fprintf(stderr, "ragtag train: %s\n", rt_error_detail());
+            return usage_error(cmd, "flag '%s' needs a value", argv[i]);
+        int taken = cluster_flag(cmd, coord, &co, &multi, key, value);
+        if (taken < 0)
             return EXIT_USAGE;
+        if (!taken) {
+            if (!rt_train_config_known(key))
+                return usage_error(cmd, "unknown flag '%s'", argv[i]);
+            snprintf(flag, sizeof flag, "--%s", key);
+            if ((rc = rt_train_config_set(&c, key, value, flag)) < 0) {
+                fprintf(stderr, "ragtag %s: %s\n", cmd, rt_error_detail());
+                return EXIT_USAGE;
+            }
         }
         i += used;
     }
-    signal(SIGINT, on_sigint);
     struct rt_train_result res;
-    rc = rt_train_run(&c, &res);
-    signal(SIGINT, SIG_DFL);
+    if (!multi) {
+        signal(SIGINT, on_sigint);
+        rc = rt_train_run(&c, &res);
+        signal(SIGINT, SIG_DFL);
+    } else {
+        if (coord && !co.listen[0])
+            return usage_error(cmd, "%s", "needs --listen tcp://*:PORT (where workers join)");
+        if (!coord) {
+            co.spawn_local = true;
+            co.local_threads = c.threads;
+            co.local_device = c.device;
+            snprintf(co.local_backend, sizeof co.local_backend, "%s", c.backend);
+        }
+        signal(SIGINT, on_sigint_coord);
+        rc = rt_coord_run(&co, &c, &res);
+        signal(SIGINT, SIG_DFL);
+    }
     if (rc < 0)
         return fail(rc);
-    fprintf(stderr, "ragtag: done: %d epochs, %ld steps in %.1f s", res.epochs_run, res.steps,
-            res.seconds);
-    if (res.test_acc >= 0)
-        fprintf(stderr, ", test_acc %.2f%%", 100 * res.test_acc);
-    fprintf(stderr, "\n");
+    print_done(&res);
     return 0;
+}
+
+static int cmd_worker(int argc, char **argv)
+{
+    if (argc >= 2 && is_help(argv[1])) {
+        printf("usage: ragtag worker --join tcp://HOST:PORT [flags]\n\n"
+               "Joins the coordinator at HOST:PORT (retrying until it is there), receives\n"
+               "the model, options and, with coord --serve-data, the data, and trains.\n"
+               "See docs/cluster.md.\n\nflags:\n"
+               "  --join ENDPOINT      the coordinator, tcp://HOST:PORT\n"
+               "  --advertise HOST     address other workers reach this one at (default:\n"
+               "                       this machine's address on the route to the coordinator)\n"
+               "  --name NAME          name in the cluster table (default HOST-PID); workers\n"
+               "                       are ranked by name\n"
+               "  --ring-port PORT     TCP port other workers send to (default: any free one)\n"
+               "  --backend NAME       compute backend (default cpu; see ragtag devices)\n"
+               "  --device N           device index within the backend (default 0)\n"
+               "  --threads N          compute threads (default 0: all cores)\n"
+               "  --cache DIR          data cache (default $RAGTAG_CACHE_DIR or ~/.cache/ragtag)\n"
+               "  --connect-timeout S  give up when no coordinator answers in S seconds\n"
+               "                       (default: keep trying)\n"
+               "  --quiet              print errors only\n");
+        return 0;
+    }
+    struct rt_worker_options o;
+    rt_worker_options_defaults(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0)
+            return usage_error("worker", "unexpected argument '%s'", a);
+        char key[64];
+        const char *v;
+        int used;
+        const char *name = a + 2;
+        snprintf(key, sizeof key, "%.*s", (int)strcspn(name, "="), name);
+        if (flag_value(argc, argv, i, is_bool_flag(key), key, sizeof key, &v, &used) < 0)
+            return usage_error("worker", "flag '%s' needs a value", a);
+        i += used - 1;
+        long n;
+        struct {
+            const char *key;
+            char *dst;
+            size_t cap;
+        } strs[] = {{"join", o.join, sizeof o.join},
+                    {"advertise", o.advertise, sizeof o.advertise},
+                    {"name", o.name, sizeof o.name},
+                    {"backend", o.backend, sizeof o.backend},
+                    {"cache", o.cache_dir, sizeof o.cache_dir}};
+        bool taken = false;
+        for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++) {
+            if (strcmp(key, strs[k].key) != 0)
+                continue;
+            if (!*v || strlen(v) >= strs[k].cap) {
+                fprintf(stderr, "ragtag worker: --%s: '%s' is not accepted\n", key, v);
+                return EXIT_USAGE;
+            }
+            snprintf(strs[k].dst, strs[k].cap, "%s", v);
+            taken = true;
+        }
+        if (taken)
+            continue;
+        if (!strcmp(key, "device") || !strcmp(key, "threads")) {
+            if (parse_count("worker", key, v, 0, 1 << 16, &n) < 0)
+                return EXIT_USAGE;
+            *(!strcmp(key, "device") ? &o.device : &o.threads) = (int)n;
+        } else if (!strcmp(key, "ring-port")) {
+            if (parse_count("worker", key, v, 1, 65535, &n) < 0)
+                return EXIT_USAGE;
+            o.ring_port = (int)n;
+        } else if (!strcmp(key, "connect-timeout")) {
+            if (parse_seconds("worker", key, v, &o.connect_timeout) < 0)
+                return EXIT_USAGE;
+        } else if (!strcmp(key, "quiet")) {
+            o.quiet = true;
+        } else {
+            return usage_error("worker", "unknown flag '%s'", a);
+        }
+    }
+    if (!o.join[0])
+        return usage_error("worker", "%s", "needs --join tcp://HOST:PORT (the coordinator)");
+    if (strncmp(o.join, "tcp://", 6) != 0)
+        return usage_error("worker", "--join '%s': expected tcp://HOST:PORT", o.join);
+    signal(SIGINT, on_sigint_worker);
+    int rc = rt_worker_run(&o);
+    signal(SIGINT, SIG_DFL);
+    return rc < 0 ? fail(rc) : 0;
 }
 
 static int cmd_eval(int argc, char **argv)
@@ -333,15 +581,18 @@ int rt_cli_main(int argc, char **argv)
         printf("ragtag %s\n", PACKAGE_VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "train"))
-        return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "coord"))
+        return cmd_train_or_coord(cmd, argc - 1, argv + 1);
+    if (!strcmp(cmd, "worker"))
+        return cmd_worker(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval"))
         return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "summary"))
         return cmd_summary(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices"))
         return cmd_devices(argc - 1, argv + 1);
-    fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices; "
+    fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices, "
+                    "coord, worker; "
                     "see ragtag --help)\n",
             cmd);
     return EXIT_USAGE;

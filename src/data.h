@@ -4,6 +4,7 @@
 #define RT_DATA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* A labelled image set in host memory, as float32 NCHW, already scaled to
@@ -42,6 +43,24 @@ int rt_dataset_read_csv(const char *path, int c, int h, int w, rt_dataset **out)
  * the train set's mean and standard deviation. */
 int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, struct rt_data *out);
 void rt_data_close(struct rt_data *d);
+
+/* The files a data spec reads, so that a coordinator can ship a data set to
+ * workers (--serve-data): `kind` is the spec's prefix, name[i] the file
+ * name the reader finds in a directory (train-images-idx3-ubyte.gz,
+ * data_batch_1.bin, ...; "train.csv" / "test.csv" for csv), path[i] where
+ * it is here, and `suffix` what the spec says after the files
+ * (":shape=HxWxC"). rt_data_files_spec rebuilds a spec for the same files
+ * gathered under their names in `dir`. */
+#define RT_DATA_MAX_FILES 8
+struct rt_data_files {
+    char kind[32];
+    int n;
+    char name[RT_DATA_MAX_FILES][64];
+    char path[RT_DATA_MAX_FILES][4096];
+    char suffix[64];
+};
+int rt_data_files(const char *spec, struct rt_data_files *out);
+int rt_data_files_spec(const struct rt_data_files *f, const char *dir, char *spec, size_t cap);
 
 rt_dataset *rt_dataset_new(int n, int c, int h, int w);
 void rt_dataset_destroy(rt_dataset **ds);

@@ -448,6 +448,113 @@ static int open_sets(const char *spec, rt_dataset **train, rt_dataset **test, co
                     spec);
 }
 
+/* ---- the files behind a spec (for shipping a data set) ------------------------ */
+
+static int add_file(struct rt_data_files *f, const char *path, const char *name)
+{
+    if (f->n >= RT_DATA_MAX_FILES)
+        return rt_error(RT_ERR_CONFIG, "too many data files");
+    snprintf(f->path[f->n], sizeof f->path[0], "%s", path);
+    if (!name) {
+        const char *slash = strrchr(path, '/');
+        name = slash ? slash + 1 : path;
+    }
+    snprintf(f->name[f->n], sizeof f->name[0], "%s", name);
+    f->n++;
+    return RT_OK;
+}
+
+static int idx_files(const char *dir, struct rt_data_files *f)
+{
+    static const char *const sets[4][2] = {{"train", "images-idx3"}, {"train", "labels-idx1"},
+                                           {"t10k", "images-idx3"}, {"t10k", "labels-idx1"}};
+    char p[4096];
+    if (!is_dir(dir))
+        return rt_error(RT_ERR_NOTFOUND, "%s: no such directory", dir);
+    for (int i = 0; i < 4; i++) {
+        if (find_idx_file(dir, sets[i][0], sets[i][1], p, sizeof p))
+            RT_TRY(add_file(f, p, NULL));
+        else if (i < 2)
+            return rt_error(RT_ERR_NOTFOUND, "%s: not found", p);
+    }
+    return RT_OK;
+}
+
+int rt_data_files(const char *spec, struct rt_data_files *f)
+{
+    memset(f, 0, sizeof *f);
+    const char *arg;
+    char dir[2048];
+    if (strcmp(spec, "fashion-mnist") == 0) {
+        snprintf(f->kind, sizeof f->kind, "fashion-mnist");
+        RT_TRY(find_fashion_mnist(dir, sizeof dir));
+        return idx_files(dir, f);
+    }
+    static const char *const idx_kinds[] = {"fashion-mnist", "mnist", "idx"};
+    for (int k = 0; k < 3; k++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "%s:", idx_kinds[k]);
+        if ((arg = after_prefix(spec, prefix))) {
+            snprintf(f->kind, sizeof f->kind, "%s", idx_kinds[k]);
+            return idx_files(arg, f);
+        }
+    }
+    if ((arg = after_prefix(spec, "cifar10:"))) {
+        snprintf(f->kind, sizeof f->kind, "cifar10");
+        snprintf(dir, sizeof dir, "%s/cifar-10-batches-bin", arg);
+        if (!is_dir(dir))
+            snprintf(dir, sizeof dir, "%s", arg);
+        char p[2100];
+        for (int i = 1; i <= 5; i++) {
+            snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, i);
+            if (!is_file(p))
+                return rt_error(RT_ERR_NOTFOUND, "%s: not found", p);
+            RT_TRY(add_file(f, p, NULL));
+        }
+        snprintf(p, sizeof p, "%s/test_batch.bin", dir);
+        if (is_file(p))
+            RT_TRY(add_file(f, p, NULL));
+        return RT_OK;
+    }
+    if ((arg = after_prefix(spec, "csv:"))) {
+        char buf[4096];
+        snprintf(f->kind, sizeof f->kind, "csv");
+        if (snprintf(buf, sizeof buf, "%s", arg) >= (int)sizeof buf)
+            return rt_error(RT_ERR_CONFIG, "data spec too long");
+        char *opt = strstr(buf, ":shape=");
+        if (opt) {
+            snprintf(f->suffix, sizeof f->suffix, "%s", opt);
+            *opt = '\0';
+        }
+        char *comma = strchr(buf, ',');
+        if (comma)
+            *comma = '\0';
+        if (!is_file(buf))
+            return rt_error(RT_ERR_NOTFOUND, "%s: not found", buf);
+        RT_TRY(add_file(f, buf, "train.csv"));
+        if (comma) {
+            if (!is_file(comma + 1))
+                return rt_error(RT_ERR_NOTFOUND, "%s: not found", comma + 1);
+            RT_TRY(add_file(f, comma + 1, "test.csv"));
+        }
+        return RT_OK;
+    }
+    return rt_error(RT_ERR_CONFIG, "unknown data spec '%s'", spec);
+}
+
+int rt_data_files_spec(const struct rt_data_files *f, const char *dir, char *spec, size_t cap)
+{
+    int k;
+    if (strcmp(f->kind, "csv") == 0)
+        k = f->n > 1 ? snprintf(spec, cap, "csv:%s/train.csv,%s/test.csv%s", dir, dir, f->suffix)
+                     : snprintf(spec, cap, "csv:%s/train.csv%s", dir, f->suffix);
+    else
+        k = snprintf(spec, cap, "%s:%s", f->kind, dir);
+    if (k < 0 || (size_t)k >= cap)
+        return rt_error(RT_ERR_CONFIG, "data directory %s is too long", dir);
+    return RT_OK;
+}
+
 int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, struct rt_data *out)
 {
     RT_ASSERT(spec && out);

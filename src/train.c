@@ -318,10 +318,10 @@ struct evaluator {
     float *probs;
 };
 
-/* Loss and accuracy of `ds` in inference mode; fills `confusion` (classes^2)
- * when given. */
-static int evaluate(struct evaluator *ev, const rt_dataset *ds, int batch, double *loss,
-                    double *acc, long *confusion)
+/* Summed loss, correct predictions and count of `ds` in inference mode;
+ * fills `confusion` (classes^2) when given. */
+static int evaluate_sums(struct evaluator *ev, const rt_dataset *ds, int batch, double *sums,
+                         long *confusion)
 {
     rt_loader *l = rt_loader_new(ds, batch, false, 0);
     if (!l)
@@ -358,8 +358,26 @@ static int evaluate(struct evaluator *ev, const rt_dataset *ds, int batch, doubl
     rt_loader_destroy(&l);
     if (rc < 0)
         return rc;
-    *loss = seen ? loss_sum / (double)seen : NAN;
-    *acc = seen ? (double)correct / (double)seen : NAN;
+    sums[0] = loss_sum;
+    sums[1] = (double)correct;
+    sums[2] = (double)seen;
+    return RT_OK;
+}
+
+static void sums_to_metrics(const double *sums, double *loss, double *acc)
+{
+    *loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
+    *acc = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+}
+
+/* Loss and accuracy of `ds` in inference mode; fills `confusion` (classes^2)
+ * when given. */
+static int evaluate(struct evaluator *ev, const rt_dataset *ds, int batch, double *loss,
+                    double *acc, long *confusion)
+{
+    double sums[3];
+    RT_TRY(evaluate_sums(ev, ds, batch, sums, confusion));
+    sums_to_metrics(sums, loss, acc);
     return RT_OK;
 }
 
@@ -421,9 +439,367 @@ static bool improved(const struct rt_train_config *c, double value, double best,
     return value < best - c->min_delta;
 }
 
+/* ---- data parallel: helpers ------------------------------------------------------- */
+
+void rt_train_share(long n, int world, int rank, long *lo, long *hi)
+{
+    RT_ASSERT(world >= 1 && rank >= 0 && rank < world && n >= 0);
+    *lo = (long)((__int128)n * rank / world);
+    *hi = (long)((__int128)n * (rank + 1) / world);
+}
+
+int rt_train_config_each(const struct rt_train_config *c,
+                         int (*fn)(void *arg, const char *key, const char *value), void *arg)
+{
+    char v[64];
+    const struct rt_optim_config *o = &c->optim;
+    /* %.9g prints every float so that strtod + (float) gives it back. */
+#define EMIT(k, ...)                                                                   \
+    do {                                                                               \
+        snprintf(v, sizeof v, __VA_ARGS__);                                            \
+        RT_TRY(fn(arg, k, v));                                                         \
+    } while (0)
+    RT_TRY(fn(arg, "data", c->data_spec));
+    EMIT("val", "%.9g", (double)c->val_frac);
+    EMIT("limit", "%ld", c->limit);
+    EMIT("epochs", "%d", c->epochs);
+    EMIT("batch", "%d", c->batch);
+    EMIT("lr", "%.9g", (double)o->lr);
+    RT_TRY(fn(arg, "optimizer", rt_optim_kind_name(o->kind)));
+    EMIT("momentum", "%.9g", (double)o->momentum);
+    EMIT("nesterov", "%d", o->nesterov ? 1 : 0);
+    EMIT("weight_decay", "%.9g", (double)o->weight_decay);
+    EMIT("beta1", "%.9g", (double)o->beta1);
+    EMIT("beta2", "%.9g", (double)o->beta2);
+    EMIT("eps", "%.9g", (double)o->eps);
+    EMIT("clip_norm", "%.9g", (double)o->clip_norm);
+    RT_TRY(fn(arg, "schedule", rt_sched_kind_name(o->schedule)));
+    if (c->lr_step_epochs > 0.0f)
+        EMIT("lr_step", "%.9g", (double)c->lr_step_epochs);
+    EMIT("lr_gamma", "%.9g", (double)o->gamma);
+    EMIT("min_lr", "%.9g", (double)o->min_lr);
+    EMIT("warmup", "%.9g", (double)c->warmup_epochs);
+    EMIT("seed", "%llu", (unsigned long long)c->seed);
+    EMIT("patience", "%d", c->patience);
+    RT_TRY(fn(arg, "monitor", c->monitor == RT_MONITOR_VAL_ACC ? "val_acc" : "val_loss"));
+    EMIT("min_delta", "%.9g", (double)c->min_delta);
+    EMIT("log_every", "%ld", c->log_every);
+#undef EMIT
+    return RT_OK;
+}
+
+/* A worker's side of the sync algorithm. The gradient is reduce-scattered
+ * on the host, the optimiser updates this rank's slice [lo, hi) there, and
+ * the parameters are all-gathered. On the cpu backend the model's buffers
+ * ARE host memory: the collectives work on them in place and the optimiser
+ * uses views into them. Other backends go through host mirrors, one
+ * download of the gradient and one upload of the parameters per step. */
+struct dist {
+    const struct rt_train_comm *comm;
+    int rank, world;
+    size_t np, ns, lo, hi;
+    bool alias;
+    rt_dev *hdev;   /* cpu device of the mirrors (not aliased) */
+    rt_buf *hp, *hg;
+    float *p, *g;   /* host: all parameters / gradients */
+    rt_view pv, gv; /* the same, as views on the optimiser's device */
+    rt_dev *odev;   /* the optimiser's device: always host memory */
+    float *hstate;  /* host copy of the state buffer */
+    double last_norm;
+};
+
+static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model *m, int threads)
+{
+    memset(d, 0, sizeof *d);
+    d->comm = comm;
+    d->rank = comm->rank;
+    d->world = comm->world;
+    d->np = rt_model_param_count(m);
+    d->ns = rt_model_state_count(m);
+    d->last_norm = NAN;
+    long lo, hi;
+    rt_train_share((long)d->np, d->world, d->rank, &lo, &hi);
+    d->lo = (size_t)lo;
+    d->hi = (size_t)hi;
+    rt_dev *dev = rt_model_dev(m);
+    if (rt_view_host(rt_model_params(m)) && !strcmp(rt_dev_backend(dev), "cpu")) {
+        d->alias = true;
+        d->odev = dev;
+        d->pv = rt_model_params(m);
+        d->gv = rt_model_grads(m);
+    } else {
+        if (!(d->hdev = rt_dev_open("cpu", 0, threads)))
+            return RT_ERR_DEVICE;
+        d->odev = d->hdev;
+        d->hp = rt_buf_new(d->hdev, (d->np ? d->np : 1) * sizeof(float));
+        d->hg = rt_buf_new(d->hdev, (d->np ? d->np : 1) * sizeof(float));
+        if (!d->hp || !d->hg)
+            return rt_error(RT_ERR_NOMEM, "no host memory for a copy of %zu parameters", d->np);
+        d->pv = rt_buf_view(d->hp);
+        d->gv = rt_buf_view(d->hg);
+    }
+    d->p = rt_view_host(d->pv);
+    d->g = rt_view_host(d->gv);
+    if (d->ns && !(d->hstate = malloc(d->ns * sizeof(float))))
+        return rt_error(RT_ERR_NOMEM, "no host memory for the model state");
+    return RT_OK;
+}
+
+static void dist_free(struct dist *d)
+{
+    rt_buf_destroy(&d->hp);
+    rt_buf_destroy(&d->hg);
+    rt_dev_close(&d->hdev);
+    free(d->hstate);
+    d->hstate = NULL;
+}
+
+static int dist_params_to_host(struct dist *d, rt_model *m)
+{
+    if (d->alias)
+        return RT_OK;
+    return rt_download(rt_model_dev(m), d->p, rt_model_params(m), d->np * sizeof(float));
+}
+
+static int dist_params_to_model(struct dist *d, rt_model *m)
+{
+    if (d->alias)
+        return RT_OK;
+    return rt_upload(rt_model_dev(m), rt_model_params(m), d->p, d->np * sizeof(float));
+}
+
+/* One synchronous step after backward. flags: in, this worker's (bit 0:
+ * stop); out, the OR of every worker's. */
+static int dist_step(struct dist *d, rt_model *m, rt_optim *opt, float clip, bool need_norm,
+                     uint32_t *flags)
+{
+    const struct rt_train_comm *cm = d->comm;
+    if (!d->alias)
+        RT_TRY(rt_download(rt_model_dev(m), d->g, rt_model_grads(m), d->np * sizeof(float)));
+    RT_TRY(cm->reduce_scatter(cm->ctx, d->g, d->np, flags));
+    size_t n = d->hi - d->lo;
+    rt_view gs = rt_view_at(d->gv, d->lo), ps = rt_view_at(d->pv, d->lo);
+    if (clip > 0.0f || need_norm) {
+        double ss = 0.0;
+        RT_TRY(rt_op_sumsq(d->odev, n, gs, &ss));
+        RT_TRY(cm->allreduce_f64(cm->ctx, &ss, 1));
+        d->last_norm = sqrt(ss);
+        if (clip > 0.0f && isfinite(d->last_norm) && d->last_norm > (double)clip)
+            RT_TRY(rt_op_scale(d->odev, n, (float)((double)clip / d->last_norm), gs));
+    }
+    RT_TRY(rt_optim_step(opt, ps, gs));
+    RT_TRY(cm->all_gather(cm->ctx, d->p, d->np, flags));
+    return dist_params_to_model(d, m);
+}
+
+/* Every replica starts from rank 0's parameters and state, bit for bit. */
+static int dist_broadcast_model(struct dist *d, rt_model *m)
+{
+    const struct rt_train_comm *cm = d->comm;
+    RT_TRY(dist_params_to_host(d, m));
+    RT_TRY(cm->broadcast(cm->ctx, d->p, d->np * sizeof(float), 0));
+    RT_TRY(dist_params_to_model(d, m));
+    if (d->ns) {
+        RT_TRY(rt_download(rt_model_dev(m), d->hstate, rt_model_state(m), d->ns * sizeof(float)));
+        RT_TRY(cm->broadcast(cm->ctx, d->hstate, d->ns * sizeof(float), 0));
+        RT_TRY(rt_upload(rt_model_dev(m), rt_model_state(m), d->hstate, d->ns * sizeof(float)));
+    }
+    return RT_OK;
+}
+
+/* Batch-norm running statistics follow each worker's own share during an
+ * epoch; at its end they are averaged, so evaluation, checkpoints and the
+ * next epoch start from one state on every replica. */
+static int dist_average_state(struct dist *d, rt_model *m)
+{
+    if (!d->ns || d->world == 1)
+        return RT_OK;
+    RT_TRY(rt_download(rt_model_dev(m), d->hstate, rt_model_state(m), d->ns * sizeof(float)));
+    RT_TRY(d->comm->allreduce(d->comm->ctx, d->hstate, d->ns));
+    float inv = 1.0f / (float)d->world;
+    for (size_t i = 0; i < d->ns; i++)
+        d->hstate[i] *= inv;
+    return rt_upload(rt_model_dev(m), rt_model_state(m), d->hstate, d->ns * sizeof(float));
+}
+
+/* Loss and accuracy over the whole of ds: each rank evaluates its share. */
+static int dist_evaluate(struct dist *d, struct evaluator *ev, const rt_dataset *ds, int batch,
+                         double *loss, double *acc)
+{
+    long lo, hi;
+    rt_train_share(ds->n, d->world, d->rank, &lo, &hi);
+    size_t chw = (size_t)ds->c * ds->h * ds->w;
+    rt_dataset part = *ds;
+    part.n = (int)(hi - lo);
+    part.x = ds->x + (size_t)lo * chw;
+    part.y = ds->y + lo;
+    double sums[3] = {0.0, 0.0, 0.0};
+    if (part.n > 0)
+        RT_TRY(evaluate_sums(ev, &part, batch, sums, NULL));
+    RT_TRY(d->comm->allreduce_f64(d->comm->ctx, sums, 3));
+    sums_to_metrics(sums, loss, acc);
+    return RT_OK;
+}
+
+static int dist_checkpoint(struct dist *d, rt_model *m, rt_optim *opt, const char *which,
+                           const struct rt_train_pos *pos, bool with_opt)
+{
+    const float *params = NULL, *state = NULL;
+    if (d->rank == 0) {
+        RT_TRY(dist_params_to_host(d, m));
+        params = d->p;
+        if (d->ns) {
+            RT_TRY(rt_download(rt_model_dev(m), d->hstate, rt_model_state(m),
+                               d->ns * sizeof(float)));
+            state = d->hstate;
+        }
+    }
+    const float *os[2];
+    const char *names[2];
+    int nopt = 0;
+    for (int i = 0; with_opt && i < rt_optim_state_count(opt) && i < 2; i++) {
+        os[i] = rt_view_host(rt_optim_state(opt, i));
+        names[i] = rt_optim_state_name(opt, i);
+        nopt++;
+    }
+    return d->comm->checkpoint(d->comm->ctx, which, pos, params, params ? d->np : 0, state,
+                               state ? d->ns : 0, os, names, nopt, d->lo, d->hi);
+}
+
+/* Resuming: the coordinator read its checkpoint and sends each worker the
+ * weights, its optimiser slice and the position. */
+static int dist_restore(struct dist *d, rt_model *m, rt_optim *opt, struct rt_train_pos *pos,
+                        long spe, float *best_host, bool *have_best)
+{
+    const struct rt_train_comm *cm = d->comm;
+    if (!cm->restore)
+        return RT_OK;
+    float *os[2];
+    int nopt = 0;
+    for (int i = 0; i < rt_optim_state_count(opt) && i < 2; i++)
+        os[nopt++] = rt_view_host(rt_optim_state(opt, i));
+    bool hb = false;
+    int rc = cm->restore(cm->ctx, pos, d->p, d->np, d->hstate, d->ns, os, nopt, d->lo, d->hi,
+                         best_host, &hb);
+    if (rc <= 0)
+        return rc;
+    if (pos->step > pos->epoch * spe + spe || pos->step < pos->epoch * spe)
+        return rt_error(RT_ERR_CONFIG,
+                        "the checkpoint stopped at step %ld of epoch %ld, which does not fit %ld "
+                        "steps per epoch: resume with the same data, --limit, --val and --batch",
+                        pos->step, pos->epoch + 1, spe);
+    RT_TRY(dist_params_to_model(d, m));
+    if (d->ns)
+        RT_TRY(rt_upload(rt_model_dev(m), rt_model_state(m), d->hstate, d->ns * sizeof(float)));
+    rt_optim_set_steps(opt, pos->step);
+    *have_best = hb && isfinite(pos->best_metric);
+    return RT_OK;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int dist_hash(struct dist *d, rt_model *m, uint64_t *out)
+{
+    RT_TRY(dist_params_to_host(d, m));
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, d->p, d->np * sizeof(float));
+    if (d->ns) {
+        RT_TRY(rt_download(rt_model_dev(m), d->hstate, rt_model_state(m), d->ns * sizeof(float)));
+        h = fnv1a(h, d->hstate, d->ns * sizeof(float));
+    }
+    *out = h;
+    return RT_OK;
+}
+
+/* images/s of fwd + bwd at this worker's share of the batch, measured on
+ * the first images of the set; the state buffer is put back afterwards so
+ * that measuring changes nothing. */
+static int measure_throughput(rt_model *m, rt_dev *dev, rt_buf *xb, rt_buf *yb,
+                              const rt_dataset *ds, int n, float *state_tmp, double *ips)
+{
+    size_t chw = (size_t)ds->c * ds->h * ds->w;
+    size_t ns = rt_model_state_count(m);
+    if (n > ds->n)
+        n = ds->n;
+    *ips = 0.0;
+    if (n <= 0)
+        return RT_OK;
+    if (ns)
+        RT_TRY(rt_download(dev, state_tmp, rt_model_state(m), ns * sizeof(float)));
+    RT_TRY(rt_upload(dev, rt_buf_view(xb), ds->x, (size_t)n * chw * sizeof(float)));
+    RT_TRY(rt_upload(dev, rt_buf_view(yb), ds->y, (size_t)n * sizeof(int32_t)));
+    /* one warm-up, then the best of three: a busy neighbour should not
+     * make a worker look slow for good */
+    double best = INFINITY;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = rt_now(), l = 0.0;
+        long k = 0;
+        RT_TRY(rt_model_forward(m, rt_buf_view(xb), n, true, 1));
+        RT_TRY(rt_model_loss(m, rt_buf_view(yb), n, &l, &k, NULL));
+        RT_TRY(rt_model_backward(m, rt_buf_view(xb), rt_buf_view(yb), n, 1.0f / (float)n));
+        RT_TRY(rt_sync(dev));
+        if (rep > 0)
+            best = fmin(best, rt_now() - t0);
+    }
+    *ips = n / fmax(best, 1e-9);
+    if (ns)
+        RT_TRY(rt_upload(dev, rt_model_state(m), state_tmp, ns * sizeof(float)));
+    return RT_OK;
+}
+
+/* ---- reports: the metrics file and the screen (locally), rank 0 -> the
+ * coordinator (data parallel) ------------------------------------------------------ */
+
+struct fields {
+    struct rt_train_field f[16];
+    int n;
+};
+
+static void fnum(struct fields *fs, const char *key, double v)
+{
+    RT_ASSERT(fs->n < 16);
+    fs->f[fs->n++] = (struct rt_train_field){.key = key, .kind = 'n', .num = v};
+}
+
+static void fint(struct fields *fs, const char *key, long v)
+{
+    RT_ASSERT(fs->n < 16);
+    fs->f[fs->n++] = (struct rt_train_field){.key = key, .kind = 'i', .integer = v};
+}
+
+static int emit_fields(rt_metrics *mf, const struct rt_train_comm *comm, const struct fields *fs)
+{
+    if (comm)
+        return comm->rank == 0 ? comm->metrics(comm->ctx, fs->f, fs->n) : RT_OK;
+    if (!mf)
+        return RT_OK;
+    rt_metrics_begin(mf);
+    for (int i = 0; i < fs->n; i++) {
+        if (fs->f[i].kind == 'i')
+            rt_metrics_int(mf, fs->f[i].key, fs->f[i].integer);
+        else
+            rt_metrics_num(mf, fs->f[i].key, fs->f[i].num);
+    }
+    return rt_metrics_end(mf);
+}
+
+static int emit_line(rt_progress *prog, const struct rt_train_comm *comm, const char *line)
+{
+    if (comm)
+        return comm->rank == 0 ? comm->line(comm->ctx, line) : RT_OK;
+    rt_progress_epoch(prog, line);
+    return RT_OK;
+}
+
 /* ---- the run -------------------------------------------------------------------- */
 
-int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
+static int train_main(const struct rt_train_config *cin, const struct rt_train_comm *comm,
+                      struct rt_train_result *res)
 {
     struct rt_train_config c = *cin;
     struct rt_data data = {0};
@@ -434,6 +810,8 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
     rt_metrics *mf = NULL;
     rt_buf *xb = NULL, *yb = NULL;
     struct evaluator ev = {0};
+    struct dist dist = {0};
+    struct dist *D = comm ? &dist : NULL;
     char last_path[1100] = "", best_path[1100] = "";
     float *best_host = NULL;
     int rc;
@@ -450,6 +828,12 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
         return rt_error(RT_ERR_CONFIG, "--patience needs a validation split: give --val F > 0");
     if (c.resume && !c.checkpoint_dir[0])
         return rt_error(RT_ERR_CONFIG, "--resume needs --checkpoint DIR to resume from");
+    if (comm && (comm->world < 1 || comm->rank < 0 || comm->rank >= comm->world))
+        return rt_error(RT_ERR_ARG, "rank %d of %d workers", comm->rank, comm->world);
+
+    /* A worker holds activations for its share of the batch only, and
+     * evaluates in batches of that size. */
+    int mb = comm ? (c.batch + comm->world - 1) / comm->world : c.batch;
 
     rc = rt_data_open(c.data_spec, c.val_frac, c.limit, c.seed, &data);
     if (rc < 0)
@@ -459,7 +843,8 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
         rc = RT_ERR_DEVICE;
         goto out;
     }
-    m = rt_model_load(c.model_path, dev, c.batch);
+    m = comm && comm->model_text ? rt_model_load_string(comm->model_text, c.model_path, dev, mb)
+                                 : rt_model_load(c.model_path, dev, mb);
     if (!m) {
         rc = RT_ERR_CONFIG;
         goto out;
@@ -484,20 +869,29 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
         }
         c.optim.step_size = (long)fmax(1.0, lround(c.lr_step_epochs * (double)spe));
     }
-    opt = rt_optim_new(dev, &c.optim, rt_model_param_count(m));
+    if (D) {
+        /* The optimiser sees this rank's slice only; clipping needs the norm
+         * of the whole gradient, so dist_step clips, not the optimiser. */
+        struct rt_optim_config oc = c.optim;
+        oc.clip_norm = 0.0f;
+        if ((rc = dist_init(D, comm, m, c.threads)) < 0)
+            goto out;
+        opt = rt_optim_new(D->odev, &oc, D->hi - D->lo);
+    } else {
+        opt = rt_optim_new(dev, &c.optim, rt_model_param_count(m));
+    }
     if (!opt) {
         rc = RT_ERR_CONFIG; /* rt_optim_new left the reason in the detail */
         goto out;
     }
     size_t chw = (size_t)data.train->c * data.train->h * data.train->w;
-    xb = rt_buf_new(dev, (size_t)c.batch * chw * sizeof(float));
-    yb = rt_buf_new(dev, (size_t)c.batch * sizeof(int32_t));
+    xb = rt_buf_new(dev, (size_t)mb * chw * sizeof(float));
+    yb = rt_buf_new(dev, (size_t)mb * sizeof(int32_t));
     if (!xb || !yb) {
-        rc = rt_error(RT_ERR_NOMEM, "cannot allocate a batch of %d images on %s", c.batch,
-                      c.backend);
+        rc = rt_error(RT_ERR_NOMEM, "cannot allocate a batch of %d images on %s", mb, c.backend);
         goto out;
     }
-    if ((rc = evaluator_init(&ev, m, dev, c.batch, data.train)) < 0)
+    if ((rc = evaluator_init(&ev, m, dev, mb, data.train)) < 0)
         goto out;
 
     struct rt_train_pos pos = {.epoch = 0, .step = 0, .seed = c.seed, .best_metric = NAN};
@@ -536,7 +930,7 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
                     pos.epoch, pos.step);
         }
     }
-    if (c.patience > 0 && !c.checkpoint_dir[0]) {
+    if (c.patience > 0 && (!c.checkpoint_dir[0] || D)) {
         best_host = malloc((rt_model_param_count(m) + rt_model_state_count(m)) * sizeof(float));
         if (!best_host) {
             rc = rt_error(RT_ERR_NOMEM, "no memory for a copy of the best weights");
@@ -553,19 +947,44 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
         goto out;
     }
 
-    if (c.progress != RT_PROGRESS_OFF)
-        rt_model_summary(m, stderr);
-    fprintf(stderr, "ragtag: training %s on %s (%ld train, %d val, %d test images), %s backend, "
-                    "%zu parameters, %s lr %g, batch %d, %d epochs\n",
-            c.model_path, data.train->name, ntrain, data.val ? data.val->n : 0,
-            data.test ? data.test->n : 0, c.backend, rt_model_param_count(m),
-            rt_optim_kind_name(c.optim.kind), c.optim.lr, c.batch, c.epochs);
+    if (D) {
+        /* Report this worker's speed, wait for the others, start from rank
+         * 0's weights. The state buffer is scratch for the measurement. */
+        double ips = 0.0;
+        float *tmp = rt_model_state_count(m) ? malloc(rt_model_state_count(m) * sizeof(float))
+                                             : NULL;
+        if (rt_model_state_count(m) && !tmp) {
+            rc = rt_error(RT_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        rc = measure_throughput(m, dev, xb, yb, data.train, mb, tmp, &ips);
+        free(tmp);
+        snprintf(line, sizeof line, "training %.400s on %.200s (%ld train, %d val, %d test "
+                                    "images), %zu parameters, %s lr %g, batch %d (%d workers), "
+                                    "%d epochs",
+                 c.model_path, data.train->name, ntrain, data.val ? data.val->n : 0,
+                 data.test ? data.test->n : 0, rt_model_param_count(m),
+                 rt_optim_kind_name(c.optim.kind), c.optim.lr, c.batch, comm->world, c.epochs);
+        if (rc < 0 || (rc = comm->ready(comm->ctx, ips, line)) < 0 ||
+            (rc = dist_broadcast_model(D, m)) < 0 || (rc = dist_restore(D, m, opt, &pos, spe,
+                                                                      best_host, &have_best)) < 0)
+            goto out;
+    } else {
+        if (c.progress != RT_PROGRESS_OFF)
+            rt_model_summary(m, stderr);
+        fprintf(stderr, "ragtag: training %s on %s (%ld train, %d val, %d test images), %s "
+                        "backend, %zu parameters, %s lr %g, batch %d, %d epochs\n",
+                c.model_path, data.train->name, ntrain, data.val ? data.val->n : 0,
+                data.test ? data.test->n : 0, c.backend, rt_model_param_count(m),
+                rt_optim_kind_name(c.optim.kind), c.optim.lr, c.batch, c.epochs);
+    }
 
     bool stop_early = false;
+    double last_report = 0.0;
     for (long epoch = pos.epoch; epoch < c.epochs && !stop_early; epoch++) {
         double t_epoch = rt_now(), t_train = 0.0;
         double loss_sum = 0.0;
-        long correct = 0, seen = 0;
+        long correct = 0, seen = 0, seen_all = 0;
         long first = pos.step - epoch * spe;
         if ((rc = rt_loader_start(loader, epoch, first)) < 0)
             goto out;
@@ -576,23 +995,48 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
         double win_loss = 0.0;
         long win_correct = 0, win_seen = 0;
         while ((rc = rt_loader_next(loader, &x, &y, &n)) > 0) {
-            if ((rc = rt_upload(dev, rt_buf_view(xb), x, (size_t)n * chw * sizeof(float))) < 0 ||
-                (rc = rt_upload(dev, rt_buf_view(yb), y, (size_t)n * sizeof(int32_t))) < 0 ||
-                (rc = rt_model_forward(m, rt_buf_view(xb), n, true, step_seed(c.seed, pos.step))) < 0)
-                goto out;
+            /* This worker's share [a, b) of the global batch of n; alone, all of it. */
+            long a = 0, b = n;
+            if (D)
+                rt_train_share(n, D->world, D->rank, &a, &b);
+            int nl = (int)(b - a);
             double bl = 0.0;
             long bc = 0;
-            if ((rc = rt_model_loss(m, rt_buf_view(yb), n, &bl, &bc, NULL)) < 0 ||
-                (rc = rt_model_backward(m, rt_buf_view(xb), rt_buf_view(yb), n, 1.0f / (float)n)) < 0 ||
-                (rc = rt_optim_step(opt, rt_model_params(m), rt_model_grads(m))) < 0)
+            uint64_t seed = step_seed(c.seed, pos.step);
+            if (D && a > 0)
+                seed = step_seed(seed ^ ((uint64_t)a * 0xA24BAED4963EE407ull), pos.step);
+            if (nl > 0) {
+                if ((rc = rt_upload(dev, rt_buf_view(xb), x + (size_t)a * chw,
+                                    (size_t)nl * chw * sizeof(float))) < 0 ||
+                    (rc = rt_upload(dev, rt_buf_view(yb), y + a, (size_t)nl * sizeof(int32_t))) < 0 ||
+                    (rc = rt_model_forward(m, rt_buf_view(xb), nl, true, seed)) < 0)
+                    goto out;
+                if ((rc = rt_model_loss(m, rt_buf_view(yb), nl, &bl, &bc, NULL)) < 0 ||
+                    (rc = rt_model_backward(m, rt_buf_view(xb), rt_buf_view(yb), nl,
+                                            1.0f / (float)n)) < 0)
+                    goto out;
+            } else if ((rc = rt_op_fill(dev, rt_model_param_count(m), 0.0f, rt_model_grads(m))) < 0) {
+                goto out; /* a batch smaller than the cluster: nothing for this worker */
+            }
+            bool log_now = c.log_every > 0 && (pos.step + 1) % c.log_every == 0;
+            uint32_t flags = 0;
+            if (D) {
+                if (stop_requested || (comm->stop_requested && comm->stop_requested(comm->ctx)))
+                    flags |= 1u;
+                rc = dist_step(D, m, opt, c.optim.clip_norm, log_now, &flags);
+            } else {
+                rc = rt_optim_step(opt, rt_model_params(m), rt_model_grads(m));
+            }
+            if (rc < 0)
                 goto out;
             pos.step++;
             loss_sum += bl;
             correct += bc;
-            seen += n;
+            seen += nl;
+            seen_all += n;
             win_loss += bl;
             win_correct += bc;
-            win_seen += n;
+            win_seen += nl;
             double now = rt_now();
             t_train = now - t0;
             if (!isfinite(bl)) {
@@ -603,25 +1047,40 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
                 goto out;
             }
             long done = pos.step - epoch * spe;
-            double ips = seen / fmax(t_train, 1e-9);
-            rt_progress_step(&prog, (int)epoch + 1, c.epochs, done, spe, loss_sum / seen,
-                             (double)correct / seen, ips, (double)(spe - done) * c.batch / ips);
-            if (mf && c.log_every > 0 && pos.step % c.log_every == 0) {
-                rt_metrics_begin(mf);
-                rt_metrics_int(mf, "step", pos.step);
-                rt_metrics_num(mf, "epoch", (double)epoch + (double)done / (double)spe);
-                rt_metrics_num(mf, "loss", win_loss / win_seen);
-                rt_metrics_num(mf, "acc", (double)win_correct / win_seen);
-                rt_metrics_num(mf, "lr", rt_optim_last_lr(opt));
-                rt_metrics_num(mf, "grad_norm", rt_optim_last_grad_norm(opt));
-                rt_metrics_num(mf, "images_per_s", ips);
-                if ((rc = rt_metrics_end(mf)) < 0)
+            double ips = seen_all / fmax(t_train, 1e-9);
+            if (!D) {
+                rt_progress_step(&prog, (int)epoch + 1, c.epochs, done, spe, loss_sum / seen,
+                                 (double)correct / seen, ips, (double)(spe - done) * c.batch / ips);
+            } else if (D->rank == 0 && (now - last_report >= 0.1 || done == spe)) {
+                last_report = now;
+                comm->progress(comm->ctx, (int)epoch + 1, c.epochs, done, spe,
+                               seen ? loss_sum / seen : NAN, seen ? (double)correct / seen : NAN,
+                               ips, (double)(spe - done) * c.batch / ips);
+            }
+            if ((mf || D) && log_now) {
+                double w[3] = {win_loss, (double)win_correct, (double)win_seen};
+                if (D && (rc = comm->allreduce_f64(comm->ctx, w, 3)) < 0)
+                    goto out;
+                struct fields fs = {.n = 0};
+                fint(&fs, "step", pos.step);
+                fnum(&fs, "epoch", (double)epoch + (double)done / (double)spe);
+                fnum(&fs, "loss", w[0] / w[2]);
+                fnum(&fs, "acc", w[1] / w[2]);
+                fnum(&fs, "lr", rt_optim_last_lr(opt));
+                fnum(&fs, "grad_norm", D ? D->last_norm : rt_optim_last_grad_norm(opt));
+                fnum(&fs, "images_per_s", ips);
+                if ((rc = emit_fields(mf, comm, &fs)) < 0)
                     goto out;
                 win_loss = 0.0;
                 win_correct = win_seen = 0;
             }
-            if (stop_requested || (c.stop_at_step > 0 && pos.step == c.stop_at_step)) {
-                if (last_path[0]) {
+            if (stop_requested || (flags & 1u) || (c.stop_at_step > 0 && pos.step == c.stop_at_step)) {
+                res->steps = pos.step;
+                if (D) {
+                    if (comm->want_checkpoints &&
+                        (rc = dist_checkpoint(D, m, opt, "last", &pos, true)) < 0)
+                        goto out;
+                } else if (last_path[0]) {
                     if ((rc = rt_checkpoint_save(last_path, m, opt, &pos)) < 0)
                         goto out;
                     fprintf(stderr, "\nragtag: interrupted at step %ld; saved %s (continue with "
@@ -638,13 +1097,29 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
             goto out;
         pos.epoch = epoch + 1;
 
+        if (D) {
+            double t[3] = {loss_sum, (double)correct, (double)seen};
+            if ((rc = comm->allreduce_f64(comm->ctx, t, 3)) < 0 ||
+                (rc = dist_average_state(D, m)) < 0)
+                goto out;
+            loss_sum = t[0];
+            correct = (long)t[1];
+            seen = (long)t[2];
+        }
         double val_loss = NAN, val_acc = NAN, test_loss = NAN, test_acc = NAN;
-        if (data.val && (rc = evaluate(&ev, data.val, c.batch, &val_loss, &val_acc, NULL)) < 0)
-            goto out;
-        if (data.test && (rc = evaluate(&ev, data.test, c.batch, &test_loss, &test_acc, NULL)) < 0)
-            goto out;
+        if (D) {
+            if (data.val && (rc = dist_evaluate(D, &ev, data.val, mb, &val_loss, &val_acc)) < 0)
+                goto out;
+            if (data.test && (rc = dist_evaluate(D, &ev, data.test, mb, &test_loss, &test_acc)) < 0)
+                goto out;
+        } else {
+            if (data.val && (rc = evaluate(&ev, data.val, c.batch, &val_loss, &val_acc, NULL)) < 0)
+                goto out;
+            if (data.test && (rc = evaluate(&ev, data.test, c.batch, &test_loss, &test_acc, NULL)) < 0)
+                goto out;
+        }
         double secs = rt_now() - t_epoch;
-        double ips = seen / fmax(t_train, 1e-9);
+        double ips = seen_all / fmax(t_train, 1e-9);
         res->epochs_run = (int)pos.epoch;
         res->steps = pos.step;
         res->train_loss = seen ? loss_sum / seen : NAN;
@@ -666,35 +1141,45 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
             len += snprintf(line + len, sizeof line - len, " | test_loss %.4f test_acc %.2f%%",
                             test_loss, 100 * test_acc);
         snprintf(line + len, sizeof line - len, " | %.0f img/s, %.1f s", ips, secs);
-        rt_progress_epoch(&prog, line);
+        if ((rc = emit_line(&prog, comm, line)) < 0)
+            goto out;
 
-        if (mf) {
-            rt_metrics_begin(mf);
-            rt_metrics_int(mf, "epoch", pos.epoch);
-            rt_metrics_int(mf, "step", pos.step);
-            rt_metrics_num(mf, "train_loss", res->train_loss);
-            rt_metrics_num(mf, "train_acc", res->train_acc);
-            rt_metrics_num(mf, "val_loss", val_loss);
-            rt_metrics_num(mf, "val_acc", val_acc);
+        if (mf || D) {
+            struct fields fs = {.n = 0};
+            fint(&fs, "epoch", pos.epoch);
+            fint(&fs, "step", pos.step);
+            fnum(&fs, "train_loss", res->train_loss);
+            fnum(&fs, "train_acc", res->train_acc);
+            fnum(&fs, "val_loss", val_loss);
+            fnum(&fs, "val_acc", val_acc);
             if (data.test) {
-                rt_metrics_num(mf, "test_loss", test_loss);
-                rt_metrics_num(mf, "test_acc", test_acc);
+                fnum(&fs, "test_loss", test_loss);
+                fnum(&fs, "test_acc", test_acc);
             }
-            rt_metrics_num(mf, "lr", rt_optim_last_lr(opt));
-            rt_metrics_num(mf, "images_per_s", ips);
-            rt_metrics_num(mf, "seconds", secs);
-            if ((rc = rt_metrics_end(mf)) < 0)
+            fnum(&fs, "lr", rt_optim_last_lr(opt));
+            fnum(&fs, "images_per_s", ips);
+            fnum(&fs, "seconds", secs);
+            if ((rc = emit_fields(mf, comm, &fs)) < 0)
                 goto out;
         }
 
         if (data.val) {
             double v = c.monitor == RT_MONITOR_VAL_ACC ? val_acc : val_loss;
-            if (improved(&c, v, pos.best_metric, have_best)) {
+            /* Decided once, by rank 0, for everybody. */
+            unsigned char decide[2] = {0, 0};
+            if (!D || D->rank == 0) {
+                decide[0] = improved(&c, v, pos.best_metric, have_best);
+                decide[1] = !decide[0] && c.patience > 0 && pos.bad_epochs + 1 >= c.patience &&
+                            pos.epoch < c.epochs;
+            }
+            if (D && (rc = comm->broadcast(comm->ctx, decide, sizeof decide, 0)) < 0)
+                goto out;
+            if (decide[0]) {
                 have_best = true;
                 pos.best_metric = v;
                 pos.best_epoch = pos.epoch;
                 pos.bad_epochs = 0;
-                if (best_path[0]) {
+                if (best_path[0] && !D) {
                     if ((rc = rt_checkpoint_save(best_path, m, NULL, &pos)) < 0)
                         goto out;
                 } else if (best_host) {
@@ -703,21 +1188,26 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
                         (rc = rt_download(dev, best_host + np, rt_model_state(m), ns * 4)) < 0)
                         goto out;
                 }
+                if (D && comm->want_checkpoints && D->rank == 0 &&
+                    (rc = dist_checkpoint(D, m, opt, "best", &pos, false)) < 0)
+                    goto out;
             } else {
                 pos.bad_epochs++;
             }
-            if (c.patience > 0 && pos.bad_epochs >= c.patience && pos.epoch < c.epochs) {
+            if (decide[1]) {
                 stop_early = true;
                 res->stopped_early = true;
             }
         }
+        if (D && comm->want_checkpoints && (rc = dist_checkpoint(D, m, opt, "last", &pos, true)) < 0)
+            goto out;
         if (last_path[0] && (rc = rt_checkpoint_save(last_path, m, opt, &pos)) < 0)
             goto out;
     }
 
     if (c.patience > 0 && have_best) {
         res->best_epoch = (int)pos.best_epoch;
-        if (best_path[0] && file_exists(best_path)) {
+        if (best_path[0] && !D && file_exists(best_path)) {
             if ((rc = rt_checkpoint_load(best_path, m, NULL, NULL)) < 0)
                 goto out;
         } else if (best_host) {
@@ -727,10 +1217,17 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
                 goto out;
         }
         double vl = NAN, va = NAN, tl = NAN, ta = NAN;
-        if ((rc = evaluate(&ev, data.val, c.batch, &vl, &va, NULL)) < 0)
-            goto out;
-        if (data.test && (rc = evaluate(&ev, data.test, c.batch, &tl, &ta, NULL)) < 0)
-            goto out;
+        if (D) {
+            if ((rc = dist_evaluate(D, &ev, data.val, mb, &vl, &va)) < 0)
+                goto out;
+            if (data.test && (rc = dist_evaluate(D, &ev, data.test, mb, &tl, &ta)) < 0)
+                goto out;
+        } else {
+            if ((rc = evaluate(&ev, data.val, c.batch, &vl, &va, NULL)) < 0)
+                goto out;
+            if (data.test && (rc = evaluate(&ev, data.test, c.batch, &tl, &ta, NULL)) < 0)
+                goto out;
+        }
         res->val_loss = vl;
         res->val_acc = va;
         if (data.test) {
@@ -745,10 +1242,18 @@ int rt_train_run(const struct rt_train_config *cin, struct rt_train_result *res)
         if (data.test)
             snprintf(line + strlen(line), sizeof line - strlen(line), ", test_acc %.2f%%",
                      100 * ta);
-        rt_progress_epoch(&prog, line);
+        if ((rc = emit_line(&prog, comm, line)) < 0)
+            goto out;
     }
     if (c.save_path[0] && (rc = rt_checkpoint_save(c.save_path, m, NULL, &pos)) < 0)
         goto out;
+    if (D) {
+        if (comm->want_final && D->rank == 0 &&
+            (rc = dist_checkpoint(D, m, opt, "final", &pos, false)) < 0)
+            goto out;
+        if ((rc = dist_hash(D, m, &res->params_hash)) < 0)
+            goto out;
+    }
     res->seconds = rt_now() - t_run;
     rc = RT_OK;
 
@@ -760,10 +1265,25 @@ out:
     rt_loader_destroy(&loader);
     rt_metrics_close(&mf);
     rt_optim_destroy(&opt);
+    dist_free(&dist);
     rt_model_destroy(&m);
     rt_dev_close(&dev);
     rt_data_close(&data);
     return rc;
+}
+
+int rt_train_run(const struct rt_train_config *c, struct rt_train_result *res)
+{
+    return train_main(c, NULL, res);
+}
+
+int rt_train_run_dist(const struct rt_train_config *c, const struct rt_train_comm *comm,
+                      struct rt_train_result *res)
+{
+    RT_ASSERT(comm && comm->ready && comm->reduce_scatter && comm->all_gather &&
+              comm->allreduce && comm->allreduce_f64 && comm->broadcast && comm->progress &&
+              comm->line && comm->metrics && comm->checkpoint);
+    return train_main(c, comm, res);
 }
 
 int rt_eval_run(const char *model_path, const char *weights_path, const char *data_spec,

@@ -64,6 +64,8 @@ struct rt_train_result {
     double seconds;             /* whole run */
     bool stopped_early;
     int best_epoch;             /* 1-based; 0 when not monitored */
+    uint64_t params_hash;       /* data-parallel runs: FNV-1a of the final parameters
+                                   and state, equal on every replica */
 };
 
 /* Run a whole training as configured. Prints progress to stderr. */
@@ -86,5 +88,73 @@ int rt_eval_run(const char *model_path, const char *weights_path, const char *da
 
 /* Ask a running training to stop at the next step and checkpoint (SIGINT). */
 void rt_train_request_stop(void);
+
+/* ---- data-parallel training ----------------------------------------------------
+ * net/ (a worker) runs the same driver with a struct rt_train_comm: the
+ * "gradients ready" hook of the design. Each step a worker computes the
+ * gradient of its share of the global batch (scaled by 1/B of the WHOLE
+ * batch), reduce-scatters it, applies the optimiser to its own slice of the
+ * parameters on the host (the optimiser state is split N ways), and
+ * all-gathers the parameters. Metrics are reduced; rank 0 decides early
+ * stopping and reports to the coordinator, which writes files. */
+
+/* One field of a metrics line, for rank 0 to send to the coordinator. */
+struct rt_train_field {
+    const char *key;
+    char kind;    /* 'n': num (NaN is null), 'i': integer */
+    double num;
+    long integer;
+};
+
+struct rt_train_pos;
+
+struct rt_train_comm {
+    void *ctx;
+    int rank, world;
+    const char *model_text; /* the model file as text (workers have no file) */
+    bool want_checkpoints;  /* the coordinator writes last/best checkpoints */
+    bool want_final;        /* ... and the final weights (--save) */
+    /* Model and data are ready: report the measured images/s of this worker
+     * and a one-line summary of the run, and wait until every worker is
+     * (the ring is formed here). */
+    int (*ready)(void *ctx, double images_per_s, const char *summary);
+    int (*reduce_scatter)(void *ctx, float *buf, size_t n, uint32_t *flags);
+    int (*all_gather)(void *ctx, float *buf, size_t n, uint32_t *flags);
+    int (*allreduce)(void *ctx, float *buf, size_t n);
+    int (*allreduce_f64)(void *ctx, double *buf, size_t n);
+    int (*broadcast)(void *ctx, void *buf, size_t bytes, int root);
+    bool (*stop_requested)(void *ctx);
+    /* rank 0 only: progress, epoch lines and metrics lines */
+    void (*progress)(void *ctx, int epoch, int epochs, long done, long total, double loss,
+                     double acc, double img_s, double eta_s);
+    int (*line)(void *ctx, const char *text);
+    int (*metrics)(void *ctx, const struct rt_train_field *f, int n);
+    /* Optional, after ready: when the run resumes a checkpoint, fill the
+     * host copies — all parameters and state, this rank's optimiser slice
+     * [lo, hi) of each of the nopt buffers, the position, and the best
+     * weights (params then state) when the checkpoint had them (*have_best)
+     * — and return 1; 0 when starting afresh. Sizes are checked inside. */
+    int (*restore)(void *ctx, struct rt_train_pos *pos, float *params, size_t np, float *state,
+                   size_t ns, float *const *opt, int nopt, size_t lo, size_t hi, float *best,
+                   bool *have_best);
+    /* Every rank's part of checkpoint `which` ("last", "best", "final"):
+     * the optimiser state of its slice [lo, hi) (none for best/final);
+     * rank 0 adds the parameters and the state buffer. */
+    int (*checkpoint)(void *ctx, const char *which, const struct rt_train_pos *pos,
+                      const float *params, size_t np, const float *state, size_t ns,
+                      const float *const *opt, const char *const *opt_names, int nopt,
+                      size_t lo, size_t hi);
+};
+
+int rt_train_run_dist(const struct rt_train_config *c, const struct rt_train_comm *comm,
+                      struct rt_train_result *res);
+
+/* The options a worker needs (everything but files, devices and display),
+ * as "key", "value" text that rt_train_config_set reads back exactly. */
+int rt_train_config_each(const struct rt_train_config *c,
+                         int (*fn)(void *arg, const char *key, const char *value), void *arg);
+
+/* This rank's share [*lo, *hi) of n items cut into `world` parts. */
+void rt_train_share(long n, int world, int rank, long *lo, long *hi);
 
 #endif

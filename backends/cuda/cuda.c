@@ -1,0 +1,548 @@
+/* cuda.c — the cuda backend: devices, contexts, memory, errors, GEMM
+ * (cuBLAS), elementwise ops, sumsq and the optimiser steps. Convolutions
+ * live in conv.c, the other layer ops in nn.c, the kernels in kernels-*.cu.
+ *
+ * Nothing here aborts on a device error: every CUDA, cuBLAS and cuDNN
+ * status becomes an rt_status carrying the vendor's name and message. A
+ * machine without a driver or a GPU is not an error of the module: the
+ * backend reports no devices, with the reason in one line, and `ragtag
+ * devices` shows it as unavailable. */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda-impl.h"
+#include "status.h"
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+int cu_status(cudaError_t err, const char *what)
+{
+    if (err == cudaSuccess)
+        return RT_OK;
+    cudaGetLastError(); /* reported now: a later launch check must not see it again */
+    return rt_error(err == cudaErrorMemoryAllocation ? RT_ERR_NOMEM : RT_ERR_DEVICE,
+                    "cuda: %s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+int cu_blas_status(cublasStatus_t st, const char *what)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return RT_OK;
+    return rt_error(st == CUBLAS_STATUS_ALLOC_FAILED ? RT_ERR_NOMEM : RT_ERR_DEVICE,
+                    "cuBLAS: %s: %s (%s)", what, cublasGetStatusString(st),
+                    cublasGetStatusName(st));
+}
+
+int cu_dnn_status(cudnnStatus_t st, const char *what)
+{
+    if (st == CUDNN_STATUS_SUCCESS)
+        return RT_OK;
+    /* cuDNN 9 keeps a message of its own for the last failure: say it too. */
+    char last[384] = "";
+    cudnnGetLastErrorString(last, sizeof last);
+    last[sizeof last - 1] = '\0';
+    const bool nomem = st == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+                       st == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+    return rt_error(nomem ? RT_ERR_NOMEM : RT_ERR_DEVICE, "cuDNN: %s: %s (%d)%s%s", what,
+                    cudnnGetErrorString(st), (int)st, last[0] ? ": " : "", last);
+}
+
+/* ---- devices ------------------------------------------------------------------------ */
+
+/* The devices, counted once per process. */
+static struct {
+    pthread_once_t once;
+    int status; /* < 0: no usable CUDA; why holds the reason */
+    char why[512];
+    int n;
+} cu_devices = {.once = PTHREAD_ONCE_INIT};
+
+static void cu_version(int v, int *major, int *minor)
+{
+    *major = v / 1000;
+    *minor = v % 1000 / 10;
+}
+
+/* Only the runtime is asked here (no cuBLAS, no cuDNN): `ragtag devices`
+ * on a machine without a GPU costs one call. */
+static void cu_enumerate(void)
+{
+    int n = 0, drv = 0, rtv = 0, dmaj, dmin, rmaj, rmin;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err == cudaSuccess && n > 0) {
+        cu_devices.n = n;
+        cu_devices.status = RT_OK;
+        return;
+    }
+    cudaGetLastError(); /* the failure is reported, not left behind */
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rtv);
+    cu_version(drv, &dmaj, &dmin);
+    cu_version(rtv, &rmaj, &rmin);
+    cu_devices.status = RT_ERR_NOTFOUND;
+    if (err == cudaSuccess || err == cudaErrorNoDevice)
+        snprintf(cu_devices.why, sizeof cu_devices.why,
+                 "no CUDA device (the NVIDIA driver, CUDA %d.%d, sees no GPU)", dmaj, dmin);
+    else if (err == cudaErrorInsufficientDriver && drv == 0)
+        snprintf(cu_devices.why, sizeof cu_devices.why,
+                 "no NVIDIA driver (libcuda.so.1 not found): no CUDA device can be used");
+    else if (err == cudaErrorInsufficientDriver)
+        snprintf(cu_devices.why, sizeof cu_devices.why,
+                 "the NVIDIA driver supports CUDA %d.%d, older than this module's CUDA runtime "
+                 "%d.%d: update the driver",
+                 dmaj, dmin, rmaj, rmin);
+    else {
+        cu_devices.status = RT_ERR_DEVICE;
+        snprintf(cu_devices.why, sizeof cu_devices.why, "no usable CUDA device: %s (%s)",
+                 cudaGetErrorString(err), cudaGetErrorName(err));
+    }
+}
+
+static int cu_init(void)
+{
+    pthread_once(&cu_devices.once, cu_enumerate);
+    if (cu_devices.status < 0)
+        return rt_error(cu_devices.status, "%s", cu_devices.why);
+    return RT_OK;
+}
+
+static int cu_device_count(void)
+{
+    RT_TRY(cu_init());
+    return cu_devices.n;
+}
+
+static int cu_device_info(int device, struct rt_device_info *out)
+{
+    RT_TRY(cu_init());
+    if (device < 0 || device >= cu_devices.n)
+        return rt_error(RT_ERR_NOTFOUND, "cuda: %d device(s); device %d does not exist",
+                        cu_devices.n, device);
+    struct cudaDeviceProp p;
+    RT_TRY(cu_status(cudaGetDeviceProperties(&p, device), "reading the device's properties"));
+    int drv = 0, rtv = 0, dmaj, dmin, rmaj, rmin;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rtv);
+    cu_version(drv, &dmaj, &dmin);
+    cu_version(rtv, &rmaj, &rmin);
+    const size_t dnn = cudnnGetVersion();
+    int bmaj = 0, bmin = 0;
+    cublasGetProperty(MAJOR_VERSION, &bmaj);
+    cublasGetProperty(MINOR_VERSION, &bmin);
+    snprintf(out->name, sizeof out->name, "%.127s", p.name);
+    snprintf(out->platform, sizeof out->platform,
+             "CUDA %d.%d (driver %d.%d), cuBLAS %d.%d, cuDNN %zu.%zu.%zu, sm_%d%d", rmaj, rmin,
+             dmaj, dmin, bmaj, bmin, dnn / 10000, dnn / 100 % 100, dnn % 100, p.major, p.minor);
+    out->mem_bytes = p.totalGlobalMem;
+    out->compute_units = p.multiProcessorCount;
+    return RT_OK;
+}
+
+int cu_enter(rt_dev *d)
+{
+    return cu_status(cudaSetDevice(cu(d)->ordinal), "making the device current");
+}
+
+/* ---- opening a device ---------------------------------------------------------------- */
+
+static bool env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v && strcmp(v, value) == 0;
+}
+
+static bool env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Frees what dev_open made, in reverse order; also after a partial open. */
+static void cu_dev_free(struct cu_dev *o)
+{
+    cu_conv_cache_free(o);
+    free(o->convs);
+    if (o->pool)
+        cudnnDestroyPoolingDescriptor(o->pool);
+    for (int i = 0; i < 3; i++)
+        if (o->td[i])
+            cudnnDestroyTensorDescriptor(o->td[i]);
+    if (o->dnn)
+        cudnnDestroy(o->dnn);
+    if (o->blas)
+        cublasDestroy(o->blas);
+    if (o->partial_host)
+        cudaFreeHost(o->partial_host);
+    if (o->partial)
+        cudaFree(o->partial);
+    if (o->blas_ws)
+        cudaFree(o->blas_ws);
+    if (o->stream)
+        cudaStreamDestroy(o->stream);
+    free(o);
+}
+
+/* The module has no code for this GPU: say which build flag would add it. */
+static int cu_no_kernels(int ordinal, cudaError_t err)
+{
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, ordinal) != cudaSuccess)
+        p.major = p.minor = 0;
+    cudaGetLastError();
+    return rt_error(RT_ERR_UNSUPPORTED,
+                    "cuda: ragtag-cuda.so has no kernels for this GPU (sm_%d%d): %s; rebuild "
+                    "with NVCCFLAGS='-gencode arch=compute_%d%d,code=sm_%d%d'",
+                    p.major, p.minor, cudaGetErrorString(err), p.major, p.minor, p.major,
+                    p.minor);
+}
+
+/* Sizes of the scratch memory every context holds. */
+#define CU_PARTIAL_BYTES (RTCU_SUMSQ_BLOCKS * sizeof(double))
+#define CU_SCRATCH_BYTES (CU_PARTIAL_BYTES + 256)
+
+static int cu_dev_open(rt_dev *d)
+{
+    RT_TRY(cu_init());
+    struct cu_dev *o = calloc(1, sizeof *o);
+    if (!o)
+        return rt_error(RT_ERR_NOMEM, "out of host memory opening a CUDA device");
+    o->ordinal = d->device;
+    o->cudnn = !env_is("RAGTAG_CUDA_CUDNN", "0");
+    o->tf32 = env_set("RAGTAG_CUDA_TF32");
+    o->conv_find = env_set("RAGTAG_CUDA_CONV_FIND");
+    o->verbose = env_set("RAGTAG_BACKEND_VERBOSE");
+    int rc;
+    struct cudaDeviceProp p;
+#define STEP(expr)                                                                           \
+    do {                                                                                     \
+        if ((rc = (expr)) < 0)                                                               \
+            goto fail;                                                                       \
+    } while (0)
+    STEP(cu_status(cudaSetDevice(o->ordinal), "selecting the device"));
+    STEP(cu_status(cudaGetDeviceProperties(&p, o->ordinal), "reading the device's properties"));
+    snprintf(o->name, sizeof o->name, "%.127s", p.name);
+    cudaError_t probe = rtcu_probe();
+    if (probe != cudaSuccess) {
+        rc = probe == cudaErrorNoKernelImageForDevice || probe == cudaErrorInvalidDeviceFunction
+                 ? cu_no_kernels(o->ordinal, probe)
+                 : cu_status(probe, "loading the module's kernels");
+        goto fail;
+    }
+    STEP(cu_status(cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking),
+                   "creating a stream"));
+
+    /* cuBLAS on our stream, with a workspace of ours (32 MiB, NVIDIA's advice
+     * for Hopper; 4 MiB before), so that it never allocates in a step.
+     * cublasSetStream resets the workspace: the stream goes first. */
+    const size_t blas_ws = p.major >= 9 ? (size_t)32 << 20 : (size_t)4 << 20;
+    STEP(cu_blas_status(cublasCreate(&o->blas), "creating a handle"));
+    STEP(cu_blas_status(cublasSetStream(o->blas, o->stream), "setting the stream"));
+    STEP(cu_status(cudaMalloc(&o->blas_ws, blas_ws), "allocating cuBLAS's workspace"));
+    STEP(cu_blas_status(cublasSetWorkspace(o->blas, o->blas_ws, blas_ws), "setting the workspace"));
+    /* FP32 GEMMs in FP32 (TF32 rounds inputs to 10 mantissa bits, past the
+     * conformance test's bounds) unless the user asks for tensor cores. */
+    STEP(cu_blas_status(cublasSetMathMode(o->blas, o->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                           : CUBLAS_DEFAULT_MATH),
+                        "setting the math mode"));
+
+    if (o->cudnn) {
+        cudnnStatus_t st = cudnnCreate(&o->dnn);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            rc = cu_dnn_status(st, "creating a handle (RAGTAG_CUDA_CUDNN=0 runs without cuDNN)");
+            goto fail;
+        }
+        STEP(cu_dnn_status(cudnnSetStream(o->dnn, o->stream), "setting the stream"));
+        for (int i = 0; i < 3; i++)
+            STEP(cu_dnn_status(cudnnCreateTensorDescriptor(&o->td[i]), "creating a descriptor"));
+        STEP(cu_dnn_status(cudnnCreatePoolingDescriptor(&o->pool), "creating a descriptor"));
+    }
+
+    /* sumsq's partial sums, then the softmax label flag, in one block; and
+     * their page-locked host copy, which async copies need. */
+    void *scratch = NULL;
+    STEP(cu_status(cudaMalloc(&scratch, CU_SCRATCH_BYTES), "allocating scratch memory"));
+    o->partial = scratch;
+    o->flag = (uint32_t *)((char *)scratch + CU_PARTIAL_BYTES);
+    void *pinned = NULL;
+    STEP(cu_status(cudaMallocHost(&pinned, CU_SCRATCH_BYTES), "allocating page-locked memory"));
+    o->partial_host = pinned;
+    o->flag_host = (uint32_t *)((char *)pinned + CU_PARTIAL_BYTES);
+#undef STEP
+    d->impl = o;
+    return RT_OK;
+
+fail:
+    cu_dev_free(o);
+    return rc;
+}
+
+static void cu_dev_close(rt_dev *d)
+{
+    struct cu_dev *o = cu(d);
+    if (!o)
+        return;
+    cudaSetDevice(o->ordinal);
+    cudaStreamSynchronize(o->stream);
+    cu_dev_free(o);
+    cudaGetLastError();
+    d->impl = NULL;
+}
+
+/* ---- memory ------------------------------------------------------------------------- */
+
+/* Buffers are planned at model load (parameters, gradients, activations
+ * for the largest batch, one workspace): running out of device memory is
+ * said there, with the bytes asked for and what the device has left. */
+static int cu_buf_alloc(rt_dev *d, rt_buf *b)
+{
+    struct cu_dev *o = cu(d);
+    RT_TRY(cu_enter(d));
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, b->bytes ? b->bytes : 4);
+    if (err == cudaErrorMemoryAllocation) {
+        size_t free_b = 0, total = 0;
+        cudaGetLastError();
+        if (cudaMemGetInfo(&free_b, &total) != cudaSuccess)
+            free_b = total = 0;
+        cudaGetLastError();
+        return rt_error(RT_ERR_NOMEM,
+                        "cuda: out of device memory: a buffer of %zu bytes (%.1f MiB) does not "
+                        "fit on %s (device %d: %.1f of %.1f MiB free)",
+                        b->bytes, (double)b->bytes / (1 << 20), o->name, o->ordinal,
+                        (double)free_b / (1 << 20), (double)total / (1 << 20));
+    }
+    if (err != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "allocating %zu bytes", b->bytes);
+        return cu_status(err, what);
+    }
+    b->handle = p;
+    return RT_OK;
+}
+
+/* cudaFree waits for the device: a buffer is never freed under a kernel. */
+static void cu_buf_free(rt_dev *d, rt_buf *b)
+{
+    if (b->handle) {
+        cudaSetDevice(cu(d)->ordinal);
+        cudaFree(b->handle);
+        cudaGetLastError();
+    }
+    b->handle = NULL;
+}
+
+/* Blocking: the caller may reuse `src` as soon as this returns. The copy
+ * is ordered after every op queued before it. */
+static int cu_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes)
+{
+    struct cu_dev *o = cu(d);
+    RT_TRY(cu_enter(d));
+    RT_TRY(cu_status(cudaMemcpyAsync(cu_f(dst), src, bytes, cudaMemcpyHostToDevice, o->stream),
+                     "uploading"));
+    return cu_status(cudaStreamSynchronize(o->stream), "uploading");
+}
+
+/* Errors of queued work (a kernel that failed) surface here or at sync. */
+static int cu_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
+{
+    struct cu_dev *o = cu(d);
+    RT_TRY(cu_enter(d));
+    RT_TRY(cu_status(cudaMemcpyAsync(dst, cu_f(src), bytes, cudaMemcpyDeviceToHost, o->stream),
+                     "downloading"));
+    return cu_status(cudaStreamSynchronize(o->stream), "downloading");
+}
+
+/* memmove semantics. cudaMemcpy's result is undefined for overlapping
+ * ranges, so those (rare: no layer makes them) go through a temporary
+ * buffer, the one allocation an op may make. */
+static int cu_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
+{
+    struct cu_dev *o = cu(d);
+    float *s = cu_f(src), *t = cu_f(dst);
+    if (s == t)
+        return RT_OK;
+    RT_TRY(cu_enter(d));
+    const size_t bytes = n * sizeof(float);
+    if (src.buf == dst.buf && s < t + n && t < s + n) {
+        void *tmp = NULL;
+        RT_TRY(cu_status(cudaMalloc(&tmp, bytes), "allocating a copy's bounce buffer"));
+        cudaError_t err = cudaMemcpyAsync(tmp, s, bytes, cudaMemcpyDeviceToDevice, o->stream);
+        if (err == cudaSuccess)
+            err = cudaMemcpyAsync(t, tmp, bytes, cudaMemcpyDeviceToDevice, o->stream);
+        if (err == cudaSuccess)
+            err = cudaStreamSynchronize(o->stream);
+        cudaFree(tmp);
+        return cu_status(err, "copying");
+    }
+    return cu_status(cudaMemcpyAsync(t, s, bytes, cudaMemcpyDeviceToDevice, o->stream), "copying");
+}
+
+static int cu_sync(rt_dev *d)
+{
+    RT_TRY(cu_enter(d));
+    return cu_status(cudaStreamSynchronize(cu(d)->stream), "finishing queued work");
+}
+
+/* ---- GEMM ---------------------------------------------------------------------------- */
+
+/* Row-major C = alpha*op(A)*op(B) + beta*C is column-major
+ * C^T = alpha*op(B)^T*op(A)^T + beta*C^T: the same memory, so cuBLAS gets
+ * B first, A second, and the sizes n, m. Offsets are already in the
+ * pointers. cuBLAS does not read C when beta == 0 (NaNs vanish), as the
+ * contract asks; k == 0 or alpha == 0 only scales C, which cuBLAS would
+ * not do with beta == 0 writing zeros everywhere, so a kernel does it. */
+int cu_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+             int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    struct cu_dev *o = cu(d);
+    if (m <= 0 || n <= 0)
+        return RT_OK;
+    if (k <= 0 || alpha == 0.0f) {
+        if (beta == 1.0f)
+            return RT_OK;
+        return cu_status(rtcu_scale_block(o->stream, m, n, ldc, beta, c), "launching scale_block");
+    }
+    cublasStatus_t st = cublasSgemm(o->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
+                                    lda, &beta, c, ldc);
+    return cu_blas_status(st, "SGEMM");
+}
+
+static int cu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
+                   int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
+{
+    RT_TRY(cu_enter(d));
+    /* With k == 0 the wrapper has not checked a and b: do not touch them. */
+    const float *ap = k > 0 ? cu_f(a) : NULL, *bp = k > 0 ? cu_f(b) : NULL;
+    return cu_sgemm(d, ta != 0, tb != 0, m, n, k, alpha, ap, lda, bp, ldb, beta, cu_f(c), ldc);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------ */
+
+static int cu_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
+{
+    CU_LAUNCH(d, "mul", rtcu_mul(cu(d)->stream, n, cu_f(a), cu_f(b), cu_f(y)));
+}
+
+static int cu_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
+{
+    CU_LAUNCH(d, "axpy", rtcu_axpy(cu(d)->stream, n, alpha, cu_f(x), cu_f(y)));
+}
+
+static int cu_scale(rt_dev *d, size_t n, float alpha, rt_view x)
+{
+    CU_LAUNCH(d, "scale", rtcu_scale(cu(d)->stream, n, alpha, cu_f(x)));
+}
+
+static int cu_fill(rt_dev *d, size_t n, float value, rt_view x)
+{
+    CU_LAUNCH(d, "fill", rtcu_fill(cu(d)->stream, n, value, cu_f(x)));
+}
+
+/* Two stages: up to RTCU_SUMSQ_BLOCKS blocks each sum a contiguous slice in
+ * double, then the host adds the partial sums in block order. The launch
+ * shape depends on n only, so a run repeats exactly. */
+static int cu_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
+{
+    struct cu_dev *o = cu(d);
+    RT_TRY(cu_enter(d));
+    size_t blocks = (n + RTCU_THREADS - 1) / RTCU_THREADS;
+    if (blocks > RTCU_SUMSQ_BLOCKS)
+        blocks = RTCU_SUMSQ_BLOCKS;
+    RT_TRY(cu_status(rtcu_sumsq_part(o->stream, n, cu_f(x), (int)blocks, o->partial),
+                     "launching sumsq"));
+    RT_TRY(cu_status(cudaMemcpyAsync(o->partial_host, o->partial, blocks * sizeof(double),
+                                     cudaMemcpyDeviceToHost, o->stream),
+                     "reading sumsq's partial sums"));
+    RT_TRY(cu_status(cudaStreamSynchronize(o->stream), "reading sumsq's partial sums"));
+    double s = 0.0;
+    for (size_t i = 0; i < blocks; i++)
+        s += o->partial_host[i];
+    *out = s;
+    return RT_OK;
+}
+
+/* ---- optimiser steps ---------------------------------------------------------------------- */
+
+static int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
+                       rt_view v)
+{
+    const int mode = p->momentum == 0.0f ? 0 : p->nesterov ? 2 : 1;
+    float *vp = mode ? cu_f(v) : NULL; /* no velocity buffer without momentum */
+    CU_LAUNCH(d, "sgd_step",
+              rtcu_sgd_step(cu(d)->stream, n, p->lr, p->momentum, p->weight_decay, mode, cu_f(w),
+                            cu_f(g), vp));
+}
+
+/* The per-step scalars exactly as backends/cpu/cpu.c computes them. */
+static int cu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w, rt_view g,
+                        rt_view m, rt_view v)
+{
+    const double t = (double)p->step;
+    const double bc1 = 1.0 - pow(p->beta1, t), bc2 = 1.0 - pow(p->beta2, t);
+    const float l2 = p->decoupled ? 0.0f : p->weight_decay;
+    const float decay = p->decoupled ? p->lr * p->weight_decay : 0.0f;
+    const float inv_bc2 = (float)(1.0 / bc2);
+    float cm, cg;
+    if (p->nesterov) {
+        cm = (float)(p->beta1 / (1.0 - pow(p->beta1, t + 1.0)));
+        cg = (float)((1.0 - p->beta1) / bc1);
+    } else {
+        cm = (float)(1.0 / bc1);
+        cg = 0.0f;
+    }
+    CU_LAUNCH(d, "adam_step",
+              rtcu_adam_step(cu(d)->stream, n, p->lr, p->beta1, p->beta2, p->eps, l2, decay,
+                             inv_bc2, cm, cg, cu_f(w), cu_f(g), cu_f(m), cu_f(v)));
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+static const struct rt_backend_ops cu_backend = {
+    .abi_version = RT_BACKEND_ABI_VERSION,
+    .size = sizeof(struct rt_backend_ops),
+    .name = "cuda",
+    .device_count = cu_device_count,
+    .device_info = cu_device_info,
+    .dev_open = cu_dev_open,
+    .dev_close = cu_dev_close,
+    .buf_alloc = cu_buf_alloc,
+    .buf_free = cu_buf_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .sync = cu_sync,
+    .conv2d_workspace = cu_conv2d_workspace,
+    .host_memory = false,
+    .gemm = cu_gemm,
+    .conv2d_fwd = cu_conv2d_fwd,
+    .conv2d_bwd_data = cu_conv2d_bwd_data,
+    .conv2d_bwd_filter = cu_conv2d_bwd_filter,
+    .bias_add = cu_bias_add,
+    .bias_grad = cu_bias_grad,
+    .pool_fwd = cu_pool_fwd,
+    .pool_bwd = cu_pool_bwd,
+    .act_fwd = cu_act_fwd,
+    .act_bwd = cu_act_bwd,
+    .softmax_xent_fwd = cu_softmax_xent_fwd,
+    .softmax_xent_bwd = cu_softmax_xent_bwd,
+    .bn_fwd_train = cu_bn_fwd_train,
+    .bn_fwd_infer = cu_bn_fwd_infer,
+    .bn_bwd = cu_bn_bwd,
+    .dropout_fwd = cu_dropout_fwd,
+    .mul = cu_mul,
+    .axpy = cu_axpy,
+    .scale = cu_scale,
+    .fill = cu_fill,
+    .sumsq = cu_sumsq,
+    .sgd_step = cu_sgd_step,
+    .adam_step = cu_adam_step,
+};
+
+/* The module's one exported symbol (see backend-impl.h). */
+const struct rt_backend_ops *rt_backend_module_ops(void) { return &cu_backend; }

@@ -1,0 +1,111 @@
+#!/bin/sh
+# Distributed figures of ragtag next to its peers, same machine, same run
+# (../shared/bench/README.md has what these machines showed before).
+#
+#   bench/bench_dist.sh allreduce   ring allreduce busbw and latency, 2 and 4 processes:
+#                                   ragtag over shared memory (local workers) and over
+#                                   ZeroMQ/TCP (as between hosts), OpenMPI over shared
+#                                   memory and over TCP, PyTorch's Gloo
+#   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
+#                                   thread against 1 process x 2 threads
+#
+# Environment: BUILD (default .: the build directory with src/ragtag and
+# bench/bench_allreduce, `make bench` builds the latter), SHARED (default
+# ../shared), SIZES_MAX (default 67108864), REPS (training runs per cell, best
+# kept; default 2). Needs openmpi-bin libopenmpi-dev and python3-torch for the
+# peers (skipped when absent). Never fails on speed: it prints figures.
+set -eu
+BUILD=${BUILD:-.}
+top=$(cd "$(dirname "$0")/.." && pwd)
+SHARED=${SHARED:-$top/../shared}
+SIZES_MAX=${SIZES_MAX:-67108864}
+REPS=${REPS:-2}
+mode=${1:-allreduce}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# busbw at >= 4 MiB (min .. max) and the 4 KiB time from a table with
+# columns bytes ... busbw_GBs (the last numeric column before "check").
+summary() { # file busbw-column time-column
+  awk -v bc="$2" -v tc="$3" '
+    /^ *[0-9]/ { if ($1 >= 4194304) { b = $bc + 0; if (n == 0 || b < lo) lo = b; if (b > hi) hi = b; n++ }
+                 if ($1 == 4096) t = $tc }
+    END { if (n) printf "busbw >=4MiB %.2f-%.2f GB/s, 4KiB %s us", lo, hi, t; else printf "n/a" }' "$1"
+}
+
+allreduce() {
+  ar="$BUILD/bench/bench_allreduce"
+  [ -x "$ar" ] || { echo "build it first: make bench (in $BUILD)"; exit 1; }
+  have_mpi=no
+  if command -v mpicc >/dev/null 2>&1 && [ -f "$SHARED/bench/mpi_allreduce.c" ]; then
+    mpicc -O2 -o "$tmp/mpi_allreduce" "$SHARED/bench/mpi_allreduce.c" && have_mpi=yes
+  fi
+  have_gloo=no
+  if [ -f "$SHARED/bench/gloo_allreduce.py" ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    have_gloo=yes
+  fi
+  # malloc keeps freed memory for the peers (page faults are expensive here)
+  tun="GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+  for n in 2 4; do
+    echo "==== $n processes ===="
+    "$ar" -n $n --max "$SIZES_MAX" --links shm | tee "$tmp/r_shm_$n"
+    "$ar" -n $n --max "$SIZES_MAX" --links shm --actor > "$tmp/r_act_$n"
+    "$ar" -n $n --max "$SIZES_MAX" --links tcp | tee "$tmp/r_tcp_$n"
+    if [ $have_mpi = yes ]; then
+      env $tun mpirun --allow-run-as-root --oversubscribe -np $n "$tmp/mpi_allreduce" 4096 "$SIZES_MAX" \
+        | tee "$tmp/m_sm_$n"
+      env $tun mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self -np $n "$tmp/mpi_allreduce" \
+        4096 "$SIZES_MAX" | tee "$tmp/m_tcp_$n"
+    fi
+    if [ $have_gloo = yes ]; then
+      env $tun /usr/bin/python3 "$SHARED/bench/gloo_allreduce.py" --world $n --max-bytes "$SIZES_MAX" \
+        | tee "$tmp/g_$n"
+    fi
+  done
+  echo
+  echo "==== summary (busbw = S/t * 2(n-1)/n; 4 KiB: mean time per op, ragtag also p50) ===="
+  for n in 2 4; do
+    printf "%d procs  ragtag shm (ring direct)        %s, p50 %s us\n" $n "$(summary "$tmp/r_shm_$n" 6 3)" \
+      "$(awk '$1 == 4096 { print $4 }' "$tmp/r_shm_$n")"
+    printf "%d procs  ragtag shm (via comm thread)    %s, p50 %s us\n" $n "$(summary "$tmp/r_act_$n" 6 3)" \
+      "$(awk '$1 == 4096 { print $4 }' "$tmp/r_act_$n")"
+    printf "%d procs  ragtag ZeroMQ/TCP 127.0.0.x     %s, p50 %s us\n" $n "$(summary "$tmp/r_tcp_$n" 6 3)" \
+      "$(awk '$1 == 4096 { print $4 }' "$tmp/r_tcp_$n")"
+    [ $have_mpi = yes ] && printf "%d procs  OpenMPI shared memory           %s\n" $n "$(summary "$tmp/m_sm_$n" 6 4)"
+    [ $have_mpi = yes ] && printf "%d procs  OpenMPI TCP                     %s\n" $n "$(summary "$tmp/m_tcp_$n" 6 4)"
+    [ $have_gloo = yes ] && printf "%d procs  PyTorch Gloo                    %s\n" $n "$(summary "$tmp/g_$n" 6 4)"
+  done
+  return 0
+}
+
+ips() { sed -n 's/.*"images_per_s": \([0-9.e+]*\).*/\1/p' "$1" | tail -n 1; }
+max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
+
+train() {
+  ragtag="$BUILD/src/ragtag"
+  for model in lenet seedcnn; do
+    images=19200
+    [ $model = seedcnn ] && images=6400
+    one=0 two=0
+    for _ in $(seq "$REPS"); do
+      for cell in one two; do
+        rm -f "$tmp/m.jsonl"
+        if [ $cell = one ]; then flags="--threads 2"; else flags="--threads 1 --workers 2"; fi
+        "$ragtag" train "$top/examples/$model.cfg" --data fashion-mnist --val 0 --limit $images \
+          --epochs 1 --batch 64 --lr 0.01 --momentum 0.9 --progress off --metrics "$tmp/m.jsonl" \
+          $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; continue; }
+        v=$(ips "$tmp/m.jsonl")
+        if [ $cell = one ]; then one=$(max "$one" "$v"); else two=$(max "$two" "$v"); fi
+      done
+    done
+    awk -v m=$model -v a="$one" -v b="$two" 'BEGIN {
+      printf "%-8s 1 process x 2 threads %8.0f img/s | 2 workers x 1 thread %8.0f img/s | ratio %.2f\n",
+             m, a, b, (a > 0 ? b / a : 0) }'
+  done
+}
+
+case $mode in
+  allreduce) allreduce ;;
+  train) train ;;
+  *) echo "usage: $0 allreduce|train"; exit 2 ;;
+esac

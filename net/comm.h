@@ -1,0 +1,71 @@
+/* comm.h — a worker's communication thread, an actor in the CZMQ sense.
+ *
+ * The thread owns every network socket of a worker once training runs:
+ * the ring (its inbox, its links) and the control connection to the
+ * coordinator. The training thread talks to it over an inproc PAIR socket:
+ * it submits a collective and later waits for it (so compute can overlap
+ * communication), or hands it a control message to forward. Meanwhile the
+ * thread sends heartbeats, watches the coordinator's, and takes "stop" and
+ * "abort" orders — also in the middle of a collective, so a worker never
+ * waits forever on a ring whose run was aborted. */
+#ifndef RT_COMM_H
+#define RT_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ring.h"
+#include "wire.h"
+
+typedef struct rt_comm rt_comm;
+
+struct rt_comm_config {
+    rt_ring **ring;      /* taken (or borrowed, see borrow_ring) */
+    bool borrow_ring;    /* the caller keeps and destroys the ring */
+    void *zctx;          /* the context of ctrl and of the ring */
+    void **ctrl;         /* DEALER connected to the coordinator, taken; NULL: none */
+    const char *run;
+    double hb_interval;  /* seconds between heartbeats (0: 1 s) */
+    double peer_timeout; /* the coordinator is lost after this silence (0: 30 s) */
+    int rank;
+};
+
+rt_comm *rt_comm_new(const struct rt_comm_config *c);
+/* A thread for a ring alone, without a coordinator (benchmarks, tests).
+ * The ring is borrowed: destroy the comm before the ring. */
+rt_comm *rt_comm_new_bare(rt_ring *ring);
+void rt_comm_destroy(rt_comm **c);
+
+enum rt_comm_kind {
+    RT_COMM_REDUCE_SCATTER,
+    RT_COMM_ALL_GATHER,
+    RT_COMM_ALLREDUCE,
+    RT_COMM_ALLREDUCE_F64,
+    RT_COMM_BROADCAST,
+};
+
+/* Start a collective on the thread; buf must stay untouched until
+ * rt_comm_wait returns. One collective at a time. */
+int rt_comm_submit(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint32_t flags,
+                   int root);
+/* Wait for it: its status (with the thread's error detail) and flags. */
+int rt_comm_wait(rt_comm *c, uint32_t *flags);
+
+/* Submit + wait. n counts elements (bytes for broadcast). */
+int rt_comm_reduce_scatter(rt_comm *c, float *buf, size_t n, uint32_t *flags);
+int rt_comm_all_gather(rt_comm *c, float *buf, size_t n, uint32_t *flags);
+int rt_comm_allreduce(rt_comm *c, float *buf, size_t n, uint32_t *flags);
+int rt_comm_allreduce_f64(rt_comm *c, double *buf, size_t n);
+int rt_comm_broadcast(rt_comm *c, void *buf, size_t bytes, int root);
+
+/* Forward a control message (and raw frames, copied) to the coordinator. */
+int rt_comm_send(rt_comm *c, const rt_wire_writer *w, const void *const *frames,
+                 const size_t *sizes, int nframes);
+
+/* The coordinator asked the run to stop (Ctrl-C on it). */
+bool rt_comm_stop_requested(rt_comm *c);
+
+const char *rt_comm_link(const rt_comm *c, bool right);
+
+#endif

@@ -1,0 +1,54 @@
+/* membership.h — who is in a run: one entry per worker, in rank order, and
+ * the generation number of that list.
+ *
+ * The generation starts at 1 and every ring message carries it: a later
+ * change of membership (a worker lost or added at a step boundary) bumps
+ * it, and messages of an older generation are dropped, so a re-formed ring
+ * never mixes data of two memberships. */
+#ifndef RT_MEMBERSHIP_H
+#define RT_MEMBERSHIP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "transport.h"
+#include "wire.h"
+
+#define RT_MAX_WORKERS 256
+#define RT_NAME_MAX 64
+
+struct rt_member {
+    char id[24];                      /* per-process nonce, 16 hex digits */
+    char name[RT_NAME_MAX];           /* --name, or HOST-PID */
+    char host[RT_NAME_MAX];           /* host name, for people */
+    char host_id[RT_HOST_ID_MAX];     /* same value: can share memory */
+    char endpoint[RT_ENDPOINT_MAX];   /* ring inbox, tcp://IP:PORT */
+    char backend[32];
+    char device[128];                 /* device name */
+    int threads;
+    double images_per_s;              /* measured at join (0 until known) */
+};
+
+struct rt_membership {
+    uint64_t gen;
+    int n;
+    struct rt_member m[RT_MAX_WORKERS];
+};
+
+/* Encode one member as a map (9 entries), for hello and the job. */
+void rt_member_put(rt_wire_writer *w, const struct rt_member *m);
+/* Decode and check one member map. */
+int rt_member_get(rt_wire_map map, struct rt_member *m);
+
+/* Put the list under `key` (an array of member maps) plus "gen". Counts
+ * as two fields of the message. */
+void rt_membership_put(rt_wire_writer *w, const struct rt_membership *ms);
+int rt_membership_get(rt_wire_map map, struct rt_membership *ms);
+
+/* Whether ranks a and b share memory (same host id) and may use shm. */
+bool rt_membership_same_host(const struct rt_membership *ms, int a, int b);
+
+/* Printable name of the link from rank r to its right neighbour. */
+const char *rt_membership_link_kind(const struct rt_membership *ms, int r, bool allow_shm);
+
+#endif

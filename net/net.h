@@ -1,0 +1,61 @@
+/* net.h — ragtag's multi-machine layer as the command line sees it:
+ * `ragtag coord`, `ragtag worker` and `ragtag train --workers N`.
+ * docs/cluster.md tells how to use them; docs/architecture.md how they work.
+ *
+ * Built with ZeroMQ and msgpack-c (configure --with-zmq); without them
+ * every entry point fails with RT_ERR_UNSUPPORTED saying what to install. */
+#ifndef RT_NET_H
+#define RT_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "train.h"
+
+/* Whether this ragtag was built with the multi-machine layer. */
+bool rt_net_available(void);
+
+struct rt_coord_options {
+    char listen[256];      /* tcp://HOST:PORT (HOST * for all interfaces); empty:
+                              127.0.0.1 and a free port */
+    int workers;           /* N to wait for */
+    int min_workers;       /* > 0: start with this many when the join timeout ends */
+    double join_timeout;   /* seconds to wait for the workers (default 60) */
+    double setup_timeout;  /* seconds from the job to every worker ready (default 300) */
+    double worker_timeout; /* silence after which a worker is lost (default 30) */
+    bool serve_data;       /* ship the data files to workers (cached by hash) */
+    bool allow_shm;        /* workers on one host share memory (default on) */
+    size_t chunk_bytes;    /* ring sub-chunk (default 256 KiB) */
+    /* `ragtag train --workers N`: start N worker processes of this binary */
+    bool spawn_local;
+    int local_threads;     /* threads of each local worker (0: cores / N, at least 1) */
+    char local_backend[32];
+    int local_device;
+};
+
+void rt_coord_options_defaults(struct rt_coord_options *o);
+/* Rendezvous, distribute the job, collect reports, write files. */
+int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config *c,
+                 struct rt_train_result *res);
+/* SIGINT: stop every worker at the next step boundary, checkpointing. */
+void rt_coord_request_stop(void);
+
+struct rt_worker_options {
+    char join[256];       /* tcp://HOST:PORT of the coordinator */
+    char advertise[128];  /* address peers reach this worker at; empty: the
+                             interface that routes to the coordinator */
+    char name[64];        /* empty: HOST-PID */
+    int ring_port;        /* TCP port of the ring inbox; 0: any free port */
+    char backend[32];
+    int device;
+    int threads;          /* 0: all cores */
+    char cache_dir[1024]; /* empty: see rt_cache_dir */
+    double connect_timeout; /* 0: wait for the coordinator forever */
+    bool quiet;           /* only errors (local workers of train --workers) */
+};
+
+void rt_worker_options_defaults(struct rt_worker_options *o);
+int rt_worker_run(const struct rt_worker_options *o);
+void rt_worker_request_stop(void);
+
+#endif

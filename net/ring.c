@@ -1,0 +1,695 @@
+/* ring.c — pipelined ring collectives (see ring.h for the algorithm).
+ *
+ * One engine runs every collective. A collective is a "plan": which
+ * sub-chunks this rank sends and receives, in order, and what it does with
+ * what it receives (add or copy). The engine keeps two cursors, the next
+ * send and the next receive, and loops: send whatever is ready and fits,
+ * take one message in, repeat; only when neither moves does it wait — on
+ * its shared-memory doorbell, on the ZeroMQ inbox, or both. It never
+ * blocks on a send while a receive could make progress, so full queues
+ * cannot deadlock the ring.
+ *
+ * Two rules keep the in-place buffer consistent:
+ *  - sub-chunk j of step t is sent only after sub-chunk j of step t-1 has
+ *    been received (its content is that receive's result);
+ *  - sub-chunk j of step t may only be received into the buffer once the
+ *    send that last read the same bytes, step t+1-N, is finished — for a
+ *    zero-copy ZeroMQ send, once libzmq has called the free callback.
+ *    libzmq releases the frames of one connection in order, so one counter
+ *    of released frames answers "is send i done". */
+#include "config.h"
+
+#include "ring.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "progress.h"
+#include "shm.h"
+#include "status.h"
+#include "transport.h"
+#include "wire.h"
+
+#define RING_TAG 0x52494e47u /* "RING" */
+#define RING_DEAD 0xdeadbeefu
+#define ZC_MIN_BYTES (32u << 10) /* below this a copy is cheaper than a callback */
+/* Spin a few microseconds before sleeping on the doorbell. Never
+ * sched_yield: on a node where other processes keep the cores busy, each
+ * yield hands them a whole time slice (a 4-process ring slowed 20-fold). */
+#define SPIN_RELAX 200
+#define IDLE_EVERY 0.05
+
+struct rt_ring {
+    uint32_t tag;
+    char run[RT_RUN_ID_LEN + 1];
+    uint64_t gen;
+    int rank, world, left, right;
+    void *zctx;
+    void *inbox;
+    void *out;
+    rt_shm *own, *right_seg, *left_seg;
+    bool left_shm, right_shm;
+    size_t chunk;
+    double stall_timeout;
+    rt_ring_idle_fn idle;
+    void *idle_arg;
+    uint64_t op;
+
+    _Atomic uint64_t released; /* zero-copy frames libzmq is done with */
+    uint64_t zc_issued;
+    uint64_t *zc_at; /* per send of the current plan: zc_issued after it, 0 if copied */
+    uint32_t *carry; /* per receive: flags to forward with the next step */
+    size_t cap_send, cap_recv;
+    void *scratch;   /* aligned copy of a misaligned received frame */
+    size_t scratch_cap;
+
+    rt_wire_writer w;
+    rt_wire_msg msg;
+    rt_zframes fr;
+    rt_wire_droplog drops;
+    char who[32];
+    bool broken;
+};
+
+enum plan_kind { P_RS, P_AG, P_AR, P_BC };
+
+struct plan {
+    enum plan_kind kind;
+    char *buf;
+    size_t n;    /* elements */
+    size_t elem; /* bytes per element */
+    int t0, t1;  /* steps [t0, t1) of the 2N-2 ring steps */
+    size_t K;    /* sub-chunks per segment */
+    size_t nsend, nrecv;
+    int dist;    /* broadcast: (rank - root) mod N */
+    uint32_t my_flags, out_flags;
+    void (*reduce)(void *dst, const void *src, size_t count);
+};
+
+static void check(const rt_ring *r) { RT_ASSERT(r && r->tag == RING_TAG); }
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+void rt_ring_segment(size_t n, int world, int rank, size_t *lo, size_t *hi)
+{
+    RT_ASSERT(world >= 1 && rank >= 0 && rank < world);
+    /* n * rank fits: n < 2^52 elements and world <= RT_MAX_WORKERS. */
+    *lo = (size_t)((unsigned __int128)n * (unsigned)rank / (unsigned)world);
+    *hi = (size_t)((unsigned __int128)n * (unsigned)(rank + 1) / (unsigned)world);
+}
+
+static void add_f32(void *dst, const void *src, size_t count)
+{
+    float *restrict d = dst;
+    const float *restrict s = src;
+    for (size_t i = 0; i < count; i++)
+        d[i] += s[i];
+}
+
+static void add_f64(void *dst, const void *src, size_t count)
+{
+    double *restrict d = dst;
+    const double *restrict s = src;
+    for (size_t i = 0; i < count; i++)
+        d[i] += s[i];
+}
+
+static void zc_released(void *data, void *hint)
+{
+    (void)data;
+    atomic_fetch_add_explicit((_Atomic uint64_t *)hint, 1, memory_order_release);
+}
+
+/* ---- set-up ----------------------------------------------------------------------- */
+
+static void shm_name(char *out, size_t cap, const char *run, const struct rt_member *m,
+                     uint64_t gen)
+{
+    snprintf(out, cap, "/ragtag-%.8s-%s-g%llu", run, m->id, (unsigned long long)gen);
+}
+
+rt_ring *rt_ring_new(const struct rt_ring_config *c)
+{
+    RT_ASSERT(c && c->members && c->inbox && *c->inbox && c->run);
+    const struct rt_membership *ms = c->members;
+    if (ms->n < 1 || ms->n > RT_MAX_WORKERS || c->rank < 0 || c->rank >= ms->n) {
+        rt_error(RT_ERR_ARG, "rank %d of a ring of %d", c->rank, ms->n);
+        return NULL;
+    }
+    size_t chunk = c->chunk_bytes ? c->chunk_bytes : RT_RING_DEFAULT_CHUNK;
+    if (chunk < 4096 || chunk > RT_RING_MAX_CHUNK || chunk % 64) {
+        rt_error(RT_ERR_ARG, "ring chunk of %zu bytes (4 KiB to 4 MiB, a multiple of 64)", chunk);
+        return NULL;
+    }
+    rt_ring *r = calloc(1, sizeof *r);
+    if (!r) {
+        rt_error(RT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    r->tag = RING_TAG;
+    snprintf(r->run, sizeof r->run, "%s", c->run);
+    r->gen = ms->gen;
+    r->rank = c->rank;
+    r->world = ms->n;
+    r->left = mod(c->rank - 1, ms->n);
+    r->right = mod(c->rank + 1, ms->n);
+    r->zctx = c->zctx;
+    r->inbox = *c->inbox;
+    *c->inbox = NULL;
+    r->chunk = chunk;
+    r->stall_timeout = c->stall_timeout;
+    r->idle = c->idle;
+    r->idle_arg = c->idle_arg;
+    atomic_init(&r->released, 0);
+    rt_wire_writer_init(&r->w);
+    rt_wire_msg_init(&r->msg);
+    rt_zframes_init(&r->fr);
+    snprintf(r->who, sizeof r->who, "ring rank %d", r->rank);
+    rt_wire_droplog_init(&r->drops, r->who);
+    if (r->world == 1)
+        return r;
+
+    double tmo = c->setup_timeout > 0 ? c->setup_timeout : 30.0;
+    r->right_shm = c->allow_shm && rt_membership_same_host(ms, r->rank, r->right);
+    r->left_shm = c->allow_shm && rt_membership_same_host(ms, r->rank, r->left);
+    char name[160];
+    if (r->left_shm || r->right_shm) {
+        uint32_t expect = r->left == r->right ? 1 : (uint32_t)r->left_shm + (uint32_t)r->right_shm;
+        uint32_t slots = c->shm_slots > 0 ? (uint32_t)c->shm_slots : 8;
+        shm_name(name, sizeof name, r->run, &ms->m[r->rank], r->gen);
+        r->own = rt_shm_create(name, r->run, r->gen, r->left_shm ? slots : 0, chunk, expect);
+        if (!r->own)
+            goto fail;
+        if (r->right_shm) {
+            shm_name(name, sizeof name, r->run, &ms->m[r->right], r->gen);
+            if (!(r->right_seg = rt_shm_open(name, r->run, r->gen, tmo)))
+                goto fail;
+            if (rt_shm_slot_bytes(r->right_seg) < chunk || rt_shm_slots(r->right_seg) == 0) {
+                rt_error(RT_ERR_NET, "the right neighbour's shared memory has no room for "
+                                     "chunks of %zu bytes", chunk);
+                goto fail;
+            }
+        }
+        if (r->left_shm) {
+            if (r->left == r->right && r->right_seg) {
+                r->left_seg = r->right_seg;
+            } else {
+                shm_name(name, sizeof name, r->run, &ms->m[r->left], r->gen);
+                if (!(r->left_seg = rt_shm_open(name, r->run, r->gen, tmo)))
+                    goto fail;
+            }
+        }
+        if (rt_shm_unlink_when_attached(r->own, tmo) < 0)
+            goto fail;
+    }
+    if (!r->right_shm) {
+        r->out = rt_zsock_new(r->zctx, ZMQ_PUSH, 0, 0);
+        if (!r->out || rt_zsock_connect(r->out, ms->m[r->right].endpoint) < 0)
+            goto fail;
+    }
+    return r;
+
+fail:
+    rt_error_wrap(RT_ERR_NET, "setting up the ring (rank %d of %d)", c->rank, ms->n);
+    rt_ring_destroy(&r);
+    return NULL;
+}
+
+static void wait_released(rt_ring *r, double limit)
+{
+    double t0 = rt_now();
+    while (atomic_load_explicit(&r->released, memory_order_acquire) < r->zc_issued &&
+           rt_now() - t0 < limit)
+        usleep(100);
+}
+
+void rt_ring_destroy(rt_ring **rp)
+{
+    if (!rp || !*rp)
+        return;
+    rt_ring *r = *rp;
+    check(r);
+    rt_wire_droplog_flush(&r->drops);
+    rt_zsock_close(&r->out); /* linger 0: pending frames are released */
+    wait_released(r, 2.0);
+    rt_zsock_close(&r->inbox);
+    if (r->left_seg != r->right_seg)
+        rt_shm_close(&r->left_seg);
+    r->left_seg = NULL;
+    rt_shm_close(&r->right_seg);
+    rt_shm_close(&r->own);
+    free(r->zc_at);
+    free(r->carry);
+    free(r->scratch);
+    rt_wire_writer_free(&r->w);
+    rt_wire_msg_free(&r->msg);
+    rt_zframes_close(&r->fr);
+    r->tag = RING_DEAD;
+    free(r);
+    *rp = NULL;
+}
+
+int rt_ring_rank(const rt_ring *r)
+{
+    check(r);
+    return r->rank;
+}
+
+int rt_ring_size(const rt_ring *r)
+{
+    check(r);
+    return r->world;
+}
+
+const char *rt_ring_link(const rt_ring *r, bool right)
+{
+    check(r);
+    if (r->world == 1)
+        return "-";
+    return (right ? r->right_shm : r->left_shm) ? "shm" : "tcp";
+}
+
+void rt_ring_set_idle(rt_ring *r, rt_ring_idle_fn fn, void *arg)
+{
+    check(r);
+    r->idle = fn;
+    r->idle_arg = arg;
+}
+
+void *rt_ring_zctx(const rt_ring *r)
+{
+    check(r);
+    return r->zctx;
+}
+
+long rt_ring_dropped(const rt_ring *r)
+{
+    check(r);
+    return r->drops.total;
+}
+
+/* ---- the engine --------------------------------------------------------------------- */
+
+/* Bytes [*p, *p + *bytes) of sub-chunk j of segment q. */
+static void region(const struct plan *p, int world, int q, size_t j, char **ptr, size_t *bytes)
+{
+    size_t lo, hi;
+    if (p->kind == P_BC) {
+        lo = 0;
+        hi = p->n;
+    } else {
+        rt_ring_segment(p->n, world, q, &lo, &hi);
+    }
+    size_t len = hi - lo;
+    size_t a = lo + (size_t)((unsigned __int128)len * j / p->K);
+    size_t b = lo + (size_t)((unsigned __int128)len * (j + 1) / p->K);
+    *ptr = p->buf + a * p->elem;
+    *bytes = (b - a) * p->elem;
+}
+
+static bool send_ready(const struct plan *p, size_t i, size_t nrecv_done)
+{
+    if (p->kind == P_BC)
+        return p->dist == 0 || nrecv_done > i;
+    size_t t = (size_t)p->t0 + i / p->K;
+    return t == (size_t)p->t0 || nrecv_done > i - p->K;
+}
+
+static bool zc_done(rt_ring *r, size_t i)
+{
+    return r->zc_at[i] <= atomic_load_explicit(&r->released, memory_order_acquire);
+}
+
+/* May receive i land in the buffer now? (the second rule of the header) */
+static bool recv_guard(rt_ring *r, const struct plan *p, size_t i, size_t nsent)
+{
+    if (p->kind == P_BC)
+        return true;
+    int t = p->t0 + (int)(i / p->K);
+    if (t + 1 - r->world < p->t0)
+        return true;
+    size_t si = i - (size_t)(r->world - 1) * p->K;
+    return nsent > si && zc_done(r, si);
+}
+
+static int do_send(rt_ring *r, struct plan *p, size_t i)
+{
+    int t;
+    size_t j;
+    int q;
+    uint32_t fl;
+    if (p->kind == P_BC) {
+        t = 0;
+        j = i;
+        q = 0;
+        fl = p->dist == 0 ? p->my_flags : r->carry[i];
+    } else {
+        t = p->t0 + (int)(i / p->K);
+        j = i % p->K;
+        q = mod(r->rank - 1 - t, r->world);
+        fl = t == p->t0 ? p->my_flags : r->carry[i - p->K];
+    }
+    char *ptr;
+    size_t bytes;
+    region(p, r->world, q, j, &ptr, &bytes);
+    r->zc_at[i] = 0;
+    if (r->right_shm) {
+        void *slot = rt_shm_slot_to_fill(r->right_seg);
+        memcpy(slot, ptr, bytes);
+        struct rt_shm_desc d = {.op = r->op, .t = (uint32_t)t, .j = (uint32_t)j, .flags = fl,
+                                .bytes = bytes};
+        rt_shm_publish(r->right_seg, &d);
+        return RT_OK;
+    }
+    rt_wire_begin(&r->w, r->run, "chunk", 6);
+    rt_wire_put_uint(&r->w, "gen", r->gen);
+    rt_wire_put_uint(&r->w, "op", r->op);
+    rt_wire_put_uint(&r->w, "t", (uint64_t)t);
+    rt_wire_put_uint(&r->w, "j", j);
+    rt_wire_put_uint(&r->w, "fl", fl);
+    rt_wire_put_uint(&r->w, "n", bytes);
+    RT_TRY(rt_wire_end(&r->w));
+    RT_TRY(rt_zsend(r->out, r->w.data, r->w.len, true));
+    if (bytes >= ZC_MIN_BYTES) {
+        r->zc_issued++;
+        r->zc_at[i] = r->zc_issued;
+        return rt_zsend_zc(r->out, ptr, bytes, false, zc_released, &r->released);
+    }
+    return rt_zsend(r->out, ptr, bytes, false);
+}
+
+/* Take one message in: 1 received the expected sub-chunk, 2 dropped a bad
+ * message, 0 nothing there, < 0 error. */
+static int do_recv(rt_ring *r, struct plan *p, size_t i)
+{
+    int t;
+    size_t j;
+    int q;
+    bool add;
+    if (p->kind == P_BC) {
+        t = 0;
+        j = i;
+        q = 0;
+        add = false;
+    } else {
+        t = p->t0 + (int)(i / p->K);
+        j = i % p->K;
+        q = mod(r->rank - 2 - t, r->world);
+        add = t < r->world - 1;
+    }
+    char *ptr;
+    size_t bytes;
+    region(p, r->world, q, j, &ptr, &bytes);
+    char why[300];
+    uint32_t fl;
+    if (r->left_shm) {
+        struct rt_shm_desc d;
+        const void *payload;
+        int rc = rt_shm_peek(r->own, &d, &payload);
+        if (rc <= 0)
+            return rc;
+        if (d.op != r->op || d.t != (uint32_t)t || d.j != (uint32_t)j || d.bytes != bytes) {
+            snprintf(why, sizeof why, "shared-memory chunk op %llu step %u part %u of %llu "
+                                      "bytes, expected op %llu step %d part %zu of %zu bytes",
+                     (unsigned long long)d.op, d.t, d.j, (unsigned long long)d.bytes,
+                     (unsigned long long)r->op, t, j, bytes);
+            rt_wire_drop(&r->drops, "the left neighbour", why);
+            rt_shm_consume(r->own, r->left_seg);
+            return 2;
+        }
+        if (add)
+            p->reduce(ptr, payload, bytes / p->elem);
+        else
+            memcpy(ptr, payload, bytes);
+        fl = d.flags;
+        rt_shm_consume(r->own, r->left_seg);
+    } else {
+        int rc = rt_zframes_recv(r->inbox, &r->fr, ZMQ_DONTWAIT);
+        if (rc <= 0)
+            return rc == RT_ERR_INTERRUPTED ? 0 : rc;
+        char peer[64];
+        rt_zframes_peer(&r->fr, 0, peer, sizeof peer);
+        uint64_t gen, op, mt, mj, mfl, mn;
+        rt_wire_map m = rt_wire_root(&r->msg);
+        if (r->fr.n != 2 || r->fr.truncated) {
+            snprintf(why, sizeof why, "a data message of %d frames (expected 2)", r->fr.n);
+            goto drop;
+        }
+        if (rt_wire_parse(&r->msg, rt_zframe_data(&r->fr, 0), rt_zframe_size(&r->fr, 0), r->run,
+                          false) < 0 ||
+            (strcmp(r->msg.type, "chunk") != 0 &&
+             rt_error(RT_ERR_FORMAT, "a '%s' message on the data socket", r->msg.type) < 0) ||
+            rt_wire_get_uint(m, "gen", 0, UINT32_MAX, &gen) < 0 ||
+            rt_wire_get_uint(m, "op", 0, UINT64_MAX, &op) < 0 ||
+            rt_wire_get_uint(m, "t", 0, 2 * RT_MAX_WORKERS, &mt) < 0 ||
+            rt_wire_get_uint(m, "j", 0, UINT32_MAX, &mj) < 0 ||
+            rt_wire_get_uint(m, "fl", 0, UINT32_MAX, &mfl) < 0 ||
+            rt_wire_get_uint(m, "n", 0, RT_RING_MAX_CHUNK, &mn) < 0) {
+            snprintf(why, sizeof why, "%s", rt_error_detail());
+            goto drop;
+        }
+        if (gen != r->gen) {
+            snprintf(why, sizeof why, "a chunk of generation %llu (ours: %llu)",
+                     (unsigned long long)gen, (unsigned long long)r->gen);
+            goto drop;
+        }
+        if (op != r->op || mt != (uint64_t)t || mj != j || mn != bytes ||
+            rt_zframe_size(&r->fr, 1) != bytes) {
+            snprintf(why, sizeof why, "chunk op %llu step %llu part %llu of %llu bytes (frame "
+                                      "%zu), expected op %llu step %d part %zu of %zu bytes",
+                     (unsigned long long)op, (unsigned long long)mt, (unsigned long long)mj,
+                     (unsigned long long)mn, rt_zframe_size(&r->fr, 1),
+                     (unsigned long long)r->op, t, j, bytes);
+            goto drop;
+        }
+        const void *src = rt_zframe_data(&r->fr, 1);
+        if (add && ((uintptr_t)src % p->elem) != 0) {
+            /* libzmq copies small frames into a shared buffer at any offset */
+            if (bytes > r->scratch_cap) {
+                void *n = realloc(r->scratch, bytes);
+                if (!n)
+                    return rt_error(RT_ERR_NOMEM, "out of memory");
+                r->scratch = n;
+                r->scratch_cap = bytes;
+            }
+            memcpy(r->scratch, src, bytes);
+            src = r->scratch;
+        }
+        if (add)
+            p->reduce(ptr, src, bytes / p->elem);
+        else
+            memcpy(ptr, src, bytes);
+        fl = (uint32_t)mfl;
+        goto take;
+    drop:
+        rt_wire_drop(&r->drops, peer, why);
+        return 2;
+    }
+take:
+    r->carry[i] = fl | p->my_flags;
+    p->out_flags |= fl;
+    return 1;
+}
+
+/* A rank whose left neighbour writes to shared memory never reads its
+ * inbox for data; whatever arrives there is not from the ring: drop it, so
+ * it neither piles up nor goes unreported. */
+static void drain_inbox(rt_ring *r)
+{
+    for (int k = 0; k < 64; k++) {
+        if (rt_zframes_recv(r->inbox, &r->fr, ZMQ_DONTWAIT) <= 0)
+            return;
+        char peer[64];
+        rt_zframes_peer(&r->fr, 0, peer, sizeof peer);
+        rt_wire_drop(&r->drops, peer, "a message on the data socket of a rank whose left "
+                                      "neighbour uses shared memory");
+    }
+}
+
+static int grow(rt_ring *r, size_t nsend, size_t nrecv)
+{
+    if (nsend > r->cap_send) {
+        uint64_t *z = realloc(r->zc_at, nsend * sizeof *z);
+        if (!z)
+            return rt_error(RT_ERR_NOMEM, "out of memory for a collective's bookkeeping");
+        r->zc_at = z;
+        r->cap_send = nsend;
+    }
+    if (nrecv > r->cap_recv) {
+        uint32_t *c = realloc(r->carry, nrecv * sizeof *c);
+        if (!c)
+            return rt_error(RT_ERR_NOMEM, "out of memory for a collective's bookkeeping");
+        r->carry = c;
+        r->cap_recv = nrecv;
+    }
+    return RT_OK;
+}
+
+static int run_plan(rt_ring *r, struct plan *p)
+{
+    if (r->broken)
+        return rt_error(RT_ERR_NET, "the ring is broken by an earlier error");
+    p->out_flags = p->my_flags;
+    if (r->world == 1 || (p->nsend == 0 && p->nrecv == 0))
+        return RT_OK;
+    RT_TRY(grow(r, p->nsend, p->nrecv));
+    size_t ns = 0, nr = 0;
+    double now = rt_now(), last_progress = now, last_idle = now;
+    int spins = 0;
+    int rc = RT_OK;
+    while (ns < p->nsend || nr < p->nrecv) {
+        uint32_t seen = r->own ? rt_shm_bell(r->own) : 0;
+        bool progress = false;
+        while (ns < p->nsend && send_ready(p, ns, nr) &&
+               (!r->right_shm || rt_shm_can_put(r->right_seg))) {
+            if ((rc = do_send(r, p, ns)) < 0)
+                goto fail;
+            ns++;
+            progress = true;
+        }
+        bool guard_ok = nr < p->nrecv && recv_guard(r, p, nr, ns);
+        if (guard_ok) {
+            rc = do_recv(r, p, nr);
+            if (rc < 0)
+                goto fail;
+            if (rc == 1)
+                nr++;
+            if (rc > 0)
+                progress = true;
+        }
+        if (progress) {
+            spins = 0;
+            continue;
+        }
+        if (++spins < SPIN_RELAX) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        now = rt_now();
+        if (spins == SPIN_RELAX)
+            last_progress = now; /* the stall clock starts when spinning stops */
+        if (r->stall_timeout > 0 && now - last_progress > r->stall_timeout) {
+            rc = rt_error(RT_ERR_TIMEOUT, "no data from rank %d for %.0f s", r->left,
+                          r->stall_timeout);
+            goto fail;
+        }
+        if (now - last_idle > IDLE_EVERY) {
+            last_idle = now;
+            if (r->left_shm)
+                drain_inbox(r);
+            if (r->idle && (rc = r->idle(r->idle_arg)) < 0)
+                goto fail;
+        }
+        bool want_zmq = guard_ok && !r->left_shm;
+        bool want_bell = r->own && ((guard_ok && r->left_shm) ||
+                                    (r->right_shm && ns < p->nsend && send_ready(p, ns, nr)));
+        if (want_zmq) {
+            zmq_pollitem_t it = {.socket = r->inbox, .events = ZMQ_POLLIN};
+            zmq_poll(&it, 1, want_bell ? 1 : 50);
+        } else if (want_bell) {
+            rt_shm_wait(r->own, seen, IDLE_EVERY);
+        } else {
+            usleep(20); /* waiting for libzmq to release a zero-copy frame */
+        }
+    }
+    /* The caller may reuse the buffer on return: libzmq must be done with it. */
+    now = rt_now();
+    while (atomic_load_explicit(&r->released, memory_order_acquire) < r->zc_issued) {
+        if (rt_now() - now > 1.0 && r->idle && (rc = r->idle(r->idle_arg)) < 0)
+            goto fail;
+        usleep(10);
+    }
+    r->op++;
+    return RT_OK;
+
+fail:
+    r->broken = true;
+    return rt_error_wrap(rc, "%s, collective %llu", r->who, (unsigned long long)r->op);
+}
+
+static size_t subchunks(const rt_ring *r, size_t max_bytes)
+{
+    size_t k = (max_bytes + r->chunk - 1) / r->chunk;
+    return k ? k : 1;
+}
+
+static void plan_ring(rt_ring *r, struct plan *p, enum plan_kind kind, void *buf, size_t n,
+                      size_t elem, uint32_t flags)
+{
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    p->buf = buf;
+    p->n = n;
+    p->elem = elem;
+    p->my_flags = flags;
+    p->reduce = elem == 8 ? add_f64 : add_f32;
+    int N = r->world;
+    p->t0 = kind == P_AG ? N - 1 : 0;
+    p->t1 = kind == P_RS ? N - 1 : 2 * N - 2;
+    size_t maxseg = (n + (size_t)N - 1) / (size_t)N;
+    p->K = subchunks(r, maxseg * elem);
+    p->nsend = p->nrecv = (size_t)(p->t1 - p->t0) * p->K;
+}
+
+int rt_ring_reduce_scatter(rt_ring *r, float *buf, size_t n, uint32_t *flags)
+{
+    check(r);
+    struct plan p;
+    plan_ring(r, &p, P_RS, buf, n, sizeof(float), flags ? *flags : 0);
+    int rc = run_plan(r, &p);
+    if (flags)
+        *flags = p.out_flags;
+    return rc;
+}
+
+int rt_ring_all_gather(rt_ring *r, float *buf, size_t n, uint32_t *flags)
+{
+    check(r);
+    struct plan p;
+    plan_ring(r, &p, P_AG, buf, n, sizeof(float), flags ? *flags : 0);
+    int rc = run_plan(r, &p);
+    if (flags)
+        *flags = p.out_flags;
+    return rc;
+}
+
+int rt_ring_allreduce(rt_ring *r, float *buf, size_t n, uint32_t *flags)
+{
+    check(r);
+    struct plan p;
+    plan_ring(r, &p, P_AR, buf, n, sizeof(float), flags ? *flags : 0);
+    int rc = run_plan(r, &p);
+    if (flags)
+        *flags = p.out_flags;
+    return rc;
+}
+
+int rt_ring_allreduce_f64(rt_ring *r, double *buf, size_t n)
+{
+    check(r);
+    struct plan p;
+    plan_ring(r, &p, P_AR, buf, n, sizeof(double), 0);
+    return run_plan(r, &p);
+}
+
+int rt_ring_broadcast(rt_ring *r, void *buf, size_t bytes, int root)
+{
+    check(r);
+    RT_ASSERT(root >= 0 && root < r->world);
+    struct plan p;
+    memset(&p, 0, sizeof p);
+    p.kind = P_BC;
+    p.buf = buf;
+    p.n = bytes;
+    p.elem = 1;
+    p.K = subchunks(r, bytes);
+    p.dist = mod(r->rank - root, r->world);
+    p.nsend = p.dist < r->world - 1 ? p.K : 0;
+    p.nrecv = p.dist > 0 ? p.K : 0;
+    return run_plan(r, &p);
+}

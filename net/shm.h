@@ -1,0 +1,75 @@
+/* shm.h — same-host data links through shared memory.
+ *
+ * Why: over a Unix or TCP socket every byte a local neighbour sends is
+ * copied twice by the kernel and once more by libzmq's receive path; on a
+ * small box that caps a 2-process ring near 1.7 GB/s of bus bandwidth. A
+ * shared segment needs one copy in (sender) and one read (the receiver's
+ * reduction reads the slot directly). ZeroMQ still carries every control
+ * message and the data of peers on other hosts.
+ *
+ * Each rank that has a same-host ring neighbour owns ONE segment in
+ * /dev/shm holding
+ *   - its doorbell: a futex word neighbours bump after they publish data
+ *     for it or free a slot it is waiting for, so a rank sleeps on exactly
+ *     one word whatever it waits for;
+ *   - its inbound queue: a single-producer single-consumer ring of slots
+ *     filled by its left neighbour (no slots when that neighbour is remote).
+ * Names carry the run id, a per-process nonce and the generation; the
+ * owner unlinks its segment as soon as its neighbours have mapped it, so a
+ * crash leaves nothing behind in /dev/shm after start-up.
+ *
+ * Slot descriptors are written by another process: the consumer checks
+ * every field (see ring.c) before touching payload bytes. */
+#ifndef RT_SHM_H
+#define RT_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rt_shm rt_shm;
+
+/* What a slot carries besides its payload (the ring's chunk header). */
+struct rt_shm_desc {
+    uint64_t op;
+    uint32_t t, j;
+    uint32_t flags;
+    uint32_t pad;
+    uint64_t bytes;
+};
+
+/* Create this rank's segment: doorbell plus `nslots` slots of slot_bytes.
+ * `expect_attach` neighbours will map it (see rt_shm_unlink_when_attached). */
+rt_shm *rt_shm_create(const char *name, const char *run, uint64_t gen, uint32_t nslots,
+                      size_t slot_bytes, uint32_t expect_attach);
+/* Map a neighbour's segment, waiting up to timeout_s for it to appear;
+ * checks its header against run and gen. */
+rt_shm *rt_shm_open(const char *name, const char *run, uint64_t gen, double timeout_s);
+void rt_shm_close(rt_shm **s);
+/* Owner: wait (up to timeout_s) until every neighbour mapped the segment,
+ * then remove its name. */
+int rt_shm_unlink_when_attached(rt_shm *s, double timeout_s);
+
+uint32_t rt_shm_slots(const rt_shm *s);
+size_t rt_shm_slot_bytes(const rt_shm *s);
+
+/* Producer side, on the consumer's segment. */
+bool rt_shm_can_put(rt_shm *s);
+void *rt_shm_slot_to_fill(rt_shm *s);
+void rt_shm_publish(rt_shm *s, const struct rt_shm_desc *d); /* and ring its bell */
+
+/* Consumer side, on its own segment: 1 and the next slot (descriptor copied
+ * out, payload borrowed until rt_shm_consume), 0 when empty, RT_ERR_NET if
+ * the producer broke the queue's invariants. */
+int rt_shm_peek(rt_shm *s, struct rt_shm_desc *d, const void **payload);
+/* Free the peeked slot; `producer_bell` (the producer's segment, may be
+ * NULL) is rung so a producer waiting for space wakes up. */
+void rt_shm_consume(rt_shm *s, rt_shm *producer_bell);
+
+/* Doorbell of a segment. */
+uint32_t rt_shm_bell(rt_shm *s);
+void rt_shm_ring(rt_shm *s);
+/* Sleep until the bell differs from `seen` or timeout_s passes. */
+void rt_shm_wait(rt_shm *s, uint32_t seen, double timeout_s);
+
+#endif

@@ -1,0 +1,778 @@
+/* worker.c — `ragtag worker --join tcp://HOST:PORT`.
+ *
+ * Life of a worker:
+ *   1. bind its ring inbox on the advertised address, connect to the
+ *      coordinator and say hello (again every second until it answers: a
+ *      worker may start long before its coordinator);
+ *   2. receive the job — run id, rank, member list, model text, options,
+ *      the data spec or a manifest of files to fetch (cached by hash);
+ *   3. build data and model, measure its speed, report "ready", wait for
+ *      "start", form the ring and hand every socket to the comm thread;
+ *   4. train (rt_train_run_dist), rank 0 reporting to the coordinator;
+ *   5. send "done" with its parameter hash (or "error") and leave.
+ * Every message from the coordinator is checked like any other: the
+ * coordinator's address is not a credential. */
+#include "config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "comm.h"
+#include "datashare.h"
+#include "membership.h"
+#include "net.h"
+#include "progress.h"
+#include "ring.h"
+#include "status.h"
+#include "transport.h"
+#include "wire.h"
+
+#define WORKER_MAX_FRAME ((int64_t)1 << 30) /* weights when resuming */
+#define MAX_MODEL_TEXT (512u << 10)
+
+static volatile sig_atomic_t worker_stop;
+
+void rt_worker_request_stop(void)
+{
+    worker_stop = 1;
+    rt_train_request_stop();
+}
+
+void rt_worker_options_defaults(struct rt_worker_options *o)
+{
+    memset(o, 0, sizeof *o);
+    snprintf(o->backend, sizeof o->backend, "cpu");
+}
+
+/* What "start" carried when the run resumes a checkpoint. */
+struct resume_state {
+    bool on, best;
+    struct rt_train_pos pos;
+    uint64_t np, ns, lo, hi, nopt;
+    float *buf[7]; /* params, state, opt 0, opt 1, best params, best state */
+};
+
+struct worker {
+    const struct rt_worker_options *o;
+    void *zctx, *ctrl, *inbox;
+    char run[RT_RUN_ID_LEN + 1];
+    struct rt_member me;
+    rt_wire_writer w;
+    rt_wire_msg msg;
+    rt_zframes fr;
+    rt_wire_droplog drops;
+    char who[96];
+    double last_seen, last_hb;
+    /* the job */
+    int rank, world;
+    struct rt_membership ms;
+    char *model_text;
+    struct rt_train_config c;
+    bool want_ckpt, want_final, allow_shm;
+    size_t chunk;
+    double hb, peer_timeout;
+    struct rt_data_manifest man;
+    bool served;
+    rt_comm *comm;
+    struct resume_state resume;
+};
+
+static void say(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(struct worker *w, const char *fmt, ...)
+{
+    if (w->o->quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ragtag: [%s] ", w->who);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+/* ---- control messages before the comm thread exists ------------------------------- */
+
+static int send_ctrl(struct worker *w, const void *const *frames, const size_t *sizes, int n)
+{
+    if (w->comm)
+        return rt_comm_send(w->comm, &w->w, frames, sizes, n);
+    return rt_zsend_msg(w->ctrl, &w->w, frames, sizes, n);
+}
+
+static void send_hb(struct worker *w)
+{
+    rt_wire_begin(&w->w, w->run, "hb", 1);
+    rt_wire_put_uint(&w->w, "rank", (uint64_t)(w->rank > 0 ? w->rank : 0));
+    if (rt_wire_end(&w->w) == RT_OK)
+        zmq_send(w->ctrl, w->w.data, w->w.len, ZMQ_DONTWAIT);
+    w->last_hb = rt_now();
+}
+
+/* Wait for a message from the coordinator whose type is one of `want`
+ * (NULL-terminated): 1 and w->msg / w->fr hold it; "abort" and "reject"
+ * become errors; anything else is dropped. Heartbeats go out meanwhile;
+ * the coordinator is lost after peer_timeout without a word (once the
+ * job is known), and a worker gives up after `limit` seconds (0: never). */
+static int wait_for(struct worker *w, const char *const *want, int nframes, double limit)
+{
+    double t0 = rt_now(), last_note = t0;
+    for (;;) {
+        if (worker_stop)
+            return rt_error(RT_ERR_INTERRUPTED, "interrupted");
+        zmq_pollitem_t it = {.socket = w->ctrl, .events = ZMQ_POLLIN};
+        zmq_poll(&it, 1, 100);
+        double now = rt_now();
+        if (w->run[0] && now - w->last_hb >= w->hb)
+            send_hb(w);
+        if (w->run[0] && now - w->last_seen > w->peer_timeout)
+            return rt_error(RT_ERR_NET, "lost the coordinator: nothing heard from it for %.0f s",
+                            now - w->last_seen);
+        if (limit > 0 && now - t0 > limit)
+            return rt_error(RT_ERR_TIMEOUT, "no answer from the coordinator at %s within %.0f s",
+                            w->o->join, limit);
+        if (!w->run[0] && now - last_note > 10.0) {
+            last_note = now;
+            say(w, "still waiting for the coordinator at %s", w->o->join);
+        }
+        if (!(it.revents & ZMQ_POLLIN))
+            continue;
+        int rc = rt_zframes_recv(w->ctrl, &w->fr, ZMQ_DONTWAIT);
+        if (rc <= 0)
+            continue;
+        if (w->fr.truncated || w->fr.n < 1) {
+            rt_wire_drop(&w->drops, "the coordinator", "a message of too many frames");
+            continue;
+        }
+        if (rt_wire_parse(&w->msg, rt_zframe_data(&w->fr, 0), rt_zframe_size(&w->fr, 0),
+                          w->run[0] ? w->run : NULL, false) < 0) {
+            rt_wire_drop(&w->drops, "the coordinator", rt_error_detail());
+            continue;
+        }
+        w->last_seen = now;
+        const char *t = w->msg.type;
+        if (!strcmp(t, "abort") || !strcmp(t, "reject")) {
+            char why[300];
+            if (rt_wire_get_str(rt_wire_root(&w->msg), "reason", 0, why, sizeof why) < 0)
+                snprintf(why, sizeof why, "(no reason given)");
+            return rt_error(RT_ERR_NET, "the coordinator %s: %s",
+                            !strcmp(t, "abort") ? "aborted the run" : "refused this worker", why);
+        }
+        for (int i = 0; want[i]; i++) {
+            if (!strcmp(t, want[i])) {
+                if (nframes >= 0 && w->fr.n != nframes) {
+                    rt_wire_drop(&w->drops, "the coordinator", "wrong number of frames");
+                    break;
+                }
+                return 1;
+            }
+        }
+        if (strcmp(t, "hb") != 0) {
+            char why[80];
+            snprintf(why, sizeof why, "an unexpected '%s' message", t);
+            rt_wire_drop(&w->drops, "the coordinator", why);
+        }
+    }
+}
+
+/* ---- joining ----------------------------------------------------------------------- */
+
+static int open_sockets(struct worker *w)
+{
+    const struct rt_worker_options *o = w->o;
+    w->zctx = zmq_ctx_new();
+    if (!w->zctx)
+        return rt_error(RT_ERR_NET, "cannot start ZeroMQ: %s", zmq_strerror(errno));
+    char ip[128];
+    if (o->advertise[0])
+        snprintf(ip, sizeof ip, "%s", o->advertise);
+    else
+        RT_TRY(rt_net_route_addr(o->join, ip, sizeof ip));
+    w->inbox = rt_zsock_new(w->zctx, ZMQ_PULL, (int64_t)RT_RING_MAX_CHUNK, 4096);
+    if (!w->inbox)
+        return RT_ERR_NET;
+    char ep[RT_ENDPOINT_MAX], bound[RT_ENDPOINT_MAX], port[16];
+    if (o->ring_port > 0)
+        snprintf(port, sizeof port, "%d", o->ring_port);
+    else
+        snprintf(port, sizeof port, "*");
+    snprintf(ep, sizeof ep, strchr(ip, ':') ? "tcp://[%s]:%s" : "tcp://%s:%s", ip, port);
+    if (rt_zsock_bind(w->inbox, ep, bound, sizeof bound) < 0) {
+        /* An address of a NAT or a name this host cannot bind: listen on
+         * every interface, tell peers the given address. */
+        snprintf(ep, sizeof ep, "tcp://*:%s", port);
+        RT_TRY(rt_zsock_bind(w->inbox, ep, bound, sizeof bound));
+        char got[16];
+        snprintf(got, sizeof got, "%s", strrchr(bound, ':'));
+        snprintf(bound, sizeof bound, strchr(ip, ':') ? "tcp://[%s]%s" : "tcp://%s%s", ip, got);
+    }
+    snprintf(w->me.endpoint, sizeof w->me.endpoint, "%s", bound);
+    w->ctrl = rt_zsock_new(w->zctx, ZMQ_DEALER, WORKER_MAX_FRAME, 0);
+    if (!w->ctrl)
+        return RT_ERR_NET;
+    int one = 1;
+    zmq_setsockopt(w->ctrl, ZMQ_IMMEDIATE, &one, sizeof one); /* no hellos pile up unsent */
+    return rt_zsock_connect(w->ctrl, o->join);
+}
+
+static int describe(struct worker *w)
+{
+    const struct rt_worker_options *o = w->o;
+    struct rt_member *me = &w->me;
+    snprintf(me->id, sizeof me->id, "%016llx", (unsigned long long)rt_net_nonce());
+    rt_net_host_name(me->host, sizeof me->host);
+    if (o->name[0])
+        snprintf(me->name, sizeof me->name, "%s", o->name);
+    else
+        snprintf(me->name, sizeof me->name, "%.40s-%d", me->host, (int)getpid());
+    rt_net_host_id(me->host_id, sizeof me->host_id);
+    snprintf(me->backend, sizeof me->backend, "%s", o->backend);
+    struct rt_device_info info;
+    if (rt_backend_device_info(o->backend, o->device, &info) < 0)
+        return rt_error_wrap(RT_ERR_DEVICE, "backend %s, device %d", o->backend, o->device);
+    snprintf(me->device, sizeof me->device, "%s", info.name);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    me->threads = o->threads > 0 ? o->threads : (int)(cores > 0 ? cores : 1);
+    snprintf(w->who, sizeof w->who, "worker %s", me->name);
+    return RT_OK;
+}
+
+static const char *const job_keys[] = {
+    "data", "val", "limit", "epochs", "batch", "lr", "optimizer", "momentum", "nesterov",
+    "weight_decay", "beta1", "beta2", "eps", "clip_norm", "schedule", "lr_step", "lr_gamma",
+    "min_lr", "warmup", "seed", "patience", "monitor", "min_delta", "log_every", NULL,
+};
+
+static bool job_key(const char *k)
+{
+    for (int i = 0; job_keys[i]; i++)
+        if (!strcmp(k, job_keys[i]))
+            return true;
+    return false;
+}
+
+static int parse_job(struct worker *w)
+{
+    rt_wire_map j = rt_wire_root(&w->msg);
+    uint64_t rank, world, chunk;
+    char name[1024];
+    const void *text;
+    size_t tn;
+    snprintf(w->run, sizeof w->run, "%s", w->msg.run);
+    RT_TRY(rt_wire_get_uint(j, "rank", 0, RT_MAX_WORKERS - 1, &rank));
+    RT_TRY(rt_membership_get(j, &w->ms));
+    world = (uint64_t)w->ms.n;
+    if (rank >= world)
+        return rt_error(RT_ERR_FORMAT, "rank %llu of %llu workers", (unsigned long long)rank,
+                        (unsigned long long)world);
+    if (strcmp(w->ms.m[rank].id, w->me.id) != 0)
+        return rt_error(RT_ERR_FORMAT, "the member list has someone else at rank %llu",
+                        (unsigned long long)rank);
+    RT_TRY(rt_wire_get_str(j, "model_name", 1, name, sizeof name));
+    RT_TRY(rt_wire_get_bin(j, "model", MAX_MODEL_TEXT, &text, &tn));
+    RT_TRY(rt_wire_get_bool(j, "checkpoints", &w->want_ckpt));
+    RT_TRY(rt_wire_get_bool(j, "final", &w->want_final));
+    RT_TRY(rt_wire_get_bool(j, "shm", &w->allow_shm));
+    RT_TRY(rt_wire_get_uint(j, "chunk", 4096, RT_RING_MAX_CHUNK, &chunk));
+    RT_TRY(rt_wire_get_f64(j, "hb", 0.05, 60.0, &w->hb));
+    RT_TRY(rt_wire_get_f64(j, "timeout", 1.0, 1e6, &w->peer_timeout));
+    if (memchr(text, '\0', tn))
+        return rt_error(RT_ERR_FORMAT, "the model text holds a NUL byte");
+    free(w->model_text);
+    if (!(w->model_text = malloc(tn + 1)))
+        return rt_error(RT_ERR_NOMEM, "out of memory");
+    memcpy(w->model_text, text, tn);
+    w->model_text[tn] = '\0';
+    w->rank = (int)rank;
+    w->world = (int)world;
+    w->chunk = (size_t)chunk;
+    if (w->chunk % 64)
+        return rt_error(RT_ERR_FORMAT, "ring chunk of %zu bytes", w->chunk);
+
+    /* Options: only training options, each validated like a flag. */
+    struct rt_train_config *c = &w->c;
+    rt_train_config_defaults(c);
+    snprintf(c->model_path, sizeof c->model_path, "%s", name);
+    const msgpack_object *items;
+    size_t n;
+    RT_TRY(rt_wire_get_array(j, "options", 64, &items, &n));
+    for (size_t i = 0; i < n; i++) {
+        char k[64], v[1024];
+        if (items[i].type != MSGPACK_OBJECT_ARRAY || items[i].via.array.size != 2)
+            return rt_error(RT_ERR_FORMAT, "option %zu is not a [key, value] pair", i);
+        RT_TRY(rt_wire_item_str(items[i].via.array.ptr, 0, "options", k, sizeof k));
+        RT_TRY(rt_wire_item_str(items[i].via.array.ptr, 1, "options", v, sizeof v));
+        if (!job_key(k))
+            return rt_error(RT_ERR_FORMAT, "option '%s' is not one a coordinator sets", k);
+        RT_TRY(rt_train_config_set(c, k, v, "the coordinator's job"));
+    }
+    snprintf(c->backend, sizeof c->backend, "%s", w->o->backend);
+    c->device = w->o->device;
+    c->threads = w->o->threads;
+    c->progress = RT_PROGRESS_OFF;
+    w->served = rt_wire_has(j, "data");
+    if (w->served)
+        RT_TRY(rt_manifest_get(j, &w->man));
+    return RT_OK;
+}
+
+static int join(struct worker *w)
+{
+    static const char *const want[] = {"job", NULL};
+    w->hb = 1.0;
+    w->peer_timeout = 30.0;
+    double t0 = rt_now(), last_hello = -1e9;
+    say(w, "joining %s (ring inbox %s)", w->o->join, w->me.endpoint);
+    for (;;) {
+        double now = rt_now();
+        if (now - last_hello >= 1.0) {
+            rt_wire_begin(&w->w, "", "hello", 1);
+            rt_wire_put_key(&w->w, "member");
+            rt_member_put(&w->w, &w->me);
+            RT_TRY(rt_wire_end(&w->w));
+            zmq_send(w->ctrl, w->w.data, w->w.len, ZMQ_DONTWAIT); /* EAGAIN: not connected yet */
+            last_hello = now;
+        }
+        double limit = w->o->connect_timeout > 0 ? w->o->connect_timeout - (now - t0) : 0;
+        if (w->o->connect_timeout > 0 && limit <= 0)
+            return rt_error(RT_ERR_TIMEOUT, "no coordinator answered at %s within %.0f s",
+                            w->o->join, w->o->connect_timeout);
+        int rc = wait_for(w, want, 1, limit > 0 && limit < 1.0 ? limit : 1.0);
+        if (rc == RT_ERR_TIMEOUT)
+            continue;
+        if (rc < 0)
+            return rc;
+        if ((rc = parse_job(w)) < 0) {
+            /* Only the coordinator can reach this socket: a job we cannot
+             * read means another version of ragtag. Tell it, and stop. */
+            char why[600];
+            snprintf(why, sizeof why, "cannot use the job: %s", rt_error_detail());
+            rt_wire_begin(&w->w, w->run, "error", 1);
+            rt_wire_put_str(&w->w, "message", why);
+            if (rt_wire_end(&w->w) == RT_OK)
+                zmq_send(w->ctrl, w->w.data, w->w.len, ZMQ_DONTWAIT);
+            return rt_error(RT_ERR_FORMAT, "%s", why);
+        }
+        w->last_seen = w->last_hb = rt_now();
+        say(w, "joined run %.8s as rank %d of %d", w->run, w->rank, w->world);
+        return RT_OK;
+    }
+}
+
+/* ---- data ---------------------------------------------------------------------------- */
+
+static int fetch_file(struct worker *w, const char *cache, int i)
+{
+    static const char *const want[] = {"file", NULL};
+    const struct rt_data_manifest *m = &w->man;
+    rt_wire_begin(&w->w, w->run, "fetch", 1);
+    rt_wire_put_uint(&w->w, "file", (uint64_t)i);
+    RT_TRY(rt_wire_end(&w->w));
+    RT_TRY(send_ctrl(w, NULL, NULL, 0));
+    rt_cache_file *f = rt_cache_file_begin(cache, m->sha[i], m->size[i]);
+    if (!f)
+        return RT_ERR_IO;
+    int rc = RT_OK;
+    while (!rt_cache_file_complete(f)) {
+        if ((rc = wait_for(w, want, 2, 120.0)) < 0)
+            break;
+        uint64_t file, off;
+        rt_wire_map r = rt_wire_root(&w->msg);
+        if (rt_wire_get_uint(r, "file", 0, RT_DATA_MAX_FILES - 1, &file) < 0 ||
+            rt_wire_get_uint(r, "off", 0, RT_DATA_MAX_FILE_BYTES, &off) < 0 || file != (uint64_t)i ||
+            rt_zframe_size(&w->fr, 1) > RT_DATA_CHUNK) {
+            rt_wire_drop(&w->drops, "the coordinator", "a data chunk that was not asked for");
+            continue;
+        }
+        if ((rc = rt_cache_file_write(f, off, rt_zframe_data(&w->fr, 1),
+                                      rt_zframe_size(&w->fr, 1))) < 0)
+            break;
+    }
+    if (rc < 0) {
+        rt_cache_file_abort(&f);
+        return rt_error_wrap(rc, "fetching %s", m->files.name[i]);
+    }
+    return rt_cache_file_finish(&f);
+}
+
+static int get_data(struct worker *w)
+{
+    if (!w->served)
+        return RT_OK;
+    char cache[1100];
+    RT_TRY(rt_cache_dir(w->o->cache_dir, cache, sizeof cache));
+    int fetched = 0;
+    uint64_t bytes = 0;
+    for (int i = 0; i < w->man.files.n; i++) {
+        if (rt_cache_has(cache, w->man.sha[i], w->man.size[i]))
+            continue;
+        RT_TRY(fetch_file(w, cache, i));
+        fetched++;
+        bytes += w->man.size[i];
+    }
+    RT_TRY(rt_cache_spec(cache, &w->man, w->c.data_spec, sizeof w->c.data_spec));
+    say(w, "data: %d files, %d from the cache in %s, %d fetched (%.1f MB)", w->man.files.n,
+        w->man.files.n - fetched, cache, fetched, (double)bytes / 1e6);
+    return RT_OK;
+}
+
+/* ---- the trainer's hooks (struct rt_train_comm) ----------------------------------------- */
+
+/* "start" of a resumed run: the position and raw frames, checked against
+ * the model in w_restore (the sizes are only known there). */
+static int take_resume(struct worker *w)
+{
+    rt_wire_map m = rt_wire_root(&w->msg);
+    bool on = false;
+    if (rt_wire_has(m, "resume") && rt_wire_get_bool(m, "resume", &on) < 0)
+        return rt_error_wrap(RT_ERR_FORMAT, "the coordinator's start");
+    if (!on) {
+        if (w->fr.n != 1)
+            return rt_error(RT_ERR_FORMAT, "the coordinator's start has %d frames", w->fr.n);
+        return RT_OK;
+    }
+    struct resume_state *r = &w->resume;
+    uint64_t epoch, step, be, bad;
+    double best;
+    if (rt_wire_get_uint(m, "epoch", 0, 1000000, &epoch) < 0 ||
+        rt_wire_get_uint(m, "step", 0, (uint64_t)1 << 50, &step) < 0 ||
+        rt_wire_get_f64_or_nan(m, "best_metric", -1e30, 1e30, &best) < 0 ||
+        rt_wire_get_uint(m, "best_epoch", 0, 1000000, &be) < 0 ||
+        rt_wire_get_uint(m, "bad_epochs", 0, 1000000, &bad) < 0 ||
+        rt_wire_get_uint(m, "np", 1, (uint64_t)1 << 40, &r->np) < 0 ||
+        rt_wire_get_uint(m, "ns", 0, (uint64_t)1 << 40, &r->ns) < 0 ||
+        rt_wire_get_uint(m, "lo", 0, r->np, &r->lo) < 0 ||
+        rt_wire_get_uint(m, "hi", r->lo, r->np, &r->hi) < 0 ||
+        rt_wire_get_uint(m, "nopt", 0, 2, &r->nopt) < 0 ||
+        rt_wire_get_bool(m, "best", &r->best) < 0)
+        return rt_error_wrap(RT_ERR_FORMAT, "the coordinator's start");
+    size_t sizes[7];
+    int k = 0;
+    sizes[k++] = r->np;
+    if (r->ns)
+        sizes[k++] = r->ns;
+    for (uint64_t i = 0; i < r->nopt; i++)
+        sizes[k++] = r->hi - r->lo;
+    if (r->best) {
+        sizes[k++] = r->np;
+        if (r->ns)
+            sizes[k++] = r->ns;
+    }
+    if (w->fr.n != 1 + k)
+        return rt_error(RT_ERR_FORMAT, "the coordinator's start has %d frames, not %d", w->fr.n,
+                        1 + k);
+    for (int i = 0; i < k; i++) {
+        if (rt_zframe_size(&w->fr, 1 + i) != sizes[i] * sizeof(float))
+            return rt_error(RT_ERR_FORMAT, "frame %d of the coordinator's start has %zu bytes, "
+                                           "not %zu", 1 + i, rt_zframe_size(&w->fr, 1 + i),
+                            sizes[i] * sizeof(float));
+        if (!(r->buf[i] = malloc(sizes[i] ? sizes[i] * sizeof(float) : 1)))
+            return rt_error(RT_ERR_NOMEM, "out of memory for the checkpoint");
+        memcpy(r->buf[i], rt_zframe_data(&w->fr, 1 + i), sizes[i] * sizeof(float));
+    }
+    r->pos = (struct rt_train_pos){.epoch = (long)epoch, .step = (long)step,
+                                   .best_metric = best, .best_epoch = (long)be,
+                                   .bad_epochs = (long)bad};
+    r->on = true;
+    return RT_OK;
+}
+
+static int w_restore(void *ctx, struct rt_train_pos *pos, float *params, size_t np, float *state,
+                     size_t ns, float *const *opt, int nopt, size_t lo, size_t hi, float *best,
+                     bool *have_best)
+{
+    struct worker *w = ctx;
+    struct resume_state *r = &w->resume;
+    if (!r->on)
+        return 0;
+    if (r->np != np || r->ns != ns || r->lo != lo || r->hi != hi || r->nopt != (uint64_t)nopt)
+        return rt_error(RT_ERR_FORMAT, "the checkpoint the coordinator sent does not fit this "
+                                       "model (%llu parameters, %llu state, %llu optimiser "
+                                       "buffers; here %zu, %zu, %d)",
+                        (unsigned long long)r->np, (unsigned long long)r->ns,
+                        (unsigned long long)r->nopt, np, ns, nopt);
+    int k = 0;
+    memcpy(params, r->buf[k++], np * sizeof(float));
+    if (ns)
+        memcpy(state, r->buf[k++], ns * sizeof(float));
+    for (int i = 0; i < nopt; i++)
+        memcpy(opt[i], r->buf[k++], (hi - lo) * sizeof(float));
+    if (r->best && best) {
+        memcpy(best, r->buf[k++], np * sizeof(float));
+        if (ns)
+            memcpy(best + np, r->buf[k++], ns * sizeof(float));
+        *have_best = true;
+    }
+    uint64_t seed = pos->seed;
+    *pos = r->pos;
+    pos->seed = seed;
+    for (int i = 0; i < 7; i++) {
+        free(r->buf[i]);
+        r->buf[i] = NULL;
+    }
+    r->on = false;
+    say(w, "resumed at epoch %ld, step %ld", pos->epoch, pos->step);
+    return 1;
+}
+
+static int w_ready(void *ctx, double ips, const char *summary)
+{
+    struct worker *w = ctx;
+    static const char *const want[] = {"start", NULL};
+    rt_wire_begin(&w->w, w->run, "ready", 3);
+    rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
+    rt_wire_put_f64(&w->w, "ips", ips);
+    rt_wire_put_str(&w->w, "summary", summary);
+    RT_TRY(rt_wire_end(&w->w));
+    RT_TRY(send_ctrl(w, NULL, NULL, 0));
+    RT_TRY(wait_for(w, want, -1, 0));
+    RT_TRY(take_resume(w));
+    struct rt_ring_config rc = {
+        .run = w->run,
+        .members = &w->ms,
+        .rank = w->rank,
+        .zctx = w->zctx,
+        .inbox = &w->inbox,
+        .allow_shm = w->allow_shm,
+        .chunk_bytes = w->chunk,
+    };
+    rt_ring *ring = rt_ring_new(&rc);
+    if (!ring)
+        return RT_ERR_NET;
+    struct rt_comm_config cc = {
+        .ring = &ring,
+        .zctx = w->zctx,
+        .ctrl = &w->ctrl,
+        .run = w->run,
+        .hb_interval = w->hb,
+        .peer_timeout = w->peer_timeout,
+    };
+    w->comm = rt_comm_new(&cc);
+    if (!w->comm) {
+        rt_ring_destroy(&ring);
+        return RT_ERR_NET;
+    }
+    say(w, "ring formed: rank %d of %d, links %s (left) / %s (right)", w->rank, w->world,
+        rt_comm_link(w->comm, false), rt_comm_link(w->comm, true));
+    return RT_OK;
+}
+
+static int w_rs(void *ctx, float *buf, size_t n, uint32_t *flags)
+{
+    return rt_comm_reduce_scatter(((struct worker *)ctx)->comm, buf, n, flags);
+}
+
+static int w_ag(void *ctx, float *buf, size_t n, uint32_t *flags)
+{
+    return rt_comm_all_gather(((struct worker *)ctx)->comm, buf, n, flags);
+}
+
+static int w_ar(void *ctx, float *buf, size_t n)
+{
+    return rt_comm_allreduce(((struct worker *)ctx)->comm, buf, n, NULL);
+}
+
+static int w_ar64(void *ctx, double *buf, size_t n)
+{
+    return rt_comm_allreduce_f64(((struct worker *)ctx)->comm, buf, n);
+}
+
+static int w_bcast(void *ctx, void *buf, size_t bytes, int root)
+{
+    return rt_comm_broadcast(((struct worker *)ctx)->comm, buf, bytes, root);
+}
+
+static bool w_stop(void *ctx)
+{
+    struct worker *w = ctx;
+    return worker_stop || rt_comm_stop_requested(w->comm);
+}
+
+static void w_progress(void *ctx, int epoch, int epochs, long done, long total, double loss,
+                       double acc, double ips, double eta)
+{
+    struct worker *w = ctx;
+    rt_wire_begin(&w->w, w->run, "progress", 8);
+    rt_wire_put_uint(&w->w, "epoch", (uint64_t)epoch);
+    rt_wire_put_uint(&w->w, "epochs", (uint64_t)epochs);
+    rt_wire_put_uint(&w->w, "done", (uint64_t)done);
+    rt_wire_put_uint(&w->w, "total", (uint64_t)total);
+    rt_wire_put_f64(&w->w, "loss", loss);
+    rt_wire_put_f64(&w->w, "acc", acc);
+    rt_wire_put_f64(&w->w, "ips", ips);
+    rt_wire_put_f64(&w->w, "eta", eta);
+    if (rt_wire_end(&w->w) == RT_OK)
+        send_ctrl(w, NULL, NULL, 0);
+}
+
+static int w_line(void *ctx, const char *text)
+{
+    struct worker *w = ctx;
+    rt_wire_begin(&w->w, w->run, "line", 1);
+    rt_wire_put_str(&w->w, "text", text);
+    RT_TRY(rt_wire_end(&w->w));
+    return send_ctrl(w, NULL, NULL, 0);
+}
+
+static int w_metrics(void *ctx, const struct rt_train_field *f, int n)
+{
+    struct worker *w = ctx;
+    rt_wire_begin(&w->w, w->run, "metrics", 1);
+    rt_wire_put_map(&w->w, "fields", n);
+    for (int i = 0; i < n; i++) {
+        rt_wire_raw_str(&w->w, f[i].key);
+        if (f[i].kind == 'i')
+            rt_wire_raw_int(&w->w, f[i].integer);
+        else
+            rt_wire_raw_f64(&w->w, f[i].num);
+    }
+    RT_TRY(rt_wire_end(&w->w));
+    return send_ctrl(w, NULL, NULL, 0);
+}
+
+static int w_checkpoint(void *ctx, const char *which, const struct rt_train_pos *pos,
+                        const float *params, size_t np, const float *state, size_t ns,
+                        const float *const *opt, const char *const *opt_names, int nopt,
+                        size_t lo, size_t hi)
+{
+    struct worker *w = ctx;
+    rt_wire_begin(&w->w, w->run, "ckpt", 12);
+    rt_wire_put_str(&w->w, "which", which);
+    rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
+    rt_wire_put_uint(&w->w, "epoch", (uint64_t)pos->epoch);
+    rt_wire_put_uint(&w->w, "step", (uint64_t)pos->step);
+    rt_wire_put_f64(&w->w, "best_metric", pos->best_metric);
+    rt_wire_put_uint(&w->w, "best_epoch", (uint64_t)pos->best_epoch);
+    rt_wire_put_uint(&w->w, "bad_epochs", (uint64_t)pos->bad_epochs);
+    rt_wire_put_uint(&w->w, "lo", lo);
+    rt_wire_put_uint(&w->w, "hi", hi);
+    rt_wire_put_uint(&w->w, "np", np);
+    rt_wire_put_uint(&w->w, "ns", ns);
+    rt_wire_put_array(&w->w, "opt", nopt);
+    for (int i = 0; i < nopt; i++)
+        rt_wire_raw_str(&w->w, opt_names[i]);
+    RT_TRY(rt_wire_end(&w->w));
+    const void *frames[4];
+    size_t sizes[4];
+    int k = 0;
+    for (int i = 0; i < nopt; i++) {
+        frames[k] = opt[i];
+        sizes[k++] = (hi - lo) * sizeof(float);
+    }
+    if (np) {
+        frames[k] = params;
+        sizes[k++] = np * sizeof(float);
+    }
+    if (ns) {
+        frames[k] = state;
+        sizes[k++] = ns * sizeof(float);
+    }
+    return send_ctrl(w, frames, sizes, k);
+}
+
+/* ---- the whole life ---------------------------------------------------------------------- */
+
+static void report_end(struct worker *w, int status, const struct rt_train_result *r)
+{
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", status < 0 ? rt_error_detail() : "");
+    if (!msg[0] && status < 0)
+        snprintf(msg, sizeof msg, "%s", rt_strerror(status));
+    rt_wire_begin(&w->w, w->run, "done", 15);
+    rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
+    rt_wire_put_int(&w->w, "status", status);
+    rt_wire_put_str(&w->w, "message", msg);
+    rt_wire_put_uint(&w->w, "hash", r->params_hash);
+    rt_wire_put_uint(&w->w, "epochs_run", (uint64_t)(r->epochs_run > 0 ? r->epochs_run : 0));
+    rt_wire_put_uint(&w->w, "steps", (uint64_t)(r->steps > 0 ? r->steps : 0));
+    rt_wire_put_f64(&w->w, "train_loss", r->train_loss);
+    rt_wire_put_f64(&w->w, "train_acc", r->train_acc);
+    rt_wire_put_f64(&w->w, "val_loss", r->val_loss);
+    rt_wire_put_f64(&w->w, "val_acc", r->val_acc);
+    rt_wire_put_f64(&w->w, "test_loss", r->test_loss);
+    rt_wire_put_f64(&w->w, "test_acc", r->test_acc);
+    rt_wire_put_f64(&w->w, "images_per_s", r->images_per_s);
+    rt_wire_put_bool(&w->w, "stopped_early", r->stopped_early);
+    rt_wire_put_uint(&w->w, "best_epoch", (uint64_t)(r->best_epoch > 0 ? r->best_epoch : 0));
+    if (rt_wire_end(&w->w) == RT_OK)
+        send_ctrl(w, NULL, NULL, 0);
+}
+
+int rt_worker_run(const struct rt_worker_options *o)
+{
+    struct worker W;
+    memset(&W, 0, sizeof W);
+    struct worker *w = &W;
+    w->o = o;
+    w->rank = -1;
+    rt_wire_writer_init(&w->w);
+    rt_wire_msg_init(&w->msg);
+    rt_zframes_init(&w->fr);
+    snprintf(w->who, sizeof w->who, "worker");
+    rt_wire_droplog_init(&w->drops, w->who);
+    struct rt_train_result res;
+    memset(&res, 0, sizeof res);
+    int rc;
+    bool joined = false;
+    worker_stop = 0;
+
+    if ((rc = describe(w)) < 0 || (rc = open_sockets(w)) < 0)
+        goto out;
+    if ((rc = join(w)) < 0)
+        goto out;
+    joined = true;
+    if ((rc = get_data(w)) < 0)
+        goto out;
+    struct rt_train_comm tc = {
+        .ctx = w,
+        .rank = w->rank,
+        .world = w->world,
+        .model_text = w->model_text,
+        .want_checkpoints = w->want_ckpt,
+        .want_final = w->want_final,
+        .ready = w_ready,
+        .reduce_scatter = w_rs,
+        .all_gather = w_ag,
+        .allreduce = w_ar,
+        .allreduce_f64 = w_ar64,
+        .broadcast = w_bcast,
+        .stop_requested = w_stop,
+        .progress = w_progress,
+        .line = w_line,
+        .metrics = w_metrics,
+        .restore = w_restore,
+        .checkpoint = w_checkpoint,
+    };
+    rc = rt_train_run_dist(&w->c, &tc, &res);
+    if (rc == RT_OK)
+        say(w, "done: %d epochs, %ld steps, parameters hash %016llx", res.epochs_run, res.steps,
+            (unsigned long long)res.params_hash);
+
+out:
+    if (joined && (w->ctrl || w->comm))
+        report_end(w, rc, &res);
+    rt_comm_destroy(&w->comm); /* lingers until the last report left */
+    if (w->ctrl) {
+        int linger = 3000;
+        zmq_setsockopt(w->ctrl, ZMQ_LINGER, &linger, sizeof linger);
+    }
+    rt_wire_droplog_flush(&w->drops);
+    rt_zsock_close(&w->ctrl);
+    rt_zsock_close(&w->inbox);
+    if (w->zctx)
+        zmq_ctx_term(w->zctx);
+    free(w->model_text);
+    for (int i = 0; i < 7; i++)
+        free(w->resume.buf[i]);
+    rt_wire_writer_free(&w->w);
+    rt_wire_msg_free(&w->msg);
+    rt_zframes_close(&w->fr);
+    return rc;
+}

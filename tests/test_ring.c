@@ -1,0 +1,227 @@
+/* test_ring.c — ring collectives between real processes on 127.0.0.x:
+ * N = 1..5, shared memory, ZeroMQ over TCP and both in one ring, lengths
+ * from 0 to well past one chunk and not divisible by N. Values are small
+ * integers so every sum is exact; a second pass with arbitrary floats checks
+ * that all ranks end with bitwise the same result. The last cases run while
+ * another process sends garbage and foreign messages to every rank. */
+#include "config.h"
+
+#include "testutil.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "junk.h"
+#include "progress.h"
+#include "localring.h"
+#include "ring.h"
+#include "status.h"
+
+#define MAXLEN 100003
+static const size_t lengths[] = {0, 1, 2, 3, 5, 7, 31, 1000, 4099, MAXLEN};
+#define NLEN (sizeof lengths / sizeof lengths[0])
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "rank %d: ", rank);                                \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, "\n");                                             \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+#define CALL(expr)                                                             \
+    do {                                                                       \
+        if ((expr) < 0) {                                                      \
+            fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, rt_error_detail()); \
+            return 2;                                                          \
+        }                                                                      \
+    } while (0)
+
+static int one_pass(rt_ring *ring, int rank, uint64_t *hash);
+
+/* arg: seconds to keep repeating the pass (rank 0 decides, by broadcast,
+ * so every rank runs the same collectives), or NULL for one pass. */
+static int battery(rt_ring *ring, int rank, int out_fd, void *arg)
+{
+    double secs = arg ? *(const double *)arg : 0.0;
+    double t0 = rt_now();
+    uint64_t hashes = 0;
+    int more = 1;
+    while (more) {
+        int rc = one_pass(ring, rank, &hashes);
+        if (rc)
+            return rc;
+        more = rank == 0 && rt_now() - t0 < secs;
+        CALL(rt_ring_broadcast(ring, &more, sizeof more, 0));
+    }
+    if (write(out_fd, &hashes, sizeof hashes) != (ssize_t)sizeof hashes)
+        return 4;
+    long dropped = rt_ring_dropped(ring);
+    if (write(out_fd, &dropped, sizeof dropped) != (ssize_t)sizeof dropped)
+        return 4;
+    return 0;
+}
+
+static int one_pass(rt_ring *ring, int rank, uint64_t *hash)
+{
+    int N = rt_ring_size(ring);
+    static float x[MAXLEN];
+    static double d[MAXLEN / 10];
+    float S = (float)N * (float)(N + 1) / 2.0f;
+    uint64_t hashes = 0;
+    for (size_t li = 0; li < NLEN; li++) {
+        size_t n = lengths[li];
+        /* allreduce, exact */
+        for (size_t i = 0; i < n; i++)
+            x[i] = (float)(rank + 1) * (float)(i % 7 + 1);
+        uint32_t fl = 1u << rank;
+        CALL(rt_ring_allreduce(ring, x, n, &fl));
+        CHECK(fl == (1u << N) - 1, "allreduce flags %#x", fl);
+        for (size_t i = 0; i < n; i++)
+            CHECK(x[i] == S * (float)(i % 7 + 1), "allreduce n=%zu x[%zu]=%g", n, i, x[i]);
+        /* reduce-scatter: my segment, exact */
+        for (size_t i = 0; i < n; i++)
+            x[i] = (float)(rank + 1) * (float)(i % 5 + 1);
+        fl = rank == N - 1 ? 4u : 0u;
+        CALL(rt_ring_reduce_scatter(ring, x, n, &fl));
+        CHECK(fl == 4u, "reduce-scatter flags %#x", fl);
+        size_t lo, hi;
+        rt_ring_segment(n, N, rank, &lo, &hi);
+        for (size_t i = lo; i < hi; i++)
+            CHECK(x[i] == S * (float)(i % 5 + 1), "reduce-scatter n=%zu x[%zu]=%g", n, i, x[i]);
+        /* all-gather */
+        for (size_t i = 0; i < n; i++)
+            x[i] = -1.0f;
+        for (size_t i = lo; i < hi; i++)
+            x[i] = (float)(rank * 1000) + (float)(i % 97);
+        fl = 0;
+        CALL(rt_ring_all_gather(ring, x, n, &fl));
+        for (int q = 0; q < N; q++) {
+            size_t a, b;
+            rt_ring_segment(n, N, q, &a, &b);
+            for (size_t i = a; i < b; i++)
+                CHECK(x[i] == (float)(q * 1000) + (float)(i % 97), "all-gather n=%zu x[%zu]=%g",
+                      n, i, x[i]);
+        }
+        /* broadcast from a rank that moves with the length */
+        int root = (int)(li % (size_t)N);
+        for (size_t i = 0; i < n; i++)
+            x[i] = rank == root ? (float)i * 0.5f : NAN;
+        CALL(rt_ring_broadcast(ring, x, n * sizeof(float), root));
+        for (size_t i = 0; i < n; i++)
+            CHECK(x[i] == (float)i * 0.5f, "broadcast from %d n=%zu x[%zu]=%g", root, n, i, x[i]);
+        /* float64 allreduce of a shorter vector */
+        size_t nd = n / 10;
+        for (size_t i = 0; i < nd; i++)
+            d[i] = (double)(rank + 1) * 0.25 * (double)(i + 1);
+        CALL(rt_ring_allreduce_f64(ring, d, nd));
+        for (size_t i = 0; i < nd; i++)
+            CHECK(d[i] == (double)S * 0.25 * (double)(i + 1), "f64 allreduce d[%zu]=%g", i, d[i]);
+        /* arbitrary floats: every rank must hold bitwise the same sums */
+        for (size_t i = 0; i < n; i++)
+            x[i] = sinf((float)(i + 1) * (float)(rank + 3) * 0.37f) * 1e-3f * (float)(rank + 1);
+        CALL(rt_ring_allreduce(ring, x, n, NULL));
+        hashes ^= fnv(x, n * sizeof(float)) + li;
+    }
+    *hash = hashes;
+    return 0;
+}
+
+struct result {
+    uint64_t hash;
+    long dropped;
+};
+
+static void run_case(int n, enum rt_localring_links links, rt_localring_hook hook)
+{
+    struct rt_localring_opts o = {.n = n, .links = links, .chunk_bytes = 4096,
+                                  .stall_timeout = 60};
+    struct result res[8];
+    memset(res, 0, sizeof res);
+    double secs = 3.0;
+    int rc = rt_localring_run(&o, battery, hook ? &secs : NULL, hook, NULL, res, sizeof res[0]);
+    if (rc < 0)
+        fail_msg("N=%d links=%d: %s", n, (int)links, rt_error_detail());
+    for (int r = 1; r < n; r++)
+        if (res[r].hash != res[0].hash)
+            fail_msg("N=%d links=%d: rank %d's sums differ from rank 0's", n, (int)links, r);
+    if (hook) {
+        long total = 0;
+        for (int r = 0; r < n; r++)
+            total += res[r].dropped;
+        if (total == 0)
+            fail_msg("N=%d: garbage was sent but no rank dropped anything", n);
+        printf("N=%d links=%d: %ld bad messages dropped, results exact\n", n, (int)links, total);
+    }
+}
+
+static void test_shm(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 5; n++)
+        run_case(n, RT_LINKS_SHM, NULL);
+}
+
+static void test_tcp(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 5; n++)
+        run_case(n, RT_LINKS_TCP, NULL);
+}
+
+static void test_mixed(void **state)
+{
+    (void)state;
+    for (int n = 3; n <= 5; n++)
+        run_case(n, RT_LINKS_MIXED, NULL);
+}
+
+/* A garbage sender per run, started when the endpoints are known. It is a
+ * forked process (the parent holds no ZeroMQ context), reaped at exit. */
+static pid_t junk_pid = -1;
+
+static void junk_hook(const struct rt_membership *ms, const char *run, void *arg)
+{
+    (void)arg;
+    fflush(NULL);
+    junk_pid = fork();
+    if (junk_pid == 0) {
+        for (int round = 0; round < 3; round++)
+            for (int r = 0; r < ms->n; r++)
+                junk_blast(ms->m[r].endpoint, ZMQ_PUSH, round == 1 ? run : NULL, 2);
+        _exit(0);
+    }
+}
+
+static void test_garbage(void **state)
+{
+    (void)state;
+    run_case(3, RT_LINKS_TCP, junk_hook);
+    int st;
+    waitpid(junk_pid, &st, 0);
+    run_case(4, RT_LINKS_MIXED, junk_hook);
+    waitpid(junk_pid, &st, 0);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shm),
+        cmocka_unit_test(test_tcp),
+        cmocka_unit_test(test_mixed),
+        cmocka_unit_test(test_garbage),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
