@@ -235,7 +235,15 @@ void rt_ring_destroy(rt_ring **rp)
     rt_ring *r = *rp;
     check(r);
     rt_wire_droplog_flush(&r->drops);
-    rt_zsock_close(&r->out); /* linger 0: pending frames are released */
+    if (r->out) {
+        /* A rank that finishes its last collective first may still have
+         * copied frames queued for a slower neighbour: let them leave. A
+         * broken ring drops them instead (zero-copy frames of the failed
+         * collective point into the caller's memory: release them now). */
+        int linger = r->broken ? 0 : 10000;
+        zmq_setsockopt(r->out, ZMQ_LINGER, &linger, sizeof linger);
+    }
+    rt_zsock_close(&r->out);
     wait_released(r, 2.0);
     rt_zsock_close(&r->inbox);
     if (r->left_seg != r->right_seg)
