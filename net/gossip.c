@@ -1,0 +1,610 @@
+/* gossip.c — asynchronous pairwise parameter averaging (see gossip.h).
+ *
+ * State of a rank: at most one request of its own outstanding (peer, seq,
+ * the copy of params it sent, when), and per peer the highest epoch that
+ * peer said it drained. Everything happens on the caller's thread at step
+ * boundaries; the only waits are in rt_gossip_drain, on the inbox.
+ *
+ * Sends never block (ZMQ_DONTWAIT). A request that would block is not
+ * started; a reply that would block is not given and the request not
+ * averaged — the requester abandons it after reply_timeout and neither
+ * side has changed, so the sum over ranks still holds. The queues are
+ * short by construction: on each link at most one request, one reply and
+ * one "drained" are in flight, plus the requests abandoned to a silent
+ * peer, one per reply_timeout.
+ *
+ * An abandoned request keeps its copy: should its reply still come (a peer
+ * that was only slow), the delta is applied late and the sum still holds.
+ * Only the most recent abandoned exchange is remembered; a reply to an
+ * older one is dropped, and the peer's half of that exchange then stays
+ * unmatched (the one case in which the sum over ranks drifts). */
+#include "config.h"
+
+#include "gossip.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "membership.h"
+#include "progress.h"
+#include "rng.h"
+#include "status.h"
+#include "transport.h"
+#include "wire.h"
+
+#define GOSSIP_TAG 0x474f5353u /* "GOSS" */
+#define GOSSIP_DEAD 0xdeadbeefu
+#define GOSSIP_HWM 16                  /* messages per link and direction */
+#define GOSSIP_STREAM 0x676f73736970ull /* rng stream: "gossip" */
+#define DEFAULT_REPLY_TIMEOUT 30.0
+#define DRAIN_POLL_MS 10
+/* Messages taken per step: every legitimate request (at most one per peer
+ * and abandoned exchange) fits many times; a flood of garbage cannot make
+ * one step boundary arbitrarily long. */
+#define STEP_MAX_MSGS(world) (64 + 4 * (world))
+/* On a clean shutdown right after a drain, the last "drained" messages
+ * may still sit in the queues: give them this long to leave. */
+#define LINGER_AFTER_DRAIN_MS 1000
+
+enum kind { K_REQ, K_REP, K_DRAINED };
+static const char *const kind_names[] = {"req", "rep", "drained"};
+
+struct header {
+    enum kind kind;
+    int from;
+    uint64_t seq, epoch;
+};
+
+struct exchange {
+    bool active;
+    int peer;
+    uint64_t seq, epoch;
+    double sent_at;
+    float *copy; /* params as sent */
+};
+
+struct rt_gossip {
+    uint32_t tag;
+    char run[RT_RUN_ID_LEN + 1];
+    uint64_t gen;
+    int rank, world;
+    size_t n, bytes;
+    double reply_timeout;
+    uint64_t epoch; /* the epoch the current steps belong to */
+    rt_rng rng;
+
+    void *zctx;
+    void *inbox;
+    void **out; /* [world]: PUSH to each peer, NULL for self */
+    bool connected;
+    char endpoint[RT_ENDPOINT_MAX];
+
+    uint64_t seq;
+    struct exchange mine; /* outstanding */
+    struct exchange late; /* most recent abandoned, its reply may still come */
+    float *tmp;           /* an average being answered; an unaligned frame */
+    uint64_t *drained;    /* [world]: highest epoch + 1 the peer drained, 0: none */
+    bool *drained_sent;   /* [world]: during a drain */
+    bool clean_drain;     /* the last call was a drain that succeeded */
+
+    struct rt_gossip_stats st;
+    rt_wire_writer w;
+    rt_wire_msg msg;
+    rt_zframes fr;
+    rt_wire_droplog drops;
+    char who[32];
+};
+
+static void check(const rt_gossip *g) { RT_ASSERT(g && g->tag == GOSSIP_TAG); }
+
+/* ---- life cycle ------------------------------------------------------------------- */
+
+static int bind_inbox(rt_gossip *g, const char *ip)
+{
+    int64_t max_frame = (int64_t)(g->bytes > RT_WIRE_MAX_CONTROL ? g->bytes : RT_WIRE_MAX_CONTROL);
+    g->inbox = rt_zsock_new(g->zctx, ZMQ_PULL, max_frame, GOSSIP_HWM);
+    if (!g->inbox)
+        return RT_ERR_NET;
+    bool v6 = strchr(ip, ':') != NULL;
+    if (v6) {
+        int one = 1;
+        zmq_setsockopt(g->inbox, ZMQ_IPV6, &one, sizeof one);
+    }
+    char ep[RT_ENDPOINT_MAX];
+    snprintf(ep, sizeof ep, v6 ? "tcp://[%s]:*" : "tcp://%s:*", ip);
+    if (rt_zsock_bind(g->inbox, ep, g->endpoint, sizeof g->endpoint) == RT_OK)
+        return RT_OK;
+    /* An address of a NAT, or one this host cannot bind: listen on every
+     * interface and tell the peers the given address (as worker.c does). */
+    char bound[RT_ENDPOINT_MAX];
+    RT_TRY(rt_zsock_bind(g->inbox, "tcp://*:*", bound, sizeof bound));
+    const char *port = strrchr(bound, ':');
+    RT_ASSERT(port);
+    snprintf(g->endpoint, sizeof g->endpoint, v6 ? "tcp://[%s]%s" : "tcp://%s%s", ip, port);
+    rt_error_clear();
+    return RT_OK;
+}
+
+rt_gossip *rt_gossip_new(const struct rt_gossip_config *c)
+{
+    RT_ASSERT(c && c->zctx && c->run);
+    if (!rt_wire_run_id_valid(c->run)) {
+        rt_error(RT_ERR_ARG, "gossip: run id '%s' is not %d hex digits", c->run, RT_RUN_ID_LEN);
+        return NULL;
+    }
+    if (c->world < 1 || c->world > RT_MAX_WORKERS || c->rank < 0 || c->rank >= c->world) {
+        rt_error(RT_ERR_ARG, "gossip: rank %d of %d", c->rank, c->world);
+        return NULL;
+    }
+    if (c->n == 0 || c->n > (SIZE_MAX / 2) / sizeof(float) || !(c->reply_timeout >= 0)) {
+        rt_error(RT_ERR_ARG, "gossip: %zu parameters, reply timeout %g s", c->n,
+                 c->reply_timeout);
+        return NULL;
+    }
+    rt_gossip *g = calloc(1, sizeof *g);
+    if (!g) {
+        rt_error(RT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    g->tag = GOSSIP_TAG;
+    snprintf(g->run, sizeof g->run, "%s", c->run);
+    g->gen = c->gen;
+    g->rank = c->rank;
+    g->world = c->world;
+    g->n = c->n;
+    g->bytes = c->n * sizeof(float);
+    g->reply_timeout = c->reply_timeout > 0 ? c->reply_timeout : DEFAULT_REPLY_TIMEOUT;
+    g->epoch = c->epoch;
+    g->zctx = c->zctx;
+    rt_rng_seed(&g->rng, c->seed, GOSSIP_STREAM ^ (uint64_t)c->rank);
+    rt_wire_writer_init(&g->w);
+    rt_wire_msg_init(&g->msg);
+    rt_zframes_init(&g->fr);
+    snprintf(g->who, sizeof g->who, "gossip rank %d", g->rank);
+    rt_wire_droplog_init(&g->drops, g->who);
+    g->out = calloc((size_t)g->world, sizeof *g->out);
+    g->drained = calloc((size_t)g->world, sizeof *g->drained);
+    g->drained_sent = calloc((size_t)g->world, sizeof *g->drained_sent);
+    if (!g->out || !g->drained || !g->drained_sent) {
+        rt_error(RT_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (g->world > 1) {
+        g->mine.copy = malloc(g->bytes);
+        g->tmp = malloc(g->bytes);
+        if (!g->mine.copy || !g->tmp) {
+            rt_error(RT_ERR_NOMEM, "gossip: out of memory for 2 x %zu parameters", g->n);
+            goto fail;
+        }
+    }
+    if (bind_inbox(g, c->bind_ip ? c->bind_ip : "127.0.0.1") < 0) {
+        rt_error_wrap(RT_ERR_NET, "gossip rank %d", g->rank);
+        goto fail;
+    }
+    return g;
+
+fail:
+    rt_gossip_destroy(&g);
+    return NULL;
+}
+
+void rt_gossip_destroy(rt_gossip **gp)
+{
+    if (!gp || !*gp)
+        return;
+    rt_gossip *g = *gp;
+    check(g);
+    rt_wire_droplog_flush(&g->drops);
+    for (int j = 0; g->out && j < g->world; j++) {
+        if (g->out[j] && g->clean_drain) {
+            int linger = LINGER_AFTER_DRAIN_MS;
+            zmq_setsockopt(g->out[j], ZMQ_LINGER, &linger, sizeof linger);
+        }
+        rt_zsock_close(&g->out[j]);
+    }
+    rt_zsock_close(&g->inbox);
+    free(g->out);
+    free(g->drained);
+    free(g->drained_sent);
+    free(g->mine.copy);
+    free(g->late.copy);
+    free(g->tmp);
+    rt_wire_writer_free(&g->w);
+    rt_wire_msg_free(&g->msg);
+    rt_zframes_close(&g->fr);
+    g->tag = GOSSIP_DEAD;
+    free(g);
+    *gp = NULL;
+}
+
+const char *rt_gossip_endpoint(const rt_gossip *g)
+{
+    check(g);
+    return g->endpoint;
+}
+
+int rt_gossip_connect(rt_gossip *g, const char *const *endpoints)
+{
+    check(g);
+    RT_ASSERT(endpoints && !g->connected);
+    for (int j = 0; j < g->world; j++) {
+        if (j == g->rank)
+            continue;
+        if (!endpoints[j] || !endpoints[j][0])
+            return rt_error(RT_ERR_ARG, "gossip: no endpoint for rank %d", j);
+        g->out[j] = rt_zsock_new(g->zctx, ZMQ_PUSH, 0, GOSSIP_HWM);
+        if (!g->out[j])
+            return RT_ERR_NET;
+        if (strchr(endpoints[j], '[')) {
+            int one = 1;
+            zmq_setsockopt(g->out[j], ZMQ_IPV6, &one, sizeof one);
+        }
+        RT_TRY(rt_zsock_connect(g->out[j], endpoints[j]));
+    }
+    g->connected = true;
+    return RT_OK;
+}
+
+void rt_gossip_stats(const rt_gossip *g, struct rt_gossip_stats *s)
+{
+    check(g);
+    *s = g->st;
+    s->dropped = g->drops.total;
+}
+
+bool rt_gossip_outstanding(const rt_gossip *g)
+{
+    check(g);
+    return g->mine.active;
+}
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+static int encode(rt_gossip *g, enum kind k, uint64_t seq, uint64_t epoch)
+{
+    rt_wire_begin(&g->w, g->run, "gossip", 6);
+    rt_wire_put_uint(&g->w, "gen", g->gen);
+    rt_wire_put_str(&g->w, "kind", kind_names[k]);
+    rt_wire_put_uint(&g->w, "from", (uint64_t)g->rank);
+    rt_wire_put_uint(&g->w, "seq", seq);
+    rt_wire_put_uint(&g->w, "epoch", epoch);
+    rt_wire_put_uint(&g->w, "n", g->n);
+    return rt_wire_end(&g->w);
+}
+
+/* One message (header, and the payload unless NULL) without blocking:
+ * 1 queued, 0 it would block (nothing queued: libzmq queues a multipart
+ * message whole or not at all), < 0 error. */
+static int send_nb(rt_gossip *g, int peer, const void *payload)
+{
+    void *s = g->out[peer];
+    int flags = ZMQ_DONTWAIT | (payload ? ZMQ_SNDMORE : 0);
+    for (;;) {
+        if (zmq_send(s, g->w.data, g->w.len, flags) >= 0)
+            break;
+        if (errno == EAGAIN)
+            return 0;
+        if (errno != EINTR)
+            return rt_error(RT_ERR_NET, "gossip: send to rank %d: %s", peer, zmq_strerror(errno));
+    }
+    if (!payload)
+        return 1;
+    for (;;) {
+        if (zmq_send(s, payload, g->bytes, ZMQ_DONTWAIT) >= 0)
+            return 1;
+        if (errno == EAGAIN)
+            return 0;
+        if (errno != EINTR)
+            return rt_error(RT_ERR_NET, "gossip: send to rank %d: %s", peer, zmq_strerror(errno));
+    }
+}
+
+static int initiate(rt_gossip *g, const float *params)
+{
+    uint64_t k = rt_rng_below(&g->rng, (uint64_t)g->world - 1);
+    int peer = (int)k >= g->rank ? (int)k + 1 : (int)k;
+    uint64_t seq = g->seq + 1;
+    memcpy(g->mine.copy, params, g->bytes);
+    RT_TRY(encode(g, K_REQ, seq, g->epoch));
+    int rc = send_nb(g, peer, g->mine.copy);
+    if (rc <= 0)
+        return rc; /* would block: not started, the next step tries again */
+    g->seq = seq;
+    g->mine.active = true;
+    g->mine.peer = peer;
+    g->mine.seq = seq;
+    g->mine.epoch = g->epoch;
+    g->mine.sent_at = rt_now();
+    g->st.sent++;
+    return RT_OK;
+}
+
+/* Give up the outstanding exchange, keeping its copy for a late reply. */
+static int expire(rt_gossip *g, double now)
+{
+    if (!g->mine.active || now - g->mine.sent_at <= g->reply_timeout)
+        return RT_OK;
+    fprintf(stderr, "ragtag: [%s] no reply from rank %d to request %" PRIu64 " in %.1f s: "
+                    "abandoned\n", g->who, g->mine.peer, g->mine.seq, now - g->mine.sent_at);
+    g->st.abandoned++;
+    if (!g->late.copy && !(g->late.copy = malloc(g->bytes))) {
+        g->mine.active = false; /* no room to keep it: a late reply will be dropped */
+        return RT_OK;
+    }
+    float *spare = g->late.copy;
+    g->late = g->mine;
+    g->mine.active = false;
+    g->mine.copy = spare;
+    return RT_OK;
+}
+
+/* ---- receiving ---------------------------------------------------------------------- */
+
+/* Check a message completely; on failure `why` says what was wrong. */
+static bool validate(rt_gossip *g, struct header *h, char *why, size_t cap)
+{
+    rt_wire_map m = rt_wire_root(&g->msg);
+    if (g->fr.n < 1 || g->fr.truncated) {
+        snprintf(why, cap, "a message of more than %d frames", RT_MAX_FRAMES);
+        return false;
+    }
+    uint64_t gen, from, seq, epoch, n;
+    char kind[16];
+    if (rt_wire_parse(&g->msg, rt_zframe_data(&g->fr, 0), rt_zframe_size(&g->fr, 0), g->run,
+                      false) < 0 ||
+        (strcmp(g->msg.type, "gossip") != 0 &&
+         rt_error(RT_ERR_FORMAT, "a '%s' message on the gossip inbox", g->msg.type) < 0) ||
+        rt_wire_get_uint(m, "gen", 0, UINT64_MAX, &gen) < 0 ||
+        rt_wire_get_str(m, "kind", 1, kind, sizeof kind) < 0 ||
+        rt_wire_get_uint(m, "from", 0, (uint64_t)g->world - 1, &from) < 0 ||
+        rt_wire_get_uint(m, "seq", 0, UINT64_MAX, &seq) < 0 ||
+        rt_wire_get_uint(m, "epoch", 0, UINT64_MAX, &epoch) < 0 ||
+        rt_wire_get_uint(m, "n", 0, UINT64_MAX, &n) < 0) {
+        snprintf(why, cap, "%s", rt_error_detail());
+        return false;
+    }
+    if (gen != g->gen) {
+        snprintf(why, cap, "gossip of generation %" PRIu64 " (ours: %" PRIu64 ")", gen, g->gen);
+        return false;
+    }
+    int k = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(kind, kind_names[i]))
+            k = i;
+    if (k < 0) {
+        snprintf(why, cap, "gossip of unknown kind '%s'", kind);
+        return false;
+    }
+    if ((int)from == g->rank) {
+        snprintf(why, cap, "gossip '%s' claiming to come from this rank", kind);
+        return false;
+    }
+    if (n != g->n) {
+        snprintf(why, cap, "gossip '%s' of %" PRIu64 " parameters (ours: %zu)", kind, n, g->n);
+        return false;
+    }
+    int frames = k == K_DRAINED ? 1 : 2;
+    if (g->fr.n != frames) {
+        snprintf(why, cap, "gossip '%s' in %d frames (expected %d)", kind, g->fr.n, frames);
+        return false;
+    }
+    if (frames == 2 && rt_zframe_size(&g->fr, 1) != g->bytes) {
+        snprintf(why, cap, "gossip '%s' with a payload of %zu bytes (expected %zu)", kind,
+                 rt_zframe_size(&g->fr, 1), g->bytes);
+        return false;
+    }
+    h->kind = (enum kind)k;
+    h->from = (int)from;
+    h->seq = seq;
+    h->epoch = epoch;
+    return true;
+}
+
+/* The payload as an aligned array (libzmq may put small frames at any
+ * offset of a shared buffer). */
+static const float *payload(rt_gossip *g)
+{
+    const void *p = rt_zframe_data(&g->fr, 1);
+    if ((uintptr_t)p % _Alignof(float) == 0)
+        return p;
+    memcpy(g->tmp, p, g->bytes);
+    return g->tmp;
+}
+
+/* params := (params + theirs) / 2, answered with that average. 1 done, 0
+ * the reply cannot be queued now (nothing changed), < 0 error. */
+static int answer(rt_gossip *g, float *params, const struct header *h)
+{
+    const float *theirs = payload(g);
+    float *avg = g->tmp;
+    for (size_t i = 0; i < g->n; i++)
+        avg[i] = (params[i] + theirs[i]) * 0.5f; /* theirs may alias avg: same index */
+    RT_TRY(encode(g, K_REP, h->seq, h->epoch));
+    int rc = send_nb(g, h->from, avg);
+    if (rc <= 0)
+        return rc;
+    memcpy(params, avg, g->bytes);
+    g->st.answered++;
+    return 1;
+}
+
+static void apply_delta(rt_gossip *g, float *params, const float *copy)
+{
+    const float *avg = payload(g);
+    for (size_t i = 0; i < g->n; i++)
+        params[i] += avg[i] - copy[i];
+}
+
+/* One message handled: the number of averagings applied to params (0 or
+ * 1), or < 0 for an error of this rank's own (never for a bad message). */
+static int handle(rt_gossip *g, float *params)
+{
+    char why[320], peer[64];
+    struct header h;
+    rt_zframes_peer(&g->fr, 0, peer, sizeof peer);
+    if (!validate(g, &h, why, sizeof why))
+        goto drop;
+    switch (h.kind) {
+    case K_REQ: {
+        if (h.epoch < g->epoch) {
+            snprintf(why, sizeof why, "a request of rank %d of epoch %" PRIu64 ", which every "
+                     "rank has drained (ours: %" PRIu64 ")", h.from, h.epoch, g->epoch);
+            goto drop;
+        }
+        if (!g->out[h.from]) {
+            snprintf(why, sizeof why, "a request of rank %d before the peers were connected",
+                     h.from);
+            goto drop;
+        }
+        int rc = answer(g, params, &h);
+        if (rc == 0)
+            g->st.refused++;
+        return rc;
+    }
+    case K_REP:
+        if (g->mine.active && h.from == g->mine.peer && h.seq == g->mine.seq) {
+            apply_delta(g, params, g->mine.copy);
+            g->mine.active = false;
+            g->st.applied++;
+            return 1;
+        }
+        if (g->late.active && h.from == g->late.peer && h.seq == g->late.seq) {
+            apply_delta(g, params, g->late.copy);
+            g->late.active = false;
+            g->st.applied++;
+            g->st.late++;
+            fprintf(stderr, "ragtag: [%s] the reply of rank %d to abandoned request %" PRIu64
+                            " came after all: applied\n", g->who, h.from, h.seq);
+            return 1;
+        }
+        snprintf(why, sizeof why, "a reply of rank %d to request %" PRIu64 ", which is not "
+                 "outstanding", h.from, h.seq);
+        goto drop;
+    case K_DRAINED:
+        if (h.epoch < g->epoch || h.epoch + 1 <= g->drained[h.from]) {
+            snprintf(why, sizeof why, "rank %d drained epoch %" PRIu64 " again", h.from,
+                     h.epoch);
+            goto drop;
+        }
+        g->drained[h.from] = h.epoch + 1;
+        return 0;
+    }
+drop:
+    rt_wire_drop(&g->drops, peer, why);
+    return 0;
+}
+
+/* Take what the inbox holds (at most `max` messages). */
+static int pump(rt_gossip *g, float *params, int max)
+{
+    int applied = 0;
+    for (int k = 0; k < max; k++) {
+        int rc = rt_zframes_recv(g->inbox, &g->fr, ZMQ_DONTWAIT);
+        if (rc == 0 || rc == RT_ERR_INTERRUPTED)
+            break;
+        if (rc < 0)
+            return rt_error_wrap(rc, "%s", g->who);
+        rc = handle(g, params);
+        if (rc < 0)
+            return rt_error_wrap(rc, "%s", g->who);
+        applied += rc;
+    }
+    return applied;
+}
+
+/* ---- the API ---------------------------------------------------------------------- */
+
+int rt_gossip_step(rt_gossip *g, float *params, bool want)
+{
+    check(g);
+    RT_ASSERT(params);
+    g->clean_drain = false;
+    if (g->world == 1)
+        return 0;
+    RT_ASSERT(g->connected);
+    int applied = pump(g, params, STEP_MAX_MSGS(g->world));
+    if (applied < 0)
+        return applied;
+    if (g->mine.active)
+        RT_TRY(expire(g, rt_now()));
+    if (want && !g->mine.active)
+        RT_TRY(initiate(g, params));
+    return applied;
+}
+
+static int drain_timeout(rt_gossip *g, uint64_t epoch, double timeout)
+{
+    char list[512];
+    size_t len = 0;
+    list[0] = '\0';
+    int missing = 0;
+    for (int j = 0; j < g->world; j++) {
+        if (j == g->rank || g->drained[j] > epoch)
+            continue;
+        if (len + 16 < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", missing ? ", " : "",
+                                    j);
+        missing++;
+    }
+    if (g->mine.active)
+        return rt_error(RT_ERR_TIMEOUT, "%s: draining epoch %" PRIu64 ": no reply from rank %d "
+                        "in %.1f s; not heard 'drained' from rank%s %s", g->who, epoch,
+                        g->mine.peer, timeout, missing == 1 ? "" : "s", list);
+    return rt_error(RT_ERR_TIMEOUT, "%s: draining epoch %" PRIu64 ": not heard 'drained' from "
+                    "rank%s %s in %.1f s", g->who, epoch, missing == 1 ? "" : "s", list, timeout);
+}
+
+int rt_gossip_drain(rt_gossip *g, float *params, uint64_t epoch, double timeout)
+{
+    check(g);
+    RT_ASSERT(params);
+    g->clean_drain = false;
+    if (epoch < g->epoch)
+        return rt_error(RT_ERR_ARG, "%s: epoch %" PRIu64 " is drained already (now in %" PRIu64
+                        ")", g->who, epoch, g->epoch);
+    if (g->world == 1) {
+        g->epoch = epoch + 1;
+        g->clean_drain = true;
+        return RT_OK;
+    }
+    RT_ASSERT(g->connected);
+    memset(g->drained_sent, 0, (size_t)g->world * sizeof *g->drained_sent);
+    double t0 = rt_now();
+    for (;;) {
+        int rc = pump(g, params, STEP_MAX_MSGS(g->world));
+        if (rc < 0)
+            return rc;
+        double now = rt_now();
+        if (g->mine.active)
+            RT_TRY(expire(g, now));
+        bool blocked = false, done = !g->mine.active;
+        if (!g->mine.active) {
+            for (int j = 0; j < g->world; j++) {
+                if (j == g->rank || g->drained_sent[j])
+                    continue;
+                RT_TRY(encode(g, K_DRAINED, g->seq, epoch));
+                rc = send_nb(g, j, NULL);
+                if (rc < 0)
+                    return rc;
+                g->drained_sent[j] = rc == 1;
+                blocked |= rc == 0;
+            }
+        }
+        for (int j = 0; j < g->world && done; j++)
+            if (j != g->rank && (!g->drained_sent[j] || g->drained[j] <= epoch))
+                done = false;
+        if (done)
+            break;
+        if (timeout > 0 && now - t0 > timeout)
+            return drain_timeout(g, epoch, timeout);
+        zmq_pollitem_t it = {.socket = g->inbox, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, blocked ? 1 : DRAIN_POLL_MS) < 0 && errno != EINTR)
+            return rt_error(RT_ERR_NET, "%s: poll: %s", g->who, zmq_strerror(errno));
+    }
+    g->epoch = epoch + 1;
+    g->clean_drain = true;
+    return RT_OK;
+}

@@ -1,0 +1,139 @@
+/* partition.c — shares of a batch in proportion to measured speeds. */
+#include "partition.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "status.h"
+
+void rt_speedo_reset(struct rt_speedo *s) { memset(s, 0, sizeof *s); }
+
+void rt_speedo_add(struct rt_speedo *s, long samples, double seconds)
+{
+    if (samples <= 0 || !(seconds > 0.0))
+        return;
+    s->t[s->next] = seconds;
+    s->n[s->next] = samples;
+    s->next = (s->next + 1) % RT_SPEED_WINDOW;
+    if (s->filled < RT_SPEED_WINDOW)
+        s->filled++;
+}
+
+double rt_speedo_rate(const struct rt_speedo *s)
+{
+    double t = 0.0;
+    long n = 0;
+    for (int i = 0; i < s->filled; i++) {
+        t += s->t[i];
+        n += s->n[i];
+    }
+    return t > 0.0 ? (double)n / t : 0.0;
+}
+
+bool rt_speedo_full(const struct rt_speedo *s) { return s->filled == RT_SPEED_WINDOW; }
+
+/* Speeds as integers (1/1024 sample/s), never 0. */
+static void weights(int world, const double *speed, uint64_t *w)
+{
+    double lo = INFINITY;
+    for (int r = 0; r < world; r++)
+        if (isfinite(speed[r]) && speed[r] > 0.0 && speed[r] < lo)
+            lo = speed[r];
+    if (!isfinite(lo))
+        lo = 1.0;
+    for (int r = 0; r < world; r++) {
+        double v = isfinite(speed[r]) && speed[r] > 0.0 ? speed[r] : lo;
+        v = fmin(v, 1e12) * 1024.0;
+        w[r] = v < 1.0 ? 1u : (uint64_t)v;
+    }
+}
+
+void rt_plan_shares(long n, int world, const double *speed, const bool *active, long *share)
+{
+    RT_ASSERT(world >= 1 && world <= 4096 && n >= 0);
+    uint64_t w[4096];
+    weights(world, speed, w);
+    int nact = 0;
+    unsigned __int128 total = 0;
+    for (int r = 0; r < world; r++) {
+        share[r] = 0;
+        if (!active || active[r]) {
+            nact++;
+            total += w[r];
+        }
+    }
+    if (nact == 0) { /* cannot happen through rt_plan_standby; be total anyway */
+        for (int r = 0; r < world; r++)
+            share[r] = n * (r + 1) / world - n * r / world;
+        return;
+    }
+    /* One item to each active worker first, when there are enough, then the
+     * rest in proportion; remainders go to the largest fractions (ties to
+     * the lower rank). */
+    long base = n >= nact ? 1 : 0;
+    long rest = n - base * nact;
+    unsigned __int128 rem[4096];
+    long given = 0;
+    for (int r = 0; r < world; r++) {
+        if (active && !active[r])
+            continue;
+        unsigned __int128 num = (unsigned __int128)rest * w[r];
+        share[r] = base + (long)(num / total);
+        rem[r] = num % total;
+        given += share[r];
+    }
+    while (given < n) {
+        int best = -1;
+        for (int r = 0; r < world; r++)
+            if ((!active || active[r]) && (best < 0 || rem[r] > rem[best]))
+                best = r;
+        share[best]++;
+        rem[best] = 0;
+        given++;
+    }
+}
+
+bool rt_plan_standby(int world, const double *speed, double min_share, bool *active)
+{
+    bool changed = false;
+    if (!(min_share > 0.0)) {
+        for (int r = 0; r < world; r++) {
+            changed |= !active[r];
+            active[r] = true;
+        }
+        return changed;
+    }
+    double sum = 0.0;
+    int nact = 0, fastest = 0;
+    for (int r = 0; r < world; r++) {
+        double v = isfinite(speed[r]) ? speed[r] : 0.0;
+        if (v > (isfinite(speed[fastest]) ? speed[fastest] : 0.0))
+            fastest = r;
+        if (active[r]) {
+            sum += v;
+            nact++;
+        }
+    }
+    double mean = nact ? sum / nact : 0.0;
+    for (int r = 0; r < world; r++) {
+        double v = isfinite(speed[r]) ? speed[r] : 0.0;
+        bool want = active[r] ? !(v < min_share * mean) : v > 1.5 * min_share * mean;
+        if (r == fastest)
+            want = true;
+        if (want != active[r]) {
+            active[r] = want;
+            changed = true;
+        }
+    }
+    return changed;
+}
+
+void rt_plan_offsets(int world, const long *share, long *off)
+{
+    long o = 0;
+    for (int r = 0; r < world; r++) {
+        off[r] = o;
+        o += share[r];
+    }
+}

@@ -1,0 +1,54 @@
+/* partition.h — who computes how much of a batch.
+ *
+ * Straggler-aware partitioning: every worker measures its own speed
+ * (samples per second of compute, over a moving window of steps) and the
+ * batch of each step is cut in proportion to those speeds, so that a slow
+ * worker gets fewer samples and everybody finishes the step at about the
+ * same time. The cut is computed on every worker from the same speeds
+ * (exchanged over the ring) with integer arithmetic only, so every worker
+ * derives the same shares bit for bit without asking anybody.
+ *
+ * A worker much slower than the others (below `min_share` of an equal
+ * share) is put on standby: it gets no samples, still takes part in the
+ * collectives, and comes back when its speed recovers (hysteresis 1.5x). */
+#ifndef RT_PARTITION_H
+#define RT_PARTITION_H
+
+#include <stdbool.h>
+
+#define RT_SPEED_WINDOW 16
+
+/* samples/s over the last RT_SPEED_WINDOW measured steps. */
+struct rt_speedo {
+    double t[RT_SPEED_WINDOW];
+    long n[RT_SPEED_WINDOW];
+    int next, filled;
+};
+
+void rt_speedo_reset(struct rt_speedo *s);
+void rt_speedo_add(struct rt_speedo *s, long samples, double seconds);
+/* 0 while nothing was measured. */
+double rt_speedo_rate(const struct rt_speedo *s);
+/* Whether the window is full (a rate worth re-planning on). */
+bool rt_speedo_full(const struct rt_speedo *s);
+
+/* Cut n items between `world` workers in proportion to speed[] (largest
+ * remainder). Every active worker gets at least one item while n is at
+ * least the number of active workers; standby ones (active[i] false) get
+ * none. A speed that is not finite or <= 0 counts as the smallest positive
+ * one measured (a worker that could not measure still gets work). active
+ * may be NULL (all active). Deterministic: integer arithmetic on the
+ * speeds rounded to 1/1024 sample/s. */
+void rt_plan_shares(long n, int world, const double *speed, const bool *active, long *share);
+
+/* Standby decisions with hysteresis: an active worker whose speed is below
+ * min_share x the mean speed of the active workers goes on standby; a
+ * standby worker whose speed is above 1.5 x min_share x that mean comes
+ * back. The fastest worker always stays active; min_share <= 0 keeps
+ * everybody active. Returns whether any worker changed role. */
+bool rt_plan_standby(int world, const double *speed, double min_share, bool *active);
+
+/* Offsets of the shares: off[r] = share[0] + ... + share[r-1]. */
+void rt_plan_offsets(int world, const long *share, long *off);
+
+#endif

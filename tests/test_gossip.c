@@ -1,0 +1,682 @@
+/* test_gossip.c — asynchronous pairwise averaging (net/gossip.h) between
+ * ranks that are threads of this process, over TCP on 127.0.0.1, each at
+ * its own pace: the sum over ranks is preserved and the ranks converge
+ * (without local updates), the delta rule keeps local updates in the sum,
+ * drains end without deadlock whatever the arrival order, a slow rank
+ * does not hold back the fast ones, garbage is dropped without effect and
+ * a peer that never answers costs one reply timeout per request. */
+#include "config.h"
+
+#include "testutil.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+
+#include "gossip.h"
+#include "junk.h"
+#include "progress.h"
+#include "status.h"
+#include "transport.h"
+#include "wire.h"
+
+#define RUN "0123456789abcdef0123456789abcdef"
+#define FOREIGN "fedcba9876543210fedcba9876543210"
+#define GEN 3
+#define MAXR 4
+
+struct world {
+    void *zctx;
+    int ranks;
+    size_t n;
+    rt_gossip *g[MAXR];
+    float *x[MAXR];
+    const char *ep[MAXR];
+};
+
+static void world_init(struct world *w, int ranks, size_t n, double reply_timeout,
+                       uint64_t seed)
+{
+    memset(w, 0, sizeof *w);
+    w->zctx = zmq_ctx_new();
+    assert_non_null(w->zctx);
+    w->ranks = ranks;
+    w->n = n;
+    for (int r = 0; r < ranks; r++) {
+        struct rt_gossip_config c = {.zctx = w->zctx, .run = RUN, .gen = GEN, .rank = r,
+                                     .world = ranks, .bind_ip = "127.0.0.1", .n = n,
+                                     .seed = seed, .reply_timeout = reply_timeout};
+        w->g[r] = rt_gossip_new(&c);
+        if (!w->g[r])
+            fail_msg("rt_gossip_new rank %d: %s", r, rt_error_detail());
+        w->ep[r] = rt_gossip_endpoint(w->g[r]);
+        assert_int_equal(strncmp(w->ep[r], "tcp://127.0.0.1:", 16), 0);
+        w->x[r] = malloc(n * sizeof(float));
+        assert_non_null(w->x[r]);
+        /* rank r's values in [r, r+1): far apart at first */
+        tu_fill_uniform(w->x[r], n, (float)r, (float)r + 1.0f, seed * 31 + (uint64_t)r);
+    }
+    for (int r = 0; r < ranks; r++)
+        if (rt_gossip_connect(w->g[r], w->ep) < 0)
+            fail_msg("rt_gossip_connect rank %d: %s", r, rt_error_detail());
+}
+
+static void world_free(struct world *w)
+{
+    for (int r = 0; r < w->ranks; r++) {
+        rt_gossip_destroy(&w->g[r]);
+        assert_null(w->g[r]);
+        free(w->x[r]);
+    }
+    zmq_ctx_term(w->zctx);
+}
+
+/* Per-element sum over ranks, in double. */
+static void sums(const struct world *w, double *s)
+{
+    for (size_t k = 0; k < w->n; k++) {
+        s[k] = 0.0;
+        for (int r = 0; r < w->ranks; r++)
+            s[k] += (double)w->x[r][k];
+    }
+}
+
+/* Root mean square distance of the ranks' vectors from their mean. */
+static double consensus(const struct world *w)
+{
+    double acc = 0.0;
+    for (size_t k = 0; k < w->n; k++) {
+        double m = 0.0;
+        for (int r = 0; r < w->ranks; r++)
+            m += (double)w->x[r][k];
+        m /= w->ranks;
+        for (int r = 0; r < w->ranks; r++)
+            acc += ((double)w->x[r][k] - m) * ((double)w->x[r][k] - m);
+    }
+    return sqrt(acc / ((double)w->ranks * (double)w->n));
+}
+
+/* max |a - b| / max |b| */
+static double rel_diff(const double *a, const double *b, size_t n)
+{
+    double d = 0.0, m = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        d = fmax(d, fabs(a[k] - b[k]));
+        m = fmax(m, fabs(b[k]));
+    }
+    return d / m;
+}
+
+/* ---- a rank's thread ---------------------------------------------------------------- */
+
+struct plan {
+    double secs;         /* stepping per epoch */
+    int sleep_us;        /* per step: this rank's pace */
+    bool initiate;
+    const float *update; /* added to x after every step ("training"), or NULL */
+    double *added;       /* what adding `update` changed in x, in double (float
+                            rounding included: the sum is then checked exactly) */
+    double drain_delay;  /* seconds between the last step and the drain */
+    int epochs;
+};
+
+struct rank_run {
+    struct world *w;
+    int r;
+    struct plan p;
+    _Atomic int *hold; /* keep stepping while set (garbage still coming) */
+    int rc;
+    char err[400];
+    long steps, avgs;
+    double drain_s;
+};
+
+static void *rank_main(void *arg)
+{
+    struct rank_run *rr = arg;
+    rt_gossip *g = rr->w->g[rr->r];
+    float *x = rr->w->x[rr->r];
+    size_t n = rr->w->n;
+    for (int e = 0; e < rr->p.epochs; e++) {
+        double t0 = rt_now();
+        while (rt_now() - t0 < rr->p.secs || (rr->hold && atomic_load(rr->hold))) {
+            int rc = rt_gossip_step(g, x, rr->p.initiate);
+            if (rc < 0) {
+                rr->rc = rc;
+                snprintf(rr->err, sizeof rr->err, "step: %s", rt_error_detail());
+                return NULL;
+            }
+            rr->avgs += rc;
+            rr->steps++;
+            if (rr->p.update)
+                for (size_t k = 0; k < n; k++) {
+                    float old = x[k];
+                    x[k] += rr->p.update[k];
+                    rr->p.added[k] += (double)x[k] - (double)old;
+                }
+            if (rr->p.sleep_us)
+                usleep((useconds_t)rr->p.sleep_us);
+        }
+        if (rr->p.drain_delay > 0)
+            usleep((useconds_t)(rr->p.drain_delay * 1e6));
+        double d0 = rt_now();
+        int rc = rt_gossip_drain(g, x, (uint64_t)e, 10.0);
+        rr->drain_s = rt_now() - d0;
+        if (rc != RT_OK) {
+            rr->rc = rc < 0 ? rc : RT_ERR_ARG;
+            snprintf(rr->err, sizeof rr->err, "drain epoch %d: %d: %s", e, rc, rt_error_detail());
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static void run_ranks(struct world *w, const struct plan *plans, struct rank_run *rr,
+                      _Atomic int *hold)
+{
+    pthread_t th[MAXR];
+    for (int r = 0; r < w->ranks; r++) {
+        memset(&rr[r], 0, sizeof rr[r]);
+        rr[r].w = w;
+        rr[r].r = r;
+        rr[r].p = plans[r];
+        rr[r].hold = hold;
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &rr[r]), 0);
+    }
+    for (int r = 0; r < w->ranks; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < w->ranks; r++)
+        if (rr[r].rc < 0)
+            fail_msg("rank %d: %s", r, rr[r].err);
+}
+
+static void print_stats(const char *what, const struct world *w, const struct rank_run *rr)
+{
+    for (int r = 0; r < w->ranks; r++) {
+        struct rt_gossip_stats s;
+        rt_gossip_stats(w->g[r], &s);
+        printf("%s rank %d: %ld steps, %ld averagings; sent %ld answered %ld applied %ld "
+               "abandoned %ld dropped %ld late %ld refused %ld; last drain %.3f s\n",
+               what, r, rr[r].steps, rr[r].avgs, s.sent, s.answered, s.applied, s.abandoned,
+               s.dropped, s.late, s.refused, rr[r].drain_s);
+    }
+}
+
+/* Exchanges in flight cannot outlive a drain: sent == applied + abandoned
+ * and, over all ranks, sent == answered when nothing was abandoned. */
+static void check_books(const struct world *w)
+{
+    long sent = 0, answered = 0;
+    for (int r = 0; r < w->ranks; r++) {
+        struct rt_gossip_stats s;
+        rt_gossip_stats(w->g[r], &s);
+        assert_int_equal(s.abandoned, 0);
+        assert_int_equal(s.sent, s.applied);
+        assert_false(rt_gossip_outstanding(w->g[r]));
+        sent += s.sent;
+        answered += s.answered;
+    }
+    assert_int_equal(sent, answered);
+}
+
+/* ---- tests -------------------------------------------------------------------------- */
+
+static void test_single(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 1, 10, 0, 1);
+    float before[10];
+    memcpy(before, w.x[0], sizeof before);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(rt_gossip_step(w.g[0], w.x[0], true), 0);
+    double t0 = rt_now();
+    assert_int_equal(rt_gossip_drain(w.g[0], w.x[0], 0, 5.0), 0);
+    assert_true(rt_now() - t0 < 0.1);
+    assert_memory_equal(before, w.x[0], sizeof before);
+    world_free(&w);
+}
+
+/* No local updates, four paces: the sum holds and the ranks agree. */
+static void test_mass(void **state)
+{
+    (void)state;
+    struct world w;
+    size_t n = 10007;
+    world_init(&w, 4, n, 0, 11);
+    double *s0 = malloc(n * sizeof *s0), *s1 = malloc(n * sizeof *s1);
+    sums(&w, s0);
+    double d0 = consensus(&w);
+    struct plan p[4] = {{.secs = 1.0, .sleep_us = 50, .initiate = true, .epochs = 1},
+                        {.secs = 1.0, .sleep_us = 300, .initiate = true, .epochs = 1},
+                        {.secs = 1.0, .sleep_us = 1000, .initiate = true, .epochs = 1},
+                        {.secs = 1.0, .sleep_us = 3000, .initiate = true, .epochs = 1}};
+    struct rank_run rr[4];
+    run_ranks(&w, p, rr, NULL);
+    print_stats("mass", &w, rr);
+    sums(&w, s1);
+    double rel = rel_diff(s1, s0, n), d1 = consensus(&w);
+    printf("mass: sum relative error %.2e, consensus distance %.3g -> %.3g\n", rel, d0, d1);
+    assert_true(rel <= 1e-5);
+    assert_true(d1 * 100.0 <= d0);
+    check_books(&w);
+    free(s0);
+    free(s1);
+    world_free(&w);
+}
+
+/* Every rank adds its own vector after each step: the sum is the initial
+ * one plus everything added, although requests go out, params move on and
+ * replies come back in between. */
+static void test_delta(void **state)
+{
+    (void)state;
+    struct world w;
+    size_t n = 3001;
+    world_init(&w, 3, n, 0, 22);
+    double *s0 = malloc(n * sizeof *s0), *s1 = malloc(n * sizeof *s1);
+    float *u[3];
+    double *added[3];
+    sums(&w, s0);
+    struct plan p[3];
+    for (int r = 0; r < 3; r++) {
+        u[r] = malloc(n * sizeof(float));
+        added[r] = calloc(n, sizeof(double));
+        for (size_t k = 0; k < n; k++)
+            u[r][k] = 1e-3f * (float)(r + 1) * (float)((int)(k % 7) - 3);
+        p[r] = (struct plan){.secs = 1.0, .sleep_us = 100 + 700 * r, .initiate = true,
+                             .update = u[r], .added = added[r], .epochs = 1};
+    }
+    struct rank_run rr[3];
+    run_ranks(&w, p, rr, NULL);
+    print_stats("delta", &w, rr);
+    for (size_t k = 0; k < n; k++)
+        for (int r = 0; r < 3; r++)
+            s0[k] += added[r][k];
+    sums(&w, s1);
+    double rel = rel_diff(s1, s0, n);
+    printf("delta: sum relative error %.2e (updates included)\n", rel);
+    assert_true(rel <= 1e-5);
+    check_books(&w);
+    for (int r = 0; r < 3; r++) {
+        struct rt_gossip_stats s;
+        rt_gossip_stats(w.g[r], &s);
+        assert_true(s.applied > 0);
+        free(u[r]);
+        free(added[r]);
+    }
+    free(s0);
+    free(s1);
+    world_free(&w);
+}
+
+/* Ranks reach the drain up to a second apart while the others still step,
+ * twice in a row with no barrier in between; rank 3 never initiates. */
+static void test_drain(void **state)
+{
+    (void)state;
+    struct world w;
+    size_t n = 257;
+    world_init(&w, 4, n, 0, 33);
+    double *s0 = malloc(n * sizeof *s0), *s1 = malloc(n * sizeof *s1);
+    sums(&w, s0);
+    struct plan p[4] = {{.secs = 0.1, .sleep_us = 200, .initiate = true, .epochs = 2},
+                        {.secs = 0.4, .sleep_us = 500, .initiate = true, .epochs = 2},
+                        {.secs = 0.2, .sleep_us = 100, .initiate = true, .drain_delay = 0.3,
+                         .epochs = 2},
+                        {.secs = 0.8, .sleep_us = 300, .initiate = false, .epochs = 2}};
+    struct rank_run rr[4];
+    run_ranks(&w, p, rr, NULL);
+    print_stats("drain", &w, rr);
+    sums(&w, s1);
+    double rel = rel_diff(s1, s0, n);
+    printf("drain: sum relative error %.2e\n", rel);
+    assert_true(rel <= 1e-5);
+    check_books(&w);
+    struct rt_gossip_stats s;
+    rt_gossip_stats(w.g[3], &s);
+    assert_int_equal(s.sent, 0);
+    assert_true(s.answered > 0);
+    /* draining an epoch again is a caller's mistake, said so */
+    assert_int_equal(rt_gossip_drain(w.g[0], w.x[0], 0, 1.0), RT_ERR_ARG);
+    free(s0);
+    free(s1);
+    world_free(&w);
+}
+
+/* A rank that sleeps 4x longer per step does not hold back the others. */
+static void test_slow(void **state)
+{
+    (void)state;
+    double rate[2][2];
+    for (int with_slow = 1; with_slow >= 0; with_slow--) {
+        struct world w;
+        int ranks = with_slow ? 3 : 2;
+        size_t n = 4096;
+        world_init(&w, ranks, n, 0, 44);
+        struct plan p[3];
+        for (int r = 0; r < ranks; r++)
+            p[r] = (struct plan){.secs = 1.0, .sleep_us = r == 2 ? 4000 : 1000,
+                                 .initiate = true, .epochs = 1};
+        struct rank_run rr[3];
+        run_ranks(&w, p, rr, NULL);
+        print_stats(with_slow ? "slow (with)" : "slow (without)", &w, rr);
+        for (int r = 0; r < 2; r++)
+            rate[with_slow][r] = (double)rr[r].steps / p[r].secs;
+        if (with_slow) {
+            assert_true(rr[0].steps >= 2 * rr[2].steps);
+            assert_true(rr[1].steps >= 2 * rr[2].steps);
+            printf("slow: the slow rank did %ld steps\n", rr[2].steps);
+        }
+        check_books(&w);
+        world_free(&w);
+    }
+    printf("slow: fast ranks' steps/s with the slow one %.0f, %.0f; without %.0f, %.0f\n",
+           rate[1][0], rate[1][1], rate[0][0], rate[0][1]);
+}
+
+/* ---- garbage ------------------------------------------------------------------------ */
+
+struct junk {
+    const char *endpoint;
+    int world;
+    _Atomic int *hold;
+    int sent; /* targeted messages, each of which must be dropped */
+};
+
+static void jsend(void *s, rt_wire_writer *w, const void *frame, size_t n, int *count)
+{
+    zmq_send(s, w->data, w->len, frame ? ZMQ_SNDMORE : 0);
+    if (frame)
+        zmq_send(s, frame, n, 0);
+    (*count)++;
+}
+
+/* A gossip map with the given field values; "skip" leaves one out. */
+static void jmap(rt_wire_writer *w, const char *run, const char *type, uint64_t gen,
+                 const char *kind, uint64_t from, uint64_t seq, uint64_t n, const char *skip)
+{
+    int k = 6 - (skip ? 1 : 0);
+    rt_wire_begin(w, run, type, k);
+    if (!skip || strcmp(skip, "gen"))
+        rt_wire_put_uint(w, "gen", gen);
+    if (!skip || strcmp(skip, "kind"))
+        rt_wire_put_str(w, "kind", kind);
+    if (!skip || strcmp(skip, "from"))
+        rt_wire_put_uint(w, "from", from);
+    if (!skip || strcmp(skip, "seq"))
+        rt_wire_put_uint(w, "seq", seq);
+    if (!skip || strcmp(skip, "epoch"))
+        rt_wire_put_uint(w, "epoch", 0);
+    if (!skip || strcmp(skip, "n"))
+        rt_wire_put_uint(w, "n", n);
+    if (rt_wire_end(w) < 0) /* on the junk thread: no cmocka asserts here */
+        abort();
+}
+
+static void *junk_main(void *arg)
+{
+    struct junk *j = arg;
+    size_t n = 1000;
+    void *ctx = zmq_ctx_new();
+    void *s = zmq_socket(ctx, ZMQ_PUSH);
+    int linger = 2000;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_connect(s, j->endpoint);
+    static float good[1001], nan_[1001]; /* one more: the frame of n + 1 */
+    for (size_t i = 0; i <= n; i++) {
+        good[i] = 1e6f;
+        nan_[i] = NAN;
+    }
+    rt_wire_writer w;
+    rt_wire_writer_init(&w);
+    int c = 0;
+    for (int round = 0; round < 3; round++) {
+        /* a foreign run, a stale generation, another size, a wrong frame */
+        jmap(&w, FOREIGN, "gossip", GEN, "req", 1, 1, n, NULL);
+        jsend(s, &w, good, n * 4, &c);
+        jmap(&w, RUN, "gossip", GEN + 1, "req", 1, 1, n, NULL);
+        jsend(s, &w, good, n * 4, &c);
+        jmap(&w, RUN, "gossip", GEN, "req", 1, 1, n + 1, NULL);
+        jsend(s, &w, good, (n + 1) * 4, &c);
+        jmap(&w, RUN, "gossip", GEN, "req", 1, 1, n, NULL);
+        jsend(s, &w, good, n * 4 - 4, &c);
+        jmap(&w, RUN, "gossip", GEN, "rep", 1, 1, n, NULL);
+        jsend(s, &w, good, 3, &c);
+        /* no payload for a request, a payload for "drained", 3 frames */
+        jmap(&w, RUN, "gossip", GEN, "req", 1, 1, n, NULL);
+        jsend(s, &w, NULL, 0, &c);
+        jmap(&w, RUN, "gossip", GEN, "drained", 1, 1, n, NULL);
+        jsend(s, &w, good, n * 4, &c);
+        jmap(&w, RUN, "gossip", GEN, "req", 1, 1, n, NULL);
+        zmq_send(s, w.data, w.len, ZMQ_SNDMORE);
+        zmq_send(s, good, n * 4, ZMQ_SNDMORE);
+        jsend(s, &w, good, n * 4, &c);
+        /* ranks that do not exist or are the receiver itself, a kind and a
+         * type nobody knows, missing fields */
+        jmap(&w, RUN, "gossip", GEN, "req", (uint64_t)j->world, 1, n, NULL);
+        jsend(s, &w, good, n * 4, &c);
+        jmap(&w, RUN, "gossip", GEN, "req", 0, 1, n, NULL);
+        jsend(s, &w, good, n * 4, &c);
+        jmap(&w, RUN, "gossip", GEN, "avg", 1, 1, n, NULL);
+        jsend(s, &w, good, n * 4, &c);
+        jmap(&w, RUN, "chunk", GEN, "req", 1, 1, n, NULL);
+        jsend(s, &w, good, n * 4, &c);
+        static const char *const fields[] = {"gen", "kind", "from", "seq", "epoch", "n"};
+        for (int f = 0; f < 6; f++) {
+            jmap(&w, RUN, "gossip", GEN, "req", 1, 1, n, fields[f]);
+            jsend(s, &w, nan_, n * 4, &c);
+        }
+        /* a reply to a request nobody sent; a request of an epoch long gone
+         * cannot be made here (the receivers are in epoch 0) */
+        jmap(&w, RUN, "gossip", GEN, "rep", 1, 1u << 30, n, NULL);
+        jsend(s, &w, nan_, n * 4, &c);
+        /* random bytes with a payload */
+        char rnd[64];
+        for (size_t i = 0; i < sizeof rnd; i++)
+            rnd[i] = (char)junk_rand();
+        zmq_send(s, rnd, sizeof rnd, ZMQ_SNDMORE);
+        zmq_send(s, good, n * 4, 0);
+        c++;
+        usleep(20000);
+    }
+    rt_wire_writer_free(&w);
+    j->sent = c;
+    zmq_close(s);
+    zmq_ctx_term(ctx); /* waits (linger) until everything left */
+    /* the generic garbage of tests/junk.h: random frames, bombs, other
+     * types, an oversized frame, raw TCP */
+    junk_blast(j->endpoint, ZMQ_PUSH, RUN, 1);
+    usleep(200000);
+    atomic_store(j->hold, 0);
+    return NULL;
+}
+
+static void test_garbage(void **state)
+{
+    (void)state;
+    struct world w;
+    size_t n = 1000;
+    world_init(&w, 3, n, 0, 55);
+    double *s0 = malloc(n * sizeof *s0), *s1 = malloc(n * sizeof *s1);
+    sums(&w, s0);
+    double d0 = consensus(&w);
+    _Atomic int hold = 1;
+    struct junk j = {.endpoint = w.ep[0], .world = 3, .hold = &hold};
+    pthread_t jt;
+    assert_int_equal(pthread_create(&jt, NULL, junk_main, &j), 0);
+    struct plan p[3];
+    for (int r = 0; r < 3; r++)
+        p[r] = (struct plan){.secs = 0.5, .sleep_us = 300 + 400 * r, .initiate = true,
+                             .epochs = 1};
+    struct rank_run rr[3];
+    run_ranks(&w, p, rr, &hold);
+    pthread_join(jt, NULL);
+    print_stats("garbage", &w, rr);
+    struct rt_gossip_stats s;
+    rt_gossip_stats(w.g[0], &s);
+    printf("garbage: %d targeted bad messages sent, %ld dropped\n", j.sent, s.dropped);
+    assert_true(s.dropped >= j.sent);
+    sums(&w, s1);
+    double rel = rel_diff(s1, s0, n), d1 = consensus(&w);
+    printf("garbage: sum relative error %.2e, consensus %.3g -> %.3g\n", rel, d0, d1);
+    assert_true(rel <= 1e-5);
+    assert_true(d1 * 100.0 <= d0);
+    for (int r = 0; r < 3; r++)
+        for (size_t k = 0; k < n; k++)
+            assert_true(isfinite(w.x[r][k]) && w.x[r][k] < 10.0f);
+    check_books(&w);
+    free(s0);
+    free(s1);
+    world_free(&w);
+}
+
+/* ---- a peer that never answers ------------------------------------------------------- */
+
+static void test_reply_timeout(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    size_t n = 64;
+    /* rank 1: a bound PULL that nobody reads for now */
+    void *mute = rt_zsock_new(ctx, ZMQ_PULL, 0, 0);
+    char mute_ep[RT_ENDPOINT_MAX];
+    assert_int_equal(rt_zsock_bind(mute, "tcp://127.0.0.1:*", mute_ep, sizeof mute_ep), RT_OK);
+    struct rt_gossip_config c = {.zctx = ctx, .run = RUN, .gen = GEN, .rank = 0, .world = 2,
+                                 .bind_ip = "127.0.0.1", .n = n, .seed = 7,
+                                 .reply_timeout = 0.3};
+    rt_gossip *g = rt_gossip_new(&c);
+    assert_non_null(g);
+    const char *eps[2] = {NULL, mute_ep};
+    assert_int_equal(rt_gossip_connect(g, eps), RT_OK);
+    float x[64], before[64];
+    tu_fill_uniform(x, n, -1.0f, 1.0f, 66);
+    memcpy(before, x, sizeof x);
+    /* step with requests until one is abandoned: the rank goes on */
+    struct rt_gossip_stats s;
+    long steps = 0;
+    double t0 = rt_now();
+    do {
+        assert_true(rt_gossip_step(g, x, true) >= 0);
+        steps++;
+        usleep(5000);
+        rt_gossip_stats(g, &s);
+    } while (s.abandoned == 0 && rt_now() - t0 < 5.0);
+    double took = rt_now() - t0;
+    printf("timeout: abandoned after %.2f s and %ld steps (reply timeout 0.3 s)\n", took, steps);
+    assert_int_equal(s.abandoned, 1);
+    assert_true(took >= 0.3 && took < 3.0);
+    assert_true(steps >= 10);
+    assert_memory_equal(x, before, sizeof x);
+    /* the next request went out at once; let it be abandoned too, then stop */
+    t0 = rt_now();
+    while (s.abandoned < 2 && rt_now() - t0 < 5.0) {
+        assert_true(rt_gossip_step(g, x, false) >= 0);
+        usleep(5000);
+        rt_gossip_stats(g, &s);
+    }
+    assert_int_equal(s.sent, 2);
+    assert_int_equal(s.abandoned, 2);
+    assert_false(rt_gossip_outstanding(g));
+
+    /* the mute peer wakes up: it reads both requests and answers the last
+     * one properly (the first is forgotten: its reply must be dropped) */
+    rt_zframes fr;
+    rt_zframes_init(&fr);
+    rt_wire_msg msg;
+    rt_wire_msg_init(&msg);
+    uint64_t seq[2];
+    float theirs[64], mine_sent[64];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(rt_zframes_recv(mute, &fr, 0), 1);
+        assert_int_equal(fr.n, 2);
+        assert_int_equal(rt_wire_parse(&msg, rt_zframe_data(&fr, 0), rt_zframe_size(&fr, 0),
+                                       RUN, false), RT_OK);
+        assert_int_equal(rt_wire_get_uint(rt_wire_root(&msg), "seq", 0, UINT64_MAX, &seq[i]),
+                         RT_OK);
+        assert_int_equal(rt_zframe_size(&fr, 1), sizeof mine_sent);
+        memcpy(mine_sent, rt_zframe_data(&fr, 1), sizeof mine_sent);
+    }
+    assert_memory_equal(mine_sent, before, sizeof before);
+    void *back = rt_zsock_new(ctx, ZMQ_PUSH, 0, 0);
+    assert_int_equal(rt_zsock_connect(back, rt_gossip_endpoint(g)), RT_OK);
+    tu_fill_uniform(theirs, n, 5.0f, 6.0f, 77);
+    float avg[64];
+    for (size_t k = 0; k < n; k++)
+        avg[k] = (theirs[k] + mine_sent[k]) * 0.5f;
+    rt_wire_writer w;
+    rt_wire_writer_init(&w);
+    for (int i = 0; i < 2; i++) {
+        rt_wire_begin(&w, RUN, "gossip", 6);
+        rt_wire_put_uint(&w, "gen", GEN);
+        rt_wire_put_str(&w, "kind", "rep");
+        rt_wire_put_uint(&w, "from", 1);
+        rt_wire_put_uint(&w, "seq", seq[i]);
+        rt_wire_put_uint(&w, "epoch", 0);
+        rt_wire_put_uint(&w, "n", n);
+        assert_int_equal(rt_wire_end(&w), RT_OK);
+        const void *f[1] = {avg};
+        size_t fn[1] = {sizeof avg};
+        assert_int_equal(rt_zsend_msg(back, &w, f, fn, 1), RT_OK);
+    }
+    t0 = rt_now();
+    do {
+        assert_true(rt_gossip_step(g, x, false) >= 0);
+        usleep(2000);
+        rt_gossip_stats(g, &s);
+    } while ((s.late < 1 || s.dropped < 1) && rt_now() - t0 < 5.0);
+    assert_int_equal(s.late, 1);
+    assert_int_equal(s.applied, 1);
+    assert_int_equal(s.dropped, 1);
+    /* params += avg - sent, and params were still what was sent */
+    for (size_t k = 0; k < n; k++)
+        assert_float_equal(x[k], before[k] + (avg[k] - before[k]), 1e-6);
+
+    /* a drain with a peer that never says "drained" times out, naming it */
+    t0 = rt_now();
+    int rc = rt_gossip_drain(g, x, 0, 0.5);
+    printf("timeout: drain: %s\n", rt_error_detail());
+    assert_int_equal(rc, RT_ERR_TIMEOUT);
+    assert_non_null(strstr(rt_error_detail(), "rank 1"));
+    assert_true(rt_now() - t0 >= 0.5);
+
+    rt_wire_writer_free(&w);
+    rt_wire_msg_free(&msg);
+    rt_zframes_close(&fr);
+    rt_zsock_close(&back);
+    rt_zsock_close(&mute);
+    rt_gossip_destroy(&g);
+    zmq_ctx_term(ctx);
+}
+
+/* Wrong configurations are refused with a detail. */
+static void test_config(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    struct rt_gossip_config c = {.zctx = ctx, .run = "not-a-run", .rank = 0, .world = 2, .n = 4};
+    assert_null(rt_gossip_new(&c));
+    c.run = RUN;
+    c.rank = 2;
+    assert_null(rt_gossip_new(&c));
+    c.rank = 0;
+    c.n = 0;
+    assert_null(rt_gossip_new(&c));
+    zmq_ctx_term(ctx);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_single),
+        cmocka_unit_test(test_mass),
+        cmocka_unit_test(test_delta),
+        cmocka_unit_test(test_drain),
+        cmocka_unit_test(test_slow),
+        cmocka_unit_test(test_garbage),
+        cmocka_unit_test(test_reply_timeout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
