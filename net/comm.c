@@ -63,6 +63,7 @@ struct rt_comm {
     char who[32];
 
     _Atomic int stop;
+    _Atomic int aborted_seen; /* set after abort_reason is written: for other threads */
 };
 
 static void check(const rt_comm *c) { RT_ASSERT(c && c->tag == COMM_TAG); }
@@ -105,6 +106,7 @@ static void handle_ctrl_msg(rt_comm *c)
         c->aborted = true;
         snprintf(c->abort_reason, sizeof c->abort_reason, "the coordinator aborted the run: %s",
                  why);
+        atomic_store(&c->aborted_seen, 1);
         return;
     }
     char why[80];
@@ -131,6 +133,7 @@ static int service_ctrl(void *arg)
             c->aborted = true;
             snprintf(c->abort_reason, sizeof c->abort_reason,
                      "lost the coordinator: nothing heard from it for %.0f s", now - c->last_seen);
+            atomic_store(&c->aborted_seen, 1);
         }
     }
     if (c->aborted)
@@ -390,6 +393,12 @@ int rt_comm_send(rt_comm *c, const rt_wire_writer *w, const void *const *frames,
     for (int i = 0; i < nframes; i++)
         RT_TRY(rt_zsend(c->pipe_main, frames[i], sizes[i], i + 1 < nframes));
     return RT_OK;
+}
+
+const char *rt_comm_aborted(rt_comm *c)
+{
+    check(c);
+    return atomic_load(&c->aborted_seen) ? c->abort_reason : NULL;
 }
 
 bool rt_comm_stop_requested(rt_comm *c)

@@ -63,6 +63,10 @@ int rt_comm_broadcast(rt_comm *c, void *buf, size_t bytes, int root);
 int rt_comm_send(rt_comm *c, const rt_wire_writer *w, const void *const *frames,
                  const size_t *sizes, int nframes);
 
+/* Why the run was aborted (the coordinator said so, or fell silent), or
+ * NULL; any thread may ask. */
+const char *rt_comm_aborted(rt_comm *c);
+
 /* The coordinator asked the run to stop (Ctrl-C on it). */
 bool rt_comm_stop_requested(rt_comm *c);
 

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "partition.h"
 #include "checkpoint.h"
 #include "datashare.h"
 #include "membership.h"
@@ -228,6 +229,19 @@ static void drop_unexpected(struct coord *k, struct wk *w)
 
 /* ---- local workers (train --workers N) -------------------------------------------------- */
 
+/* Item i of a comma list, cycling ("cpu,opencl": cpu, opencl, cpu, ...). */
+static void list_item(const char *list, int i, char *out, size_t cap)
+{
+    int n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    i %= n;
+    const char *p = list;
+    while (i-- > 0)
+        p = strchr(p, ',') + 1;
+    snprintf(out, cap, "%.*s", (int)strcspn(p, ","), p);
+}
+
 static int spawn_local(struct coord *k)
 {
     const struct rt_coord_options *o = k->o;
@@ -246,10 +260,13 @@ static int spawn_local(struct coord *k)
         pid_t p = fork();
         if (p < 0)
             return rt_error(RT_ERR_IO, "cannot start worker %d: %s", i, strerror(errno));
+        char be[32], tr[32];
+        list_item(o->local_backend, i, be, sizeof be);
+        list_item(o->local_throttle, i, tr, sizeof tr);
         if (p == 0) {
             char *argv[] = {"ragtag", "worker", "--join", k->endpoint, "--name", name,
-                            "--threads", th, "--backend", (char *)o->local_backend,
-                            "--device", dv, "--quiet", "--connect-timeout", "60", NULL};
+                            "--threads", th, "--backend", be, "--device", dv, "--quiet",
+                            "--connect-timeout", "60", tr[0] ? "--throttle" : NULL, tr, NULL};
             execv("/proc/self/exe", argv);
             fprintf(stderr, "ragtag: cannot start a local worker: %s\n", strerror(errno));
             _exit(127);
@@ -582,6 +599,21 @@ static int worker_failed(struct coord *k, struct wk *w)
 
 static void print_table(struct coord *k)
 {
+    /* balanced sync/average: the workers plan their first shares from the
+     * speeds they reported at join, the same way (partition.h) */
+    double speed[RT_MAX_WORKERS];
+    long sh[RT_MAX_WORKERS], *share = NULL;
+    bool act[RT_MAX_WORKERS];
+    bool plan = k->c->partition == RT_PARTITION_BALANCED && k->c->mode != RT_MODE_GOSSIP;
+    for (int r = 0; plan && r < k->nw; r++) {
+        speed[r] = k->w[k->by_rank[r]].ips;
+        act[r] = true;
+    }
+    if (plan) {
+        rt_plan_standby(k->nw, speed, k->c->min_share, act);
+        rt_plan_shares(k->c->batch, k->nw, speed, act, sh);
+        share = sh;
+    }
     note("cluster of %d worker%s, run %.8s, generation %llu:", k->nw, k->nw == 1 ? "" : "s",
          k->run, (unsigned long long)k->ms.gen);
     fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %9s %6s  %s\n", "rank", "name", "host",
@@ -590,6 +622,8 @@ static void print_table(struct coord *k)
         struct wk *w = &k->w[k->by_rank[r]];
         long lo, hi;
         rt_train_share(k->c->batch, k->nw, r, &lo, &hi);
+        if (share) /* what the workers' first plan will say */
+            lo = 0, hi = share[r];
         char ring[64];
         if (k->nw == 1)
             snprintf(ring, sizeof ring, "-");
@@ -785,12 +819,18 @@ static void handle_line(struct coord *k, struct wk *w)
         rt_wire_drop(&k->drops, w->m.name, "a bad 'line'");
         return;
     }
-    rt_progress_epoch(&k->prog, text);
+    /* The plan's lines (shares, standby) are log lines, shown even with
+     * --progress off; epoch lines follow the progress mode. */
+    if (k->prog.quiet && !strncmp(text, "ragtag: [plan]", 14))
+        fprintf(stderr, "%s\n", text);
+    else
+        rt_progress_epoch(&k->prog, text);
 }
 
 static const char *const metric_keys[] = {
     "epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc",
-    "lr", "images_per_s", "seconds", "loss", "acc", "grad_norm", NULL,
+    "lr", "images_per_s", "seconds", "loss", "acc", "grad_norm", "samples",
+    "consensus_distance", "consensus_relative", NULL,
 };
 
 static int handle_metrics(struct coord *k, struct wk *w)
@@ -947,7 +987,7 @@ static void handle_done(struct coord *k, struct wk *w)
 {
     rt_wire_map m = rt_wire_root(&k->msg);
     int64_t status;
-    uint64_t hash, epochs, steps, best_epoch;
+    uint64_t hash, epochs, steps, best_epoch, lsteps = 0, avgs = 0, plans = 0;
     struct rt_train_result *r = &w->res;
     if (rt_wire_get_int(m, "status", -100, 0, &status) < 0 ||
         rt_wire_get_str(m, "message", 0, w->message, sizeof w->message) < 0 ||
@@ -962,7 +1002,12 @@ static void handle_done(struct coord *k, struct wk *w)
         rt_wire_get_f64_or_nan(m, "test_acc", -1, 1, &r->test_acc) < 0 ||
         rt_wire_get_f64(m, "images_per_s", 0, 1e12, &r->images_per_s) < 0 ||
         rt_wire_get_bool(m, "stopped_early", &r->stopped_early) < 0 ||
-        rt_wire_get_uint(m, "best_epoch", 0, 1000000, &best_epoch) < 0) {
+        rt_wire_get_uint(m, "best_epoch", 0, 1000000, &best_epoch) < 0 ||
+        (rt_wire_has(m, "local_steps") &&
+         (rt_wire_get_uint(m, "local_steps", 0, (uint64_t)1 << 50, &lsteps) < 0 ||
+          rt_wire_get_f64(m, "train_s", 0, 1e12, &r->train_seconds) < 0 ||
+          rt_wire_get_uint(m, "averagings", 0, (uint64_t)1 << 50, &avgs) < 0 ||
+          rt_wire_get_uint(m, "plans", 0, (uint64_t)1 << 50, &plans) < 0))) {
         rt_wire_drop(&k->drops, w->m.name, rt_error_detail());
         return;
     }
@@ -974,6 +1019,18 @@ static void handle_done(struct coord *k, struct wk *w)
     r->steps = (long)steps;
     r->best_epoch = (int)best_epoch;
     r->params_hash = hash;
+    r->local_steps = (long)lsteps;
+    r->gossip_averagings = (long)avgs;
+    r->plans = (long)plans;
+    /* local modes: how each worker fared at its own pace */
+    if (w->status == 0 && k->c->mode != RT_MODE_SYNC) {
+        char avg[64] = "";
+        if (k->c->mode == RT_MODE_GOSSIP)
+            snprintf(avg, sizeof avg, ", %ld pairwise averagings", r->gossip_averagings);
+        note("worker %s (rank %d): %ld local steps in %.1f s of training (%.0f steps/s)%s",
+             w->m.name, w->rank, r->local_steps, r->train_seconds,
+             r->train_seconds > 0 ? r->local_steps / r->train_seconds : 0.0, avg);
+    }
 }
 
 static int train_phase(struct coord *k)

@@ -89,6 +89,8 @@ struct rt_gossip {
     uint64_t *drained;    /* [world]: highest epoch + 1 the peer drained, 0: none */
     bool *drained_sent;   /* [world]: during a drain */
     bool clean_drain;     /* the last call was a drain that succeeded */
+    bool draining;        /* a drain of draining_epoch timed out: a new call resumes it */
+    uint64_t draining_epoch;
 
     struct rt_gossip_stats st;
     rt_wire_writer w;
@@ -571,7 +573,12 @@ int rt_gossip_drain(rt_gossip *g, float *params, uint64_t epoch, double timeout)
         return RT_OK;
     }
     RT_ASSERT(g->connected);
-    memset(g->drained_sent, 0, (size_t)g->world * sizeof *g->drained_sent);
+    /* A drain that timed out may be called again (the caller polls for
+     * aborts between calls): what was sent stays sent. */
+    if (!g->draining || g->draining_epoch != epoch)
+        memset(g->drained_sent, 0, (size_t)g->world * sizeof *g->drained_sent);
+    g->draining = true;
+    g->draining_epoch = epoch;
     double t0 = rt_now();
     for (;;) {
         int rc = pump(g, params, STEP_MAX_MSGS(g->world));
@@ -606,5 +613,6 @@ int rt_gossip_drain(rt_gossip *g, float *params, uint64_t epoch, double timeout)
     }
     g->epoch = epoch + 1;
     g->clean_drain = true;
+    g->draining = false;
     return RT_OK;
 }

@@ -29,8 +29,9 @@ struct rt_coord_options {
     /* `ragtag train --workers N`: start N worker processes of this binary */
     bool spawn_local;
     int local_threads;     /* threads of each local worker (0: cores / N, at least 1) */
-    char local_backend[32];
+    char local_backend[32]; /* one name, or one per worker: cpu,opencl (cycled) */
     int local_device;
+    char local_throttle[128]; /* testing aid: "" or one fraction per worker (cycled) */
 };
 
 void rt_coord_options_defaults(struct rt_coord_options *o);
@@ -52,6 +53,7 @@ struct rt_worker_options {
     char cache_dir[1024]; /* empty: see rt_cache_dir */
     double connect_timeout; /* 0: wait for the coordinator forever */
     bool quiet;           /* only errors (local workers of train --workers) */
+    char throttle[32];    /* testing aid: "" or a fraction in (0, 1] */
 };
 
 void rt_worker_options_defaults(struct rt_worker_options *o);

@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "comm.h"
+#include "gossip.h"
 #include "datashare.h"
 #include "membership.h"
 #include "net.h"
@@ -82,6 +83,7 @@ struct worker {
     struct rt_data_manifest man;
     bool served;
     rt_comm *comm;
+    rt_gossip *gossip; /* --mode gossip: owned by the training thread */
     struct resume_state resume;
 };
 
@@ -247,7 +249,8 @@ static int describe(struct worker *w)
 static const char *const job_keys[] = {
     "data", "val", "limit", "epochs", "batch", "lr", "optimizer", "momentum", "nesterov",
     "weight_decay", "beta1", "beta2", "eps", "clip_norm", "schedule", "lr_step", "lr_gamma",
-    "min_lr", "warmup", "seed", "patience", "monitor", "min_delta", "log_every", NULL,
+    "min_lr", "warmup", "seed", "patience", "monitor", "min_delta", "log_every", "mode",
+    "partition", "sync_every", "replan_every", "replan_change", "min_share", NULL,
 };
 
 static bool job_key(const char *k)
@@ -317,6 +320,7 @@ static int parse_job(struct worker *w)
     c->device = w->o->device;
     c->threads = w->o->threads;
     c->progress = RT_PROGRESS_OFF;
+    snprintf(c->throttle, sizeof c->throttle, "%s", w->o->throttle);
     w->served = rt_wire_has(j, "data");
     if (w->served)
         RT_TRY(rt_manifest_get(j, &w->man));
@@ -574,9 +578,9 @@ static int w_ag(void *ctx, float *buf, size_t n, uint32_t *flags)
     return rt_comm_all_gather(((struct worker *)ctx)->comm, buf, n, flags);
 }
 
-static int w_ar(void *ctx, float *buf, size_t n)
+static int w_ar(void *ctx, float *buf, size_t n, uint32_t *flags)
 {
-    return rt_comm_allreduce(((struct worker *)ctx)->comm, buf, n, NULL);
+    return rt_comm_allreduce(((struct worker *)ctx)->comm, buf, n, flags);
 }
 
 static int w_ar64(void *ctx, double *buf, size_t n)
@@ -587,6 +591,66 @@ static int w_ar64(void *ctx, double *buf, size_t n)
 static int w_bcast(void *ctx, void *buf, size_t bytes, int root)
 {
     return rt_comm_broadcast(((struct worker *)ctx)->comm, buf, bytes, root);
+}
+
+/* Gossip: every rank's inbox, passed round the ring, then a socket to each. */
+static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
+{
+    struct worker *w = ctx;
+    char ip[RT_ENDPOINT_MAX];
+    RT_TRY(rt_net_endpoint_host(w->me.endpoint, ip, sizeof ip));
+    struct rt_gossip_config gc = {
+        .zctx = w->zctx,
+        .run = w->run,
+        .gen = w->ms.gen,
+        .rank = w->rank,
+        .world = w->world,
+        .bind_ip = ip,
+        .n = n,
+        .seed = w->c.seed,
+        .reply_timeout = w->peer_timeout,
+        .epoch = (uint64_t)first_epoch,
+    };
+    if (!(w->gossip = rt_gossip_new(&gc)))
+        return RT_ERR_NET;
+    char(*eps)[RT_ENDPOINT_MAX] = calloc((size_t)w->world, RT_ENDPOINT_MAX);
+    const char **ptr = calloc((size_t)w->world, sizeof *ptr);
+    int rc = eps && ptr ? RT_OK : rt_error(RT_ERR_NOMEM, "out of memory");
+    if (rc == RT_OK)
+        snprintf(eps[w->rank], RT_ENDPOINT_MAX, "%s", rt_gossip_endpoint(w->gossip));
+    for (int r = 0; rc == RT_OK && r < w->world; r++) {
+        rc = rt_comm_broadcast(w->comm, eps[r], RT_ENDPOINT_MAX, r);
+        if (rc == RT_OK && (eps[r][RT_ENDPOINT_MAX - 1] || strncmp(eps[r], "tcp://", 6)))
+            rc = rt_error(RT_ERR_NET, "rank %d sent a malformed gossip address", r);
+        ptr[r] = eps[r];
+    }
+    if (rc == RT_OK)
+        rc = rt_gossip_connect(w->gossip, ptr);
+    free(eps);
+    free(ptr);
+    return rc;
+}
+
+static int w_gossip_step(void *ctx, float *params, size_t n, bool initiate)
+{
+    (void)n;
+    return rt_gossip_step(((struct worker *)ctx)->gossip, params, initiate);
+}
+
+/* Waits as long as peers are training (a slow one may take a while to
+ * finish its part of the epoch), but not past an abort of the run. */
+static int w_gossip_drain(void *ctx, float *params, size_t n, long epoch)
+{
+    (void)n;
+    struct worker *w = ctx;
+    for (;;) {
+        int rc = rt_gossip_drain(w->gossip, params, (uint64_t)epoch, 1.0);
+        if (rc != RT_ERR_TIMEOUT)
+            return rc;
+        const char *why = rt_comm_aborted(w->comm);
+        if (why)
+            return rt_error(RT_ERR_NET, "%s", why);
+    }
 }
 
 static bool w_stop(void *ctx)
@@ -685,7 +749,7 @@ static void report_end(struct worker *w, int status, const struct rt_train_resul
     snprintf(msg, sizeof msg, "%s", status < 0 ? rt_error_detail() : "");
     if (!msg[0] && status < 0)
         snprintf(msg, sizeof msg, "%s", rt_strerror(status));
-    rt_wire_begin(&w->w, w->run, "done", 15);
+    rt_wire_begin(&w->w, w->run, "done", 19);
     rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
     rt_wire_put_int(&w->w, "status", status);
     rt_wire_put_str(&w->w, "message", msg);
@@ -701,6 +765,11 @@ static void report_end(struct worker *w, int status, const struct rt_train_resul
     rt_wire_put_f64(&w->w, "images_per_s", r->images_per_s);
     rt_wire_put_bool(&w->w, "stopped_early", r->stopped_early);
     rt_wire_put_uint(&w->w, "best_epoch", (uint64_t)(r->best_epoch > 0 ? r->best_epoch : 0));
+    rt_wire_put_uint(&w->w, "local_steps", (uint64_t)(r->local_steps > 0 ? r->local_steps : 0));
+    rt_wire_put_f64(&w->w, "train_s", r->train_seconds >= 0 ? r->train_seconds : 0.0);
+    rt_wire_put_uint(&w->w, "averagings",
+                     (uint64_t)(r->gossip_averagings > 0 ? r->gossip_averagings : 0));
+    rt_wire_put_uint(&w->w, "plans", (uint64_t)(r->plans > 0 ? r->plans : 0));
     if (rt_wire_end(&w->w) == RT_OK)
         send_ctrl(w, NULL, NULL, 0);
 }
@@ -749,6 +818,9 @@ int rt_worker_run(const struct rt_worker_options *o)
         .metrics = w_metrics,
         .restore = w_restore,
         .checkpoint = w_checkpoint,
+        .gossip_begin = w_gossip_begin,
+        .gossip_step = w_gossip_step,
+        .gossip_drain = w_gossip_drain,
     };
     rc = rt_train_run_dist(&w->c, &tc, &res);
     if (rc == RT_OK)
@@ -758,6 +830,7 @@ int rt_worker_run(const struct rt_worker_options *o)
 out:
     if (joined && (w->ctrl || w->comm))
         report_end(w, rc, &res);
+    rt_gossip_destroy(&w->gossip);
     rt_comm_destroy(&w->comm); /* lingers until the last report left */
     if (w->ctrl) {
         int linger = 3000;

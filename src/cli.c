@@ -306,6 +306,7 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
             co.local_threads = c.threads;
             co.local_device = c.device;
             snprintf(co.local_backend, sizeof co.local_backend, "%s", c.backend);
+            snprintf(co.local_throttle, sizeof co.local_throttle, "%s", c.throttle);
         }
         signal(SIGINT, on_sigint_coord);
         rc = rt_coord_run(&co, &c, &res);
@@ -336,7 +337,9 @@ static int cmd_worker(int argc, char **argv)
                "  --cache DIR          data cache (default $RAGTAG_CACHE_DIR or ~/.cache/ragtag)\n"
                "  --connect-timeout S  give up when no coordinator answers in S seconds\n"
                "                       (default: keep trying)\n"
-               "  --quiet              print errors only\n");
+               "  --quiet              print errors only\n"
+               "  --throttle F         testing aid: run at fraction F (0 < F <= 1) of this\n"
+               "                       machine's speed by sleeping (docs/heterogeneous.md)\n");
         return 0;
     }
     struct rt_worker_options o;
@@ -362,7 +365,8 @@ static int cmd_worker(int argc, char **argv)
                     {"advertise", o.advertise, sizeof o.advertise},
                     {"name", o.name, sizeof o.name},
                     {"backend", o.backend, sizeof o.backend},
-                    {"cache", o.cache_dir, sizeof o.cache_dir}};
+                    {"cache", o.cache_dir, sizeof o.cache_dir},
+                    {"throttle", o.throttle, sizeof o.throttle}};
         bool taken = false;
         for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++) {
             if (strcmp(key, strs[k].key) != 0)
@@ -392,6 +396,12 @@ static int cmd_worker(int argc, char **argv)
         } else {
             return usage_error("worker", "unknown flag '%s'", a);
         }
+    }
+    if (o.throttle[0]) {
+        char *end;
+        float f = strtof(o.throttle, &end);
+        if (*end || !(f > 0.0f && f <= 1.0f))
+            return usage_error("worker", "--throttle '%s': a fraction in (0, 1]", o.throttle);
     }
     if (!o.join[0])
         return usage_error("worker", "%s", "needs --join tcp://HOST:PORT (the coordinator)");

@@ -83,5 +83,8 @@ int rt_loader_start(rt_loader *l, long epoch, long first_batch);
  * call. */
 int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n);
 long rt_loader_batches(const rt_loader *l); /* batches per epoch */
+/* The data-set indices of the samples of the batch rt_loader_next gave
+ * last, in batch order (distributed runs count them: every sample once). */
+const uint32_t *rt_loader_indices(const rt_loader *l);
 
 #endif

@@ -236,6 +236,13 @@ int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n)
     return 1;
 }
 
+const uint32_t *rt_loader_indices(const rt_loader *l)
+{
+    check(l);
+    RT_ASSERT(l->started && l->next > 0);
+    return l->perm + (size_t)(l->next - 1) * (size_t)l->batch;
+}
+
 long rt_loader_batches(const rt_loader *l)
 {
     check(l);

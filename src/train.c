@@ -18,17 +18,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "backend.h"
 #include "checkpoint.h"
 #include "data.h"
 #include "metrics.h"
 #include "model.h"
+#include "partition.h"
 #include "progress.h"
 #include "status.h"
 
 static volatile sig_atomic_t stop_requested;
+
+#define RT_MAX_PLAN 4096 /* workers a plan can name (membership allows fewer) */
 
 void rt_train_request_stop(void) { stop_requested = 1; }
 
@@ -46,6 +51,12 @@ void rt_train_config_defaults(struct rt_train_config *c)
     c->optim.gamma = 0.1f;
     c->monitor = RT_MONITOR_VAL_ACC;
     c->progress = RT_PROGRESS_AUTO;
+    c->mode = RT_MODE_SYNC;
+    c->partition = RT_PARTITION_BALANCED;
+    c->sync_every = 8;
+    c->replan_every = 50;
+    c->replan_change = 0.2f;
+    c->min_share = 0.1f;
 }
 
 /* ---- option table --------------------------------------------------------- */
@@ -83,6 +94,13 @@ const char *const rt_train_option_help[] = {
     "--log-every N", "also write a metrics line every N steps",
     "--progress MODE", "auto (default: bar on a terminal), bar, lines, off",
     "--save FILE", "write the final weights to FILE (safetensors)",
+    "--mode M", "several workers: sync (default), average or gossip (docs/heterogeneous.md)",
+    "--partition P", "sync/average: balanced (default: shares by measured speed) or static",
+    "--sync-every H", "average mode: average the parameters every H steps (default 8)",
+    "--replan-every K", "balanced: re-plan the shares every K steps (default 50; 0: only on change)",
+    "--replan-change F", "balanced: and when a worker's speed moved by more than F (default 0.2)",
+    "--min-share F", "standby for a worker slower than F x an equal share (default 0.1; 0: never)",
+    "--throttle F[,F...]", "testing aid: each local worker runs at fraction F of its speed",
     NULL, NULL,
 };
 
@@ -156,7 +174,8 @@ static const char *const known_keys[] = {
     "data", "val", "limit", "epochs", "batch", "lr", "optimizer", "momentum", "nesterov",
     "weight_decay", "beta1", "beta2", "eps", "clip_norm", "schedule", "lr_step", "lr_gamma",
     "min_lr", "warmup", "seed", "threads", "backend", "device", "patience", "monitor",
-    "min_delta", "checkpoint", "resume", "metrics", "log_every", "progress", "save", NULL,
+    "min_delta", "checkpoint", "resume", "metrics", "log_every", "progress", "save", "mode",
+    "partition", "sync_every", "replan_every", "replan_change", "min_share", "throttle", NULL,
 };
 
 bool rt_train_config_known(const char *key)
@@ -210,6 +229,10 @@ int rt_train_config_set(struct rt_train_config *c, const char *key_in, const cha
     LNG("patience", 0, 1000000, c->patience)
     DBL("min_delta", 0.0, 1e30, false, c->min_delta)
     LNG("log_every", 0, LONG_MAX, c->log_every)
+    LNG("sync_every", 1, 1000000, c->sync_every)
+    LNG("replan_every", 0, LONG_MAX, c->replan_every)
+    DBL("replan_change", 0.0, 100.0, false, c->replan_change)
+    DBL("min_share", 0.0, 1.0, false, c->min_share)
 #undef DBL
 #undef LNG
     if (!strcmp(key, "seed")) {
@@ -248,6 +271,35 @@ int rt_train_config_set(struct rt_train_config *c, const char *key_in, const cha
                 return RT_OK;
             }
         return bad_value(where, key, v, "auto, bar, lines or off");
+    }
+    if (!strcmp(key, "mode")) {
+        static const char *const modes[] = {"sync", "average", "gossip"};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(v, modes[i])) {
+                c->mode = (enum rt_dist_mode)i;
+                return RT_OK;
+            }
+        return bad_value(where, key, v, "sync, average or gossip");
+    }
+    if (!strcmp(key, "partition")) {
+        if (!strcmp(v, "balanced"))
+            c->partition = RT_PARTITION_BALANCED;
+        else if (!strcmp(v, "static"))
+            c->partition = RT_PARTITION_STATIC;
+        else
+            return bad_value(where, key, v, "balanced or static");
+        return RT_OK;
+    }
+    if (!strcmp(key, "throttle")) {
+        /* One fraction or a comma list (one per local worker), each in (0, 1]. */
+        char tmp[128];
+        if (set_str(tmp, sizeof tmp, where, key, v) < 0)
+            return RT_ERR_CONFIG;
+        for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            RT_TRY(parse_double(where, key, t, 0.0, 1.0, true, &d));
+        if (v[strlen(v) - 1] == ',' || v[0] == ',' || strstr(v, ",,"))
+            return bad_value(where, key, v, "fractions in (0, 1], comma separated");
+        return set_str(c->throttle, sizeof c->throttle, where, key, v);
     }
     if (!strcmp(key, "nesterov"))
         return parse_bool(where, key, v, &o->nesterov);
@@ -441,6 +493,11 @@ static bool improved(const struct rt_train_config *c, double value, double best,
 
 /* ---- data parallel: helpers ------------------------------------------------------- */
 
+const char *rt_train_mode_name(enum rt_dist_mode m)
+{
+    return m == RT_MODE_AVERAGE ? "average" : m == RT_MODE_GOSSIP ? "gossip" : "sync";
+}
+
 void rt_train_share(long n, int world, int rank, long *lo, long *hi)
 {
     RT_ASSERT(world >= 1 && rank >= 0 && rank < world && n >= 0);
@@ -484,6 +541,12 @@ int rt_train_config_each(const struct rt_train_config *c,
     RT_TRY(fn(arg, "monitor", c->monitor == RT_MONITOR_VAL_ACC ? "val_acc" : "val_loss"));
     EMIT("min_delta", "%.9g", (double)c->min_delta);
     EMIT("log_every", "%ld", c->log_every);
+    RT_TRY(fn(arg, "mode", rt_train_mode_name(c->mode)));
+    RT_TRY(fn(arg, "partition", c->partition == RT_PARTITION_STATIC ? "static" : "balanced"));
+    EMIT("sync_every", "%d", c->sync_every);
+    EMIT("replan_every", "%ld", c->replan_every);
+    EMIT("replan_change", "%.9g", (double)c->replan_change);
+    EMIT("min_share", "%.9g", (double)c->min_share);
 #undef EMIT
     return RT_OK;
 }
@@ -497,7 +560,11 @@ int rt_train_config_each(const struct rt_train_config *c,
 struct dist {
     const struct rt_train_comm *comm;
     int rank, world;
-    size_t np, ns, lo, hi;
+    enum rt_dist_mode mode;
+    bool balanced;  /* shares by measured speed (sync, average) */
+    size_t np, ns;
+    size_t lo, hi;  /* this rank's slice: optimiser (sync) and checkpoints */
+    size_t olo;     /* first parameter the optimiser covers: lo (sync), 0 (local modes) */
     bool alias;
     rt_dev *hdev;   /* cpu device of the mirrors (not aliased) */
     rt_buf *hp, *hg;
@@ -505,22 +572,39 @@ struct dist {
     rt_view pv, gv; /* the same, as views on the optimiser's device */
     rt_dev *odev;   /* the optimiser's device: always host memory */
     float *hstate;  /* host copy of the state buffer */
+    float *tmp;     /* np floats of scratch (gossip: the mean) */
     double last_norm;
+    /* the plan (partition.h): speeds and roles as last exchanged, the
+     * shares of a full batch and of a short one */
+    double *speed;
+    bool *active;
+    long *share, *off, *nshare, *noff;
+    struct rt_speedo speedo;
+    double plan_speed;   /* this rank's speed when the plan was made */
+    long plan_step;      /* step of the last plan */
+    long plans;
+    double since;        /* average mode: samples since the last averaging */
+    float throttle;      /* testing aid: fraction of this worker's speed */
 };
 
-static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model *m, int threads)
+static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model *m, int threads,
+                     const struct rt_train_config *c)
 {
     memset(d, 0, sizeof *d);
     d->comm = comm;
     d->rank = comm->rank;
     d->world = comm->world;
+    d->mode = c->mode;
+    d->balanced = c->partition == RT_PARTITION_BALANCED && c->mode != RT_MODE_GOSSIP;
     d->np = rt_model_param_count(m);
     d->ns = rt_model_state_count(m);
     d->last_norm = NAN;
+    d->throttle = 1.0f;
     long lo, hi;
     rt_train_share((long)d->np, d->world, d->rank, &lo, &hi);
     d->lo = (size_t)lo;
     d->hi = (size_t)hi;
+    d->olo = c->mode == RT_MODE_SYNC ? d->lo : 0;
     rt_dev *dev = rt_model_dev(m);
     if (rt_view_host(rt_model_params(m)) && !strcmp(rt_dev_backend(dev), "cpu")) {
         d->alias = true;
@@ -542,11 +626,40 @@ static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model 
     d->g = rt_view_host(d->gv);
     if (d->ns && !(d->hstate = malloc(d->ns * sizeof(float))))
         return rt_error(RT_ERR_NOMEM, "no host memory for the model state");
+    int W = d->world;
+    d->speed = calloc((size_t)W, sizeof *d->speed);
+    d->active = calloc((size_t)W, sizeof *d->active);
+    d->share = calloc((size_t)W * 4, sizeof *d->share);
+    d->tmp = c->mode == RT_MODE_GOSSIP ? malloc((d->np ? d->np : 1) * sizeof(float)) : NULL;
+    if (!d->speed || !d->active || !d->share || (c->mode == RT_MODE_GOSSIP && !d->tmp))
+        return rt_error(RT_ERR_NOMEM, "out of memory");
+    d->off = d->share + W;
+    d->nshare = d->share + 2 * W;
+    d->noff = d->share + 3 * W;
+    for (int r = 0; r < W; r++) {
+        d->active[r] = true;
+        d->speed[r] = 1.0;
+    }
+    if (c->throttle[0]) {
+        char *end;
+        d->throttle = strtof(c->throttle, &end);
+        if (*end || !(d->throttle > 0.0f && d->throttle <= 1.0f))
+            return rt_error(RT_ERR_CONFIG, "--throttle %s: one worker takes one fraction in "
+                                           "(0, 1]", c->throttle);
+    }
     return RT_OK;
 }
 
 static void dist_free(struct dist *d)
 {
+    free(d->speed);
+    free(d->active);
+    free(d->share);
+    free(d->tmp);
+    d->speed = NULL;
+    d->active = NULL;
+    d->share = NULL;
+    d->tmp = NULL;
     rt_buf_destroy(&d->hp);
     rt_buf_destroy(&d->hg);
     rt_dev_close(&d->hdev);
@@ -621,7 +734,7 @@ static int dist_average_state(struct dist *d, rt_model *m)
     if (!d->ns || d->world == 1)
         return RT_OK;
     RT_TRY(rt_download(rt_model_dev(m), d->hstate, rt_model_state(m), d->ns * sizeof(float)));
-    RT_TRY(d->comm->allreduce(d->comm->ctx, d->hstate, d->ns));
+    RT_TRY(d->comm->allreduce(d->comm->ctx, d->hstate, d->ns, NULL));
     float inv = 1.0f / (float)d->world;
     for (size_t i = 0; i < d->ns; i++)
         d->hstate[i] *= inv;
@@ -664,7 +777,7 @@ static int dist_checkpoint(struct dist *d, rt_model *m, rt_optim *opt, const cha
     const char *names[2];
     int nopt = 0;
     for (int i = 0; with_opt && i < rt_optim_state_count(opt) && i < 2; i++) {
-        os[i] = rt_view_host(rt_optim_state(opt, i));
+        os[i] = (const float *)rt_view_host(rt_optim_state(opt, i)) + (d->lo - d->olo);
         names[i] = rt_optim_state_name(opt, i);
         nopt++;
     }
@@ -683,7 +796,7 @@ static int dist_restore(struct dist *d, rt_model *m, rt_optim *opt, struct rt_tr
     float *os[2];
     int nopt = 0;
     for (int i = 0; i < rt_optim_state_count(opt) && i < 2; i++)
-        os[nopt++] = rt_view_host(rt_optim_state(opt, i));
+        os[nopt++] = (float *)rt_view_host(rt_optim_state(opt, i)) + (d->lo - d->olo);
     bool hb = false;
     int rc = cm->restore(cm->ctx, pos, d->p, d->np, d->hstate, d->ns, os, nopt, d->lo, d->hi,
                          best_host, &hb);
@@ -694,6 +807,10 @@ static int dist_restore(struct dist *d, rt_model *m, rt_optim *opt, struct rt_tr
                         "the checkpoint stopped at step %ld of epoch %ld, which does not fit %ld "
                         "steps per epoch: resume with the same data, --limit, --val and --batch",
                         pos->step, pos->epoch + 1, spe);
+    /* Local modes keep the whole optimiser state on every worker: the
+     * checkpoint gave each its slice, the ring completes them. */
+    for (int i = 0; d->olo == 0 && d->world > 1 && d->mode != RT_MODE_SYNC && i < nopt; i++)
+        RT_TRY(cm->all_gather(cm->ctx, os[i] - d->lo, d->np, NULL));
     RT_TRY(dist_params_to_model(d, m));
     if (d->ns)
         RT_TRY(rt_upload(rt_model_dev(m), rt_model_state(m), d->hstate, d->ns * sizeof(float)));
@@ -722,11 +839,200 @@ static int dist_hash(struct dist *d, rt_model *m, uint64_t *out)
     return RT_OK;
 }
 
+
+/* ---- the plan: shares by speed ------------------------------------------------------ */
+
+static void dist_say(struct dist *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void dist_say(struct dist *d, const char *fmt, ...)
+{
+    if (d->rank != 0)
+        return;
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    d->comm->line(d->comm->ctx, line);
+}
+
+/* Everybody's current speed, the same bits on every rank. */
+static int dist_exchange_speeds(struct dist *d, double mine)
+{
+    for (int r = 0; r < d->world; r++)
+        d->speed[r] = 0.0;
+    d->speed[d->rank] = mine;
+    return d->comm->allreduce_f64(d->comm->ctx, d->speed, (size_t)d->world);
+}
+
+/* Shares of a full batch from the speeds just exchanged, logged by rank 0
+ * when they change (and the roles, when a worker goes on or leaves standby). */
+static int dist_replan(struct dist *d, const struct rt_train_config *c, long step, double mine,
+                       const char *why)
+{
+    RT_TRY(dist_exchange_speeds(d, mine));
+    d->plan_speed = mine;
+    d->plan_step = step;
+    d->speedo.filled = 0; /* measure the new shares afresh */
+    d->speedo.next = 0;
+    int W = d->world;
+    long old[RT_MAX_PLAN];
+    bool was[RT_MAX_PLAN];
+    for (int r = 0; r < W && r < RT_MAX_PLAN; r++) {
+        old[r] = d->share[r];
+        was[r] = d->active[r];
+    }
+    if (d->mode != RT_MODE_GOSSIP)
+        rt_plan_standby(W, d->speed, c->min_share, d->active);
+    rt_plan_shares(c->batch, W, d->speed, d->active, d->share);
+    rt_plan_offsets(W, d->share, d->off);
+    d->plans++;
+    bool changed = d->plans == 1;
+    for (int r = 0; r < W && r < RT_MAX_PLAN; r++)
+        changed |= old[r] != d->share[r];
+    if (d->rank == 0) {
+        double mean = 0.0;
+        int nact = 0;
+        for (int r = 0; r < W; r++)
+            if (was[r] || d->plans == 1)
+                mean += d->speed[r], nact++;
+        mean = nact ? mean / nact : 0.0;
+        for (int r = 0; r < W && r < RT_MAX_PLAN; r++) {
+            if (was[r] && !d->active[r])
+                dist_say(d, "ragtag: [plan] rank %d on standby at step %ld: %.0f img/s is below --min-share "
+                            "%g of the mean %.0f img/s; it keeps its replica and takes no "
+                            "samples", r, step, d->speed[r], (double)c->min_share, mean);
+            else if (!was[r] && d->active[r] && d->plans > 1)
+                dist_say(d, "ragtag: [plan] rank %d back from standby at step %ld: %.0f img/s", r, step,
+                         d->speed[r]);
+        }
+    }
+    if (changed && d->rank == 0 && d->mode != RT_MODE_GOSSIP) {
+        char buf[1600];
+        int len = 0;
+        for (int r = 0; r < W && len < (int)sizeof buf - 40; r++)
+            len += snprintf(buf + len, sizeof buf - len, "%s%ld", r ? " " : "", d->share[r]);
+        len += snprintf(buf + len, sizeof buf - len, " at img/s");
+        for (int r = 0; r < W && len < (int)sizeof buf - 40; r++)
+            len += snprintf(buf + len, sizeof buf - len, " %.0f", d->speed[r]);
+        dist_say(d, "ragtag: [plan] step %ld (%s): shares of batch %d by rank: %s", step, why,
+                 c->batch, buf);
+    }
+    return RT_OK;
+}
+
+/* This rank's part [a, b) of a global batch of n. */
+static void dist_part(struct dist *d, long n, long full, long *a, long *b)
+{
+    if (!d->balanced) {
+        rt_train_share(n, d->world, d->rank, a, b);
+        return;
+    }
+    const long *sh = d->share, *of = d->off;
+    if (n != full) {
+        rt_plan_shares(n, d->world, d->speed, d->active, d->nshare);
+        rt_plan_offsets(d->world, d->nshare, d->noff);
+        sh = d->nshare;
+        of = d->noff;
+    }
+    *a = of[d->rank];
+    *b = *a + sh[d->rank];
+}
+
+/* ---- local modes (average, gossip) ----------------------------------------------------- */
+
+/* One optimiser step of this worker alone on all of its parameters. */
+static int dist_local_step(struct dist *d, rt_model *m, rt_optim *opt)
+{
+    if (!d->alias)
+        RT_TRY(rt_download(rt_model_dev(m), d->g, rt_model_grads(m), d->np * sizeof(float)));
+    RT_TRY(rt_optim_step(opt, d->pv, d->gv));
+    d->last_norm = rt_optim_last_grad_norm(opt);
+    return RT_OK;
+}
+
+/* Average mode: the parameters and the optimiser state (momentum, Adam
+ * moments), weighted by the samples each worker processed since the last
+ * averaging (a standby worker weighs nothing). With SGD and H = 1 this is
+ * exactly sync's maths; averaging the state too keeps the workers'
+ * momenta from pulling apart between averagings (measured: +0.4 points
+ * after one lenet epoch with Adam). Every rank ends with the same bits:
+ * one ring sum, one scale. */
+static int dist_average_params(struct dist *d, rt_model *m, rt_optim *opt, uint32_t *flags)
+{
+    const struct rt_train_comm *cm = d->comm;
+    double tot = d->since;
+    RT_TRY(cm->allreduce_f64(cm->ctx, &tot, 1));
+    if (tot > 0.0) {
+        float w = (float)(d->since / tot);
+        RT_TRY(rt_op_scale(d->odev, d->np, w, d->pv));
+        RT_TRY(cm->allreduce(cm->ctx, d->p, d->np, flags));
+        for (int i = 0; opt && i < rt_optim_state_count(opt); i++) {
+            rt_view v = rt_optim_state(opt, i);
+            RT_TRY(rt_op_scale(d->odev, d->np, w, v));
+            RT_TRY(cm->allreduce(cm->ctx, rt_view_host(v), d->np, NULL));
+        }
+    }
+    d->since = 0.0;
+    return dist_params_to_model(d, m);
+}
+
+/* The mean of every worker's optimiser state (local modes, epoch end): so
+ * that a checkpoint, made of every rank's slice, is one coherent state. */
+static int dist_average_opt(struct dist *d, rt_optim *opt)
+{
+    float inv = 1.0f / (float)d->world;
+    for (int i = 0; i < rt_optim_state_count(opt); i++) {
+        rt_view v = rt_optim_state(opt, i);
+        RT_TRY(d->comm->allreduce(d->comm->ctx, rt_view_host(v), d->np, NULL));
+        RT_TRY(rt_op_scale(d->odev, d->np, inv, v));
+    }
+    return RT_OK;
+}
+
+/* Gossip, epoch end: every replica becomes the mean of all replicas. The
+ * consensus distance — the RMS over workers of |p_i - mean|, and that
+ * relative to |mean| — says how far apart they drifted. */
+static int dist_gossip_converge(struct dist *d, rt_model *m, uint32_t *flags, double *dist_abs,
+                                double *dist_rel)
+{
+    const struct rt_train_comm *cm = d->comm;
+    memcpy(d->tmp, d->p, d->np * sizeof(float));
+    RT_TRY(cm->allreduce(cm->ctx, d->tmp, d->np, flags));
+    float inv = 1.0f / (float)d->world;
+    double s[2] = {0.0, 0.0};
+    for (size_t i = 0; i < d->np; i++) {
+        float mean = d->tmp[i] * inv;
+        double e = (double)d->p[i] - (double)mean;
+        s[0] += e * e;
+        s[1] += (double)mean * (double)mean;
+        d->p[i] = mean;
+    }
+    s[1] /= d->world; /* every rank adds the same |mean|^2 */
+    RT_TRY(cm->allreduce_f64(cm->ctx, s, 2));
+    *dist_abs = sqrt(s[0] / d->world);
+    *dist_rel = s[1] > 0.0 ? *dist_abs / sqrt(s[1]) : 0.0;
+    return dist_params_to_model(d, m);
+}
+
+/* Testing aid (--throttle F): sleep so that this worker runs at fraction F
+ * of its speed. */
+static double throttle_sleep(float f, double busy)
+{
+    if (!(f < 1.0f) || busy <= 0.0)
+        return 0.0;
+    double t = busy * (1.0 / (double)f - 1.0);
+    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - floor(t)) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+    return t;
+}
+
 /* images/s of fwd + bwd at this worker's share of the batch, measured on
  * the first images of the set; the state buffer is put back afterwards so
  * that measuring changes nothing. */
 static int measure_throughput(rt_model *m, rt_dev *dev, rt_buf *xb, rt_buf *yb,
-                              const rt_dataset *ds, int n, float *state_tmp, double *ips)
+                              const rt_dataset *ds, int n, float throttle, float *state_tmp,
+                              double *ips)
 {
     size_t chw = (size_t)ds->c * ds->h * ds->w;
     size_t ns = rt_model_state_count(m);
@@ -752,7 +1058,7 @@ static int measure_throughput(rt_model *m, rt_dev *dev, rt_buf *xb, rt_buf *yb,
         if (rep > 0)
             best = fmin(best, rt_now() - t0);
     }
-    *ips = n / fmax(best, 1e-9);
+    *ips = n / fmax(best, 1e-9) * (double)throttle; /* --throttle sleeps the rest */
     if (ns)
         RT_TRY(rt_upload(dev, rt_model_state(m), state_tmp, ns * sizeof(float)));
     return RT_OK;
@@ -838,8 +1144,17 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
         return rt_error(RT_ERR_ARG, "rank %d of %d workers", comm->rank, comm->world);
 
     /* A worker holds activations for its share of the batch only, and
-     * evaluates in batches of that size. */
-    int mb = comm ? (c.batch + comm->world - 1) / comm->world : c.batch;
+     * evaluates in batches of that size. An even share is a 1/N of the
+     * batch; a balanced one may be up to all of it. Gossip workers train
+     * on local batches of B/N each. */
+    int mb_static = comm ? (c.batch + comm->world - 1) / comm->world : c.batch;
+    int mb = comm && c.partition == RT_PARTITION_BALANCED && c.mode != RT_MODE_GOSSIP ? c.batch
+                                                                                     : mb_static;
+    if (!comm && c.throttle[0]) {
+        rc = rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag worker, "
+                                     "or train --workers N)");
+        return rc;
+    }
 
     rc = rt_data_open(c.data_spec, c.val_frac, c.limit, c.seed, &data);
     if (rc < 0)
@@ -880,9 +1195,14 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
          * of the whole gradient, so dist_step clips, not the optimiser. */
         struct rt_optim_config oc = c.optim;
         oc.clip_norm = 0.0f;
-        if ((rc = dist_init(D, comm, m, c.threads)) < 0)
+        if ((rc = dist_init(D, comm, m, c.threads, &c)) < 0)
             goto out;
-        opt = rt_optim_new(D->odev, &oc, D->hi - D->lo);
+        if (c.mode == RT_MODE_SYNC) {
+            opt = rt_optim_new(D->odev, &oc, D->hi - D->lo);
+        } else {
+            /* Local modes: every worker optimises all of its own parameters. */
+            opt = rt_optim_new(D->odev, &c.optim, D->np);
+        }
     } else {
         opt = rt_optim_new(dev, &c.optim, rt_model_param_count(m));
     }
@@ -947,7 +1267,9 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
         rc = RT_ERR_IO;
         goto out;
     }
-    loader = rt_loader_new(data.train, c.batch, true, c.seed);
+    /* Gossip workers walk their part of the epoch in local batches. */
+    loader = rt_loader_new(data.train, D && c.mode == RT_MODE_GOSSIP ? mb_static : c.batch, true,
+                           c.seed);
     if (!loader) {
         rc = RT_ERR_NOMEM;
         goto out;
@@ -963,7 +1285,7 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
             rc = rt_error(RT_ERR_NOMEM, "out of memory");
             goto out;
         }
-        rc = measure_throughput(m, dev, xb, yb, data.train, mb, tmp, &ips);
+        rc = measure_throughput(m, dev, xb, yb, data.train, mb_static, D->throttle, tmp, &ips);
         free(tmp);
         snprintf(line, sizeof line, "training %.400s on %.200s (%ld train, %d val, %d test "
                                     "images), %zu parameters, %s lr %g, batch %d (%d workers), "
@@ -971,10 +1293,31 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                  c.model_path, data.train->name, ntrain, data.val ? data.val->n : 0,
                  data.test ? data.test->n : 0, rt_model_param_count(m),
                  rt_optim_kind_name(c.optim.kind), c.optim.lr, c.batch, comm->world, c.epochs);
+        if (c.mode != RT_MODE_SYNC)
+            snprintf(line + strlen(line), sizeof line - strlen(line), ", mode %s%s",
+                     rt_train_mode_name(c.mode), c.mode == RT_MODE_AVERAGE ? " every " : "");
+        if (c.mode == RT_MODE_AVERAGE)
+            snprintf(line + strlen(line), sizeof line - strlen(line), "%d steps", c.sync_every);
         if (rc < 0 || (rc = comm->ready(comm->ctx, ips, line)) < 0 ||
             (rc = dist_broadcast_model(D, m)) < 0 || (rc = dist_restore(D, m, opt, &pos, spe,
                                                                       best_host, &have_best)) < 0)
             goto out;
+        if (c.mode == RT_MODE_GOSSIP && (!comm->gossip_step || !comm->gossip_drain ||
+                                         !comm->gossip_begin)) {
+            rc = rt_error(RT_ERR_CONFIG, "--mode gossip needs a transport for pairwise averaging");
+            goto out;
+        }
+        if (c.mode == RT_MODE_GOSSIP && (rc = comm->gossip_begin(comm->ctx, D->np, pos.epoch)) < 0)
+            goto out;
+        if (c.mode == RT_MODE_GOSSIP && pos.step > pos.epoch * spe) {
+            dist_say(D, "ragtag: [plan] gossip: the checkpoint stopped inside epoch %ld; that epoch starts over",
+                     pos.epoch + 1);
+            pos.step = pos.epoch * spe;
+            rt_optim_set_steps(opt, pos.step);
+        }
+        if (D->balanced && (rc = dist_replan(D, &c, pos.step, ips, "speeds measured at start")) < 0)
+            goto out;
+        D->plan_speed = ips;
     } else {
         if (c.progress != RT_PROGRESS_OFF)
             rt_model_summary(m, stderr);
@@ -987,11 +1330,43 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
 
     bool stop_early = false;
     double last_report = 0.0;
+    bool replan_due = false;
+    const char *replan_why = "";
+    bool gossip = D && c.mode == RT_MODE_GOSSIP;
+    long gossip_applied = 0, local_steps = 0;
+    double local_train = 0.0; /* seconds in step loops (+ gossip drains) */
     for (long epoch = pos.epoch; epoch < c.epochs && !stop_early; epoch++) {
         double t_epoch = rt_now(), t_train = 0.0;
         double loss_sum = 0.0;
         long correct = 0, seen = 0, seen_all = 0;
+        /* every sample once per epoch: count, and sums of the indices and
+         * of their squares, checked over all workers at the epoch's end */
+        double used[3] = {0.0, 0.0, 0.0};
         long first = pos.step - epoch * spe;
+        /* Gossip: this worker's run [g_first, g_first + g_count) of the
+         * epoch's local batches, sized by the speeds measured so far. */
+        long g_first = 0, g_count = 0, g_done = 0;
+        if (gossip) {
+            double mine = rt_speedo_rate(&D->speedo);
+            if ((rc = dist_replan(D, &c, pos.step, mine > 0.0 ? mine : D->plan_speed,
+                                  "epoch start")) < 0)
+                goto out;
+            long nb = rt_loader_batches(loader);
+            rt_plan_shares(nb, D->world, D->speed, NULL, D->nshare);
+            rt_plan_offsets(D->world, D->nshare, D->noff);
+            g_first = D->noff[D->rank];
+            g_count = D->nshare[D->rank];
+            if (D->rank == 0) {
+                char buf[1024];
+                int len = 0;
+                for (int r = 0; r < D->world && len < (int)sizeof buf - 24; r++)
+                    len += snprintf(buf + len, sizeof buf - len, "%s%ld", r ? " " : "",
+                                    D->nshare[r]);
+                dist_say(D, "ragtag: [plan] gossip epoch %ld: local batches of %d by rank: %s", epoch + 1,
+                         mb_static, buf);
+            }
+            first = g_first;
+        }
         if ((rc = rt_loader_start(loader, epoch, first)) < 0)
             goto out;
         const float *x;
@@ -1000,17 +1375,36 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
         double t0 = rt_now();
         double win_loss = 0.0;
         long win_correct = 0, win_seen = 0;
-        while ((rc = rt_loader_next(loader, &x, &y, &n)) > 0) {
-            /* This worker's share [a, b) of the global batch of n; alone, all of it. */
+        bool stop_now = false;
+        while (!(gossip && g_done >= g_count) && (rc = rt_loader_next(loader, &x, &y, &n)) > 0) {
+            /* The shares of this step: re-planned on every worker at once
+             * (the flags that asked for it reached everybody). */
+            if (replan_due) {
+                double mine = rt_speedo_rate(&D->speedo);
+                if ((rc = dist_replan(D, &c, pos.step, mine > 0.0 ? mine : D->plan_speed,
+                                      replan_why)) < 0)
+                    goto out;
+                replan_due = false;
+            }
+            /* This worker's share [a, b) of the global batch of n; alone,
+             * or gossiping, all of it. */
             long a = 0, b = n;
-            if (D)
-                rt_train_share(n, D->world, D->rank, &a, &b);
+            if (D && !gossip)
+                dist_part(D, n, c.batch, &a, &b);
             int nl = (int)(b - a);
+            /* sync: the gradient of the whole batch, so 1/n; local modes: the
+             * mean over this worker's samples */
+            float gscale = D && c.mode != RT_MODE_SYNC ? 1.0f / (float)(nl > 0 ? nl : 1)
+                                                       : 1.0f / (float)n;
             double bl = 0.0;
             long bc = 0;
             uint64_t seed = step_seed(c.seed, pos.step);
             if (D && a > 0)
                 seed = step_seed(seed ^ ((uint64_t)a * 0xA24BAED4963EE407ull), pos.step);
+            if (gossip)
+                seed = step_seed(seed ^ ((uint64_t)(g_first + g_done) * 0x9E3779B97F4A7C15ull),
+                                 (long)D->rank);
+            double tc = rt_now();
             if (nl > 0) {
                 if ((rc = rt_upload(dev, rt_buf_view(xb), x + (size_t)a * chw,
                                     (size_t)nl * chw * sizeof(float))) < 0 ||
@@ -1018,28 +1412,98 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                     (rc = rt_model_forward(m, rt_buf_view(xb), nl, true, seed)) < 0)
                     goto out;
                 if ((rc = rt_model_loss(m, rt_buf_view(yb), nl, &bl, &bc, NULL)) < 0 ||
-                    (rc = rt_model_backward(m, rt_buf_view(xb), rt_buf_view(yb), nl,
-                                            1.0f / (float)n)) < 0)
+                    (rc = rt_model_backward(m, rt_buf_view(xb), rt_buf_view(yb), nl, gscale)) < 0)
                     goto out;
+                if (D) {
+                    const uint32_t *idx = rt_loader_indices(loader);
+                    for (long i = a; i < b; i++) {
+                        double v = (double)idx[i];
+                        used[0] += 1.0;
+                        used[1] += v;
+                        used[2] += v * v;
+                    }
+                }
             } else if ((rc = rt_op_fill(dev, rt_model_param_count(m), 0.0f, rt_model_grads(m))) < 0) {
-                goto out; /* a batch smaller than the cluster: nothing for this worker */
+                goto out; /* standby, or a batch smaller than the cluster */
+            } else if (D && D->balanced && !D->active[D->rank] && n > 0) {
+                /* Standby: one sample, not counted, only to keep measuring
+                 * this worker's speed so that it may come back. */
+                double tp = rt_now();
+                if ((rc = rt_upload(dev, rt_buf_view(xb), x, chw * sizeof(float))) < 0 ||
+                    (rc = rt_upload(dev, rt_buf_view(yb), y, sizeof(int32_t))) < 0 ||
+                    (rc = rt_model_forward(m, rt_buf_view(xb), 1, true, seed)) < 0 ||
+                    (rc = rt_model_loss(m, rt_buf_view(yb), 1, NULL, NULL, NULL)) < 0 ||
+                    (rc = rt_model_backward(m, rt_buf_view(xb), rt_buf_view(yb), 1, 0.0f)) < 0 ||
+                    (rc = rt_sync(dev)) < 0 ||
+                    (rc = rt_op_fill(dev, rt_model_param_count(m), 0.0f, rt_model_grads(m))) < 0)
+                    goto out;
+                double busy = rt_now() - tp;
+                busy += throttle_sleep(D->throttle, busy);
+                rt_speedo_add(&D->speedo, 1, busy);
+            }
+            if (D && nl > 0) {
+                if (D->balanced && (rc = rt_sync(dev)) < 0)
+                    goto out;
+                double busy = rt_now() - tc;
+                busy += throttle_sleep(D->throttle, busy);
+                rt_speedo_add(&D->speedo, nl, busy);
             }
             bool log_now = c.log_every > 0 && (pos.step + 1) % c.log_every == 0;
             uint32_t flags = 0;
-            if (D) {
+            /* Whether this step talks to the other workers (stop and re-plan
+             * requests ride along): every sync step, every H-th in average
+             * mode, never while gossiping (the epoch's end does). */
+            bool exchange = D && (c.mode == RT_MODE_SYNC ||
+                                  (c.mode == RT_MODE_AVERAGE && (pos.step + 1) % c.sync_every == 0));
+            if (exchange) {
                 if (stop_requested || (comm->stop_requested && comm->stop_requested(comm->ctx)))
                     flags |= 1u;
+                double mine = rt_speedo_rate(&D->speedo);
+                if (D->balanced && rt_speedo_full(&D->speedo) && D->plan_speed > 0.0 &&
+                    fabs(mine - D->plan_speed) > (double)c.replan_change * D->plan_speed)
+                    flags |= 2u;
+            }
+            if (!D) {
+                rc = rt_optim_step(opt, rt_model_params(m), rt_model_grads(m));
+            } else if (c.mode == RT_MODE_SYNC) {
                 rc = dist_step(D, m, opt, c.optim.clip_norm, log_now, &flags);
             } else {
-                rc = rt_optim_step(opt, rt_model_params(m), rt_model_grads(m));
+                if (nl > 0) {
+                    rt_optim_set_steps(opt, gossip ? epoch * spe + g_done * spe / (g_count ? g_count : 1)
+                                                   : pos.step);
+                    rc = dist_local_step(D, m, opt);
+                    D->since += nl;
+                    local_steps++;
+                }
+                if (rc >= 0 && gossip) {
+                    int k = comm->gossip_step(comm->ctx, D->p, D->np, true);
+                    rc = k < 0 ? k : RT_OK;
+                    gossip_applied += k > 0 ? k : 0;
+                }
+                if (rc >= 0 && exchange)
+                    rc = dist_average_params(D, m, opt, &flags);
+                else if (rc >= 0)
+                    rc = dist_params_to_model(D, m);
             }
             if (rc < 0)
                 goto out;
-            pos.step++;
+            if (exchange && D->balanced) {
+                if (flags & 2u) {
+                    replan_due = true;
+                    replan_why = "a speed changed";
+                } else if (c.replan_every > 0 && pos.step + 1 - D->plan_step >= c.replan_every) {
+                    replan_due = true;
+                    replan_why = "periodic";
+                }
+            }
+            if (gossip)
+                g_done++;
+            else
+                pos.step++;
             loss_sum += bl;
             correct += bc;
             seen += nl;
-            seen_all += n;
+            seen_all += gossip ? nl : n;
             win_loss += bl;
             win_correct += bc;
             win_seen += nl;
@@ -1052,8 +1516,11 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                               pos.step, epoch + 1, bl);
                 goto out;
             }
-            long done = pos.step - epoch * spe;
+            /* progress: steps of the epoch done (gossip: this worker's part) */
+            long done = gossip ? g_done * spe / (g_count ? g_count : 1) : pos.step - epoch * spe;
             double ips = seen_all / fmax(t_train, 1e-9);
+            if (gossip)
+                ips = (double)done * c.batch / fmax(t_train, 1e-9);
             if (!D) {
                 rt_progress_step(&prog, (int)epoch + 1, c.epochs, done, spe, loss_sum / seen,
                                  (double)correct / seen, ips, (double)(spe - done) * c.batch / ips);
@@ -1061,14 +1528,14 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                 last_report = now;
                 comm->progress(comm->ctx, (int)epoch + 1, c.epochs, done, spe,
                                seen ? loss_sum / seen : NAN, seen ? (double)correct / seen : NAN,
-                               ips, (double)(spe - done) * c.batch / ips);
+                               ips, ips > 0.0 ? (double)(spe - done) * c.batch / ips : 0.0);
             }
-            if ((mf || D) && log_now) {
+            if ((mf || D) && log_now && (!D || exchange || (gossip && D->rank == 0))) {
                 double w[3] = {win_loss, (double)win_correct, (double)win_seen};
-                if (D && (rc = comm->allreduce_f64(comm->ctx, w, 3)) < 0)
+                if (exchange && (rc = comm->allreduce_f64(comm->ctx, w, 3)) < 0)
                     goto out;
                 struct fields fs = {.n = 0};
-                fint(&fs, "step", pos.step);
+                fint(&fs, "step", gossip ? epoch * spe + done : pos.step);
                 fnum(&fs, "epoch", (double)epoch + (double)done / (double)spe);
                 fnum(&fs, "loss", w[0] / w[2]);
                 fnum(&fs, "acc", w[1] / w[2]);
@@ -1080,7 +1547,17 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                 win_loss = 0.0;
                 win_correct = win_seen = 0;
             }
-            if (stop_requested || (flags & 1u) || (c.stop_at_step > 0 && pos.step == c.stop_at_step)) {
+            if (gossip && (stop_requested || (comm->stop_requested && comm->stop_requested(comm->ctx))))
+                break; /* the epoch's end tells everybody */
+            if ((!D && stop_requested) || (flags & 1u) ||
+                (!gossip && c.stop_at_step > 0 && pos.step == c.stop_at_step))
+                stop_now = true;
+            if (stop_now) {
+                if (D && c.mode == RT_MODE_AVERAGE && !exchange) {
+                    /* the checkpoint holds one model: average first */
+                    if ((rc = dist_average_params(D, m, opt, NULL)) < 0)
+                        goto out;
+                }
                 res->steps = pos.step;
                 if (D) {
                     if (comm->want_checkpoints &&
@@ -1101,16 +1578,57 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
         }
         if (rc < 0)
             goto out;
+
+        double consensus = NAN, consensus_rel = NAN;
+        if (gossip) {
+            /* Nothing of this epoch may still be in flight when the ring
+             * meets; then the replicas become their mean. A stop asked on any
+             * worker rides along with that sum. */
+            uint32_t flags = stop_requested ? 1u : 0u;
+            if (comm->stop_requested && comm->stop_requested(comm->ctx))
+                flags |= 1u;
+            bool partial = g_done < g_count;
+            rc = comm->gossip_drain(comm->ctx, D->p, D->np, epoch);
+            local_train += rt_now() - t0;
+            if (rc < 0 ||
+                (rc = dist_gossip_converge(D, m, &flags, &consensus, &consensus_rel)) < 0 ||
+                (rc = dist_average_opt(D, opt)) < 0)
+                goto out;
+            if ((flags & 1u) || partial) {
+                res->steps = pos.step; /* the epoch starts over on --resume */
+                if (comm->want_checkpoints &&
+                    (rc = dist_checkpoint(D, m, opt, "last", &pos, true)) < 0)
+                    goto out;
+                rc = rt_error(RT_ERR_INTERRUPTED, "training interrupted in epoch %ld", epoch + 1);
+                goto out;
+            }
+            pos.step = (epoch + 1) * spe;
+            rt_optim_set_steps(opt, pos.step);
+        } else if (D && c.mode == RT_MODE_AVERAGE) {
+            local_train += t_train;
+            if (pos.step % c.sync_every != 0 && (rc = dist_average_params(D, m, opt, NULL)) < 0)
+                goto out;
+        }
         pos.epoch = epoch + 1;
 
         if (D) {
-            double t[3] = {loss_sum, (double)correct, (double)seen};
-            if ((rc = comm->allreduce_f64(comm->ctx, t, 3)) < 0 ||
+            double t[6] = {loss_sum, (double)correct, (double)seen, used[0], used[1], used[2]};
+            if ((rc = comm->allreduce_f64(comm->ctx, t, 6)) < 0 ||
                 (rc = dist_average_state(D, m)) < 0)
                 goto out;
             loss_sum = t[0];
             correct = (long)t[1];
             seen = (long)t[2];
+            seen_all = seen;
+            double nn = (double)ntrain;
+            if ((first == 0 || gossip) &&
+                (t[3] != nn || t[4] != nn * (nn - 1) / 2 || t[5] != (nn - 1) * nn * (2 * nn - 1) / 6)) {
+                rc = rt_error(RT_ERR_ARG, "epoch %ld used %.0f samples (index sums %.0f, "
+                                               "%.0f) where the set has %ld, each once: the "
+                                               "workers' shares do not tile the epoch",
+                              epoch + 1, t[3], t[4], t[5], ntrain);
+                goto out;
+            }
         }
         double val_loss = NAN, val_acc = NAN, test_loss = NAN, test_acc = NAN;
         if (D) {
@@ -1146,6 +1664,9 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
         if (data.test)
             len += snprintf(line + len, sizeof line - len, " | test_loss %.4f test_acc %.2f%%",
                             test_loss, 100 * test_acc);
+        if (gossip)
+            len += snprintf(line + len, sizeof line - len, " | consensus distance %.3g (%.2g "
+                                                           "relative)", consensus, consensus_rel);
         snprintf(line + len, sizeof line - len, " | %.0f img/s, %.1f s", ips, secs);
         if ((rc = emit_line(&prog, comm, line)) < 0)
             goto out;
@@ -1165,6 +1686,12 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
             fnum(&fs, "lr", rt_optim_last_lr(opt));
             fnum(&fs, "images_per_s", ips);
             fnum(&fs, "seconds", secs);
+            if (D)
+                fint(&fs, "samples", seen);
+            if (gossip) {
+                fnum(&fs, "consensus_distance", consensus);
+                fnum(&fs, "consensus_relative", consensus_rel);
+            }
             if ((rc = emit_fields(mf, comm, &fs)) < 0)
                 goto out;
         }
@@ -1259,6 +1786,10 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
             goto out;
         if ((rc = dist_hash(D, m, &res->params_hash)) < 0)
             goto out;
+        res->local_steps = local_steps;
+        res->train_seconds = local_train;
+        res->gossip_averagings = gossip_applied;
+        res->plans = D->plans;
     }
     res->seconds = rt_now() - t_run;
     rc = RT_OK;

@@ -11,6 +11,13 @@
 
 enum rt_monitor { RT_MONITOR_VAL_ACC, RT_MONITOR_VAL_LOSS };
 enum rt_progress_mode { RT_PROGRESS_AUTO, RT_PROGRESS_BAR, RT_PROGRESS_LINES, RT_PROGRESS_OFF };
+/* How several workers train one model (docs/heterogeneous.md). */
+enum rt_dist_mode {
+    RT_MODE_SYNC,    /* one global batch per step, gradients summed: one machine's maths */
+    RT_MODE_AVERAGE, /* local steps, parameters averaged every sync_every steps */
+    RT_MODE_GOSSIP,  /* local steps at each worker's pace, pairwise averaging, no barrier */
+};
+enum rt_partition { RT_PARTITION_BALANCED, RT_PARTITION_STATIC };
 
 struct rt_train_config {
     char model_path[1024];
@@ -35,6 +42,16 @@ struct rt_train_config {
     long log_every;       /* > 0: a metrics line every N steps */
     enum rt_progress_mode progress;
     char save_path[1024]; /* final weights (safetensors), optional */
+    /* Several workers (ignored by a single process). */
+    enum rt_dist_mode mode;
+    enum rt_partition partition;
+    int sync_every;       /* average mode: steps between averagings (default 8) */
+    long replan_every;    /* balanced: re-plan the shares every K steps (default 50) */
+    float replan_change;  /* ... and when a speed moved by more than this fraction (0.2) */
+    float min_share;      /* standby below this fraction of an equal share (0.1; 0: never) */
+    char throttle[128];   /* testing aid: run at fraction F of this worker's speed by
+                             sleeping; `train --workers N` takes one F per worker, comma
+                             separated. Not sent to workers. */
     long stop_at_step;    /* testing aid: behave as if interrupted (Ctrl-C) right
                              after this step; 0: never. Not a user option. */
 };
@@ -66,6 +83,12 @@ struct rt_train_result {
     int best_epoch;             /* 1-based; 0 when not monitored */
     uint64_t params_hash;       /* data-parallel runs: FNV-1a of the final parameters
                                    and state, equal on every replica */
+    /* data-parallel runs, this worker: */
+    long local_steps;           /* local optimiser steps (average, gossip) */
+    double train_seconds;       /* in its epochs' step loops, with the wait for the others
+                                   at each epoch's end (gossip) */
+    long gossip_averagings;     /* pairwise averagings applied (gossip) */
+    long plans;                 /* share plans made (balanced) */
 };
 
 /* Run a whole training as configured. Prints progress to stderr. */
@@ -120,10 +143,21 @@ struct rt_train_comm {
     int (*ready)(void *ctx, double images_per_s, const char *summary);
     int (*reduce_scatter)(void *ctx, float *buf, size_t n, uint32_t *flags);
     int (*all_gather)(void *ctx, float *buf, size_t n, uint32_t *flags);
-    int (*allreduce)(void *ctx, float *buf, size_t n);
+    int (*allreduce)(void *ctx, float *buf, size_t n, uint32_t *flags);
     int (*allreduce_f64)(void *ctx, double *buf, size_t n);
     int (*broadcast)(void *ctx, void *buf, size_t bytes, int root);
     bool (*stop_requested)(void *ctx);
+    /* Gossip mode only (may be NULL otherwise). At a step boundary, never
+     * waiting: answer peers' averaging requests, apply replies, start an
+     * exchange with a random peer; returns the averagings applied to
+     * params (host, n floats) or < 0. */
+    int (*gossip_step)(void *ctx, float *params, size_t n, bool initiate);
+    /* Once, on every rank together, before the first epoch: set up the
+     * pairwise links for n floats, epochs numbered from first_epoch. */
+    int (*gossip_begin)(void *ctx, size_t n, long first_epoch);
+    /* Before the epoch's end collectives: finish this rank's exchanges and
+     * wait until no peer has one in flight (epoch numbers the round). */
+    int (*gossip_drain)(void *ctx, float *params, size_t n, long epoch);
     /* rank 0 only: progress, epoch lines and metrics lines */
     void (*progress)(void *ctx, int epoch, int epochs, long done, long total, double loss,
                      double acc, double img_s, double eta_s);
@@ -153,6 +187,8 @@ int rt_train_run_dist(const struct rt_train_config *c, const struct rt_train_com
  * as "key", "value" text that rt_train_config_set reads back exactly. */
 int rt_train_config_each(const struct rt_train_config *c,
                          int (*fn)(void *arg, const char *key, const char *value), void *arg);
+
+const char *rt_train_mode_name(enum rt_dist_mode m);
 
 /* This rank's share [*lo, *hi) of n items cut into `world` parts. */
 void rt_train_share(long n, int world, int rank, long *lo, long *hi);

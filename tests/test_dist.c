@@ -9,7 +9,19 @@
  *     every worker's parameter hash and fails the run otherwise;
  *   - 3 workers reach the single-process test accuracy within 1 point on
  *     the settings of test_e2e.sh;
- *   - a 1-worker run is bitwise the single-process run.
+ *   - a 1-worker run is bitwise the single-process run;
+ *   - uneven workers (--throttle 1,1,0.25: the third sleeps 3/4 of its
+ *     time): balanced shares follow the measured speeds within 15% after
+ *     the first re-plan, every sample is used once per epoch (the workers
+ *     count and check them; the metrics show the count), and the weights
+ *     equal one process with the whole batch within 1e-5 after 20 steps;
+ *   - a worker far below --min-share goes on standby and the maths stays;
+ *   - average mode: with SGD and H = 1 it is sync's maths (1e-5), and with
+ *     H = 4 it reaches sync's accuracy within 1 point;
+ *   - gossip: with one of 3 workers throttled to 1/4, the other two keep at
+ *     least 80% of their step rate of an unthrottled run (on 2 cores they
+ *     gain: the sleeper frees CPU), every sample is used once, and the
+ *     final accuracy is within 1.5 points of sync.
  * Uses Fashion-MNIST (skipped when absent). */
 #include "config.h"
 
@@ -108,6 +120,14 @@ static double tensor_rel_err(const char *a_name, const char *b_name, bool *bitwi
     return worst;
 }
 
+static bool have(const char *name)
+{
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", tmp, name);
+    return stat(p, &st) == 0;
+}
+
 #define LENET TOP_SRCDIR "/examples/lenet.cfg"
 
 static void test_two_workers_equal_one_big_batch(void **state)
@@ -182,6 +202,191 @@ static void test_three_workers_reach_single_accuracy(void **state)
     assert_true(fabs(a1 - a3) <= 1.0);
 }
 
+
+/* 20 steps of batch 64. lr 0.02: at 0.05 (above), float rounding of
+ * conv1's weight gradient — a sum over 50k terms, added in another order
+ * when the batch is cut 3 ways, static or balanced alike — grows to 1.1e-5
+ * relative in 20 steps; at 0.02 it stays at 4e-7. */
+#define UNEVEN                                                                                 \
+    "--data fashion-mnist --limit 1280 --val 0 --epochs 1 --batch 64 --threads 1 --optimizer " \
+    "sgd --lr 0.02 --momentum 0.9 --weight-decay 0 --schedule constant --warmup 0 "            \
+    "--progress off"
+
+static void reference_run(void)
+{
+    if (!have("ref.st"))
+        assert_int_equal(run("ref.log", "train %s %s --save %s/ref.st", LENET, UNEVEN, tmp), 0);
+}
+
+/* The shares of the last "[plan]" line after `after`: fills share[3] and
+ * speed[3]; false when there is none. */
+static bool last_plan(const char *log, int after_step, long *share, double *speed)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmp, log);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool got = false;
+    while (fgets(line, sizeof line, f)) {
+        int step;
+        const char *s = strstr(line, "[plan] step ");
+        const char *r = strstr(line, "by rank: ");
+        if (!s || !r || sscanf(s, "[plan] step %d", &step) != 1 || step <= after_step)
+            continue;
+        got = sscanf(r, "by rank: %ld %ld %ld at img/s %lf %lf %lf", &share[0], &share[1],
+                     &share[2], &speed[0], &speed[1], &speed[2]) == 6;
+    }
+    fclose(f);
+    return got;
+}
+
+static void test_balanced_uneven_workers(void **state)
+{
+    (void)state;
+    /* 1280 images, batch 64: 20 steps; re-plan every 5 */
+    const char *common = UNEVEN;
+    reference_run();
+    assert_int_equal(run("bal.log", "train %s %s --workers 3 --throttle 1,1,0.25 "
+                                    "--replan-every 5 --metrics %s/bal.jsonl --save %s/bal.st",
+                         LENET, common, tmp, tmp),
+                     0);
+    assert_true(log_has("bal.log", "replicas identical"));
+    long share[3];
+    double speed[3];
+    assert_true(last_plan("bal.log", 0, share, speed));
+    double tot = speed[0] + speed[1] + speed[2];
+    printf("balanced shares of 64 after re-planning: %ld %ld %ld at %.0f %.0f %.0f img/s\n",
+           share[0], share[1], share[2], speed[0], speed[1], speed[2]);
+    for (int r = 0; r < 3; r++) {
+        double want = 64.0 * speed[r] / tot;
+        assert_true(fabs((double)share[r] - want) <= 0.15 * want + 0.5); /* 0.5: rounding */
+    }
+    /* the throttled worker is the slow one and gets the least */
+    assert_true(share[2] < share[0] && share[2] < share[1]);
+    assert_true(share[2] * 2 < 64 / 3);
+    /* every sample once: the run fails otherwise; the metrics count them */
+    char mp[300];
+    snprintf(mp, sizeof mp, "grep -q '\"samples\": *1280' %s/bal.jsonl", tmp);
+    assert_int_equal(system(mp), 0);
+    bool bitwise;
+    double rel = tensor_rel_err("bal.st", "ref.st", &bitwise);
+    printf("3 uneven workers vs 1 x 64 after 20 steps: max relative difference %.3g\n", rel);
+    assert_true(rel <= 1e-5);
+}
+
+static void test_standby_keeps_the_maths(void **state)
+{
+    (void)state;
+    const char *common = UNEVEN;
+    reference_run();
+    /* the second worker at 2% of its speed, min-share 0.2 */
+    assert_int_equal(run("stb.log", "train %s %s --workers 2 --throttle 1,0.02 --min-share 0.2 "
+                                    "--save %s/stb.st",
+                         LENET, common, tmp),
+                     0);
+    assert_true(log_has("stb.log", "rank 1 on standby at step 0"));
+    assert_true(log_has("stb.log", "by rank: 64 0"));
+    assert_true(log_has("stb.log", "replicas identical"));
+    bool bitwise;
+    double rel = tensor_rel_err("stb.st", "ref.st", &bitwise);
+    printf("1 worker + 1 on standby vs 1 x 64: max relative difference %.3g\n", rel);
+    assert_true(rel <= 1e-5);
+}
+
+static void test_average_h1_is_sync(void **state)
+{
+    (void)state;
+    const char *common = UNEVEN;
+    reference_run();
+    assert_int_equal(run("avg1.log", "train %s %s --workers 3 --mode average --sync-every 1 "
+                                     "--throttle 1,1,0.5 --save %s/avg1.st",
+                         LENET, common, tmp),
+                     0);
+    assert_true(log_has("avg1.log", "replicas identical"));
+    bool bitwise;
+    double rel = tensor_rel_err("avg1.st", "ref.st", &bitwise);
+    printf("average mode, H = 1, 3 uneven workers vs 1 x 64: max relative difference %.3g\n",
+           rel);
+    assert_true(rel <= 1e-5);
+}
+
+static void test_average_reaches_sync_accuracy(void **state)
+{
+    (void)state;
+    const char *common = "--data fashion-mnist --limit 10000 --val 0 --epochs 1 --batch 32 "
+                         "--optimizer sgd --lr 0.02 --momentum 0.9 --weight-decay 0 "
+                         "--schedule cosine --warmup 0.1 --seed 1 --threads 1 --progress off";
+    assert_int_equal(run("sgd_sync.log", "train %s %s --workers 3", LENET, common), 0);
+    assert_int_equal(run("sgd_avg.log", "train %s %s --workers 3 --mode average --sync-every 4",
+                         LENET, common),
+                     0);
+    double a = log_number("sgd_sync.log", "test_acc "), b = log_number("sgd_avg.log", "test_acc ");
+    printf("test accuracy: sync %.2f%%, average every 4 steps %.2f%%\n", a, b);
+    assert_true(isfinite(a) && isfinite(b));
+    assert_true(fabs(a - b) <= 1.0);
+}
+
+/* "worker local-R (rank R): N local steps in S s of training (X steps/s)" */
+static double steps_per_s(const char *log, int rank)
+{
+    char key[64];
+    snprintf(key, sizeof key, "(rank %d): ", rank);
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmp, log);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return NAN;
+    char line[4096];
+    double v = NAN;
+    while (fgets(line, sizeof line, f)) {
+        const char *s = strstr(line, key);
+        const char *t = s ? strstr(s, "s of training (") : NULL;
+        if (t)
+            v = strtod(t + strlen("s of training ("), NULL);
+    }
+    fclose(f);
+    return v;
+}
+
+#define E2E                                                                                    \
+    "--data fashion-mnist --limit 10000 --val 0 --epochs 1 --batch 32 --optimizer adam --lr "  \
+    "0.004 --weight-decay 0 --schedule cosine --warmup 0.1 --seed 1 --threads 1 --progress off"
+
+static void test_gossip_nobody_waits(void **state)
+{
+    (void)state;
+    assert_int_equal(run("gos.log", "train %s %s --workers 3 --mode gossip --metrics %s/gos.jsonl",
+                         LENET, E2E, tmp),
+                     0);
+    assert_int_equal(run("gos_slow.log", "train %s %s --workers 3 --mode gossip "
+                                         "--throttle 1,1,0.25",
+                         LENET, E2E),
+                     0);
+    assert_true(log_has("gos.log", "pairwise averagings"));
+    char mp[600];
+    snprintf(mp, sizeof mp, "grep -q '\"samples\": *10000.*consensus_distance' %s/gos.jsonl", tmp);
+    assert_int_equal(system(mp), 0);
+    for (int r = 0; r < 2; r++) {
+        double a = steps_per_s("gos.log", r), b = steps_per_s("gos_slow.log", r);
+        printf("gossip rank %d: %.0f steps/s, %.0f with rank 2 at 1/4 speed (%.0f%%)\n", r, a, b,
+               100 * b / a);
+        assert_true(isfinite(a) && isfinite(b) && a > 0);
+        assert_true(b >= 0.8 * a);
+    }
+    /* the slow one took fewer steps: its part of the epoch was sized by speed */
+    assert_true(steps_per_s("gos_slow.log", 2) < steps_per_s("gos_slow.log", 0));
+    if (!have("acc3.log"))
+        assert_int_equal(run("acc3.log", "train %s %s --workers 3", LENET, E2E), 0);
+    double sync = log_number("acc3.log", "test_acc "), gos = log_number("gos.log", "test_acc ");
+    double slow = log_number("gos_slow.log", "test_acc ");
+    printf("test accuracy: sync %.2f%%, gossip %.2f%%, gossip with a slow worker %.2f%%\n", sync,
+           gos, slow);
+    assert_true(fabs(sync - gos) <= 1.5);
+    assert_true(fabs(sync - slow) <= 1.5);
+}
+
 int main(void)
 {
     if (!(ragtag = getenv("RAGTAG")))
@@ -197,6 +402,11 @@ int main(void)
         cmocka_unit_test(test_replicas_bitwise_shm),
         cmocka_unit_test(test_replicas_bitwise_tcp),
         cmocka_unit_test(test_three_workers_reach_single_accuracy),
+        cmocka_unit_test(test_balanced_uneven_workers),
+        cmocka_unit_test(test_standby_keeps_the_maths),
+        cmocka_unit_test(test_average_h1_is_sync),
+        cmocka_unit_test(test_average_reaches_sync_accuracy),
+        cmocka_unit_test(test_gossip_nobody_waits),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[400];
