@@ -54,7 +54,7 @@ void rt_train_config_defaults(struct rt_train_config *c)
     c->mode = RT_MODE_SYNC;
     c->partition = RT_PARTITION_BALANCED;
     c->sync_every = 8;
-    c->replan_every = 50;
+    c->replan_every = 200;
     c->replan_change = 0.2f;
     c->min_share = 0.1f;
 }
@@ -97,7 +97,7 @@ const char *const rt_train_option_help[] = {
     "--mode M", "several workers: sync (default), average or gossip (docs/heterogeneous.md)",
     "--partition P", "sync/average: balanced (default: shares by measured speed) or static",
     "--sync-every H", "average mode: average the parameters every H steps (default 8)",
-    "--replan-every K", "balanced: re-plan the shares every K steps (default 50; 0: only on change)",
+    "--replan-every K", "balanced: re-plan the shares every K steps (default 200; 0: only on change)",
     "--replan-change F", "balanced: and when a worker's speed moved by more than F (default 0.2)",
     "--min-share F", "standby for a worker slower than F x an equal share (default 0.1; 0: never)",
     "--throttle F[,F...]", "testing aid: each local worker runs at fraction F of its speed",
@@ -881,14 +881,21 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
         old[r] = d->share[r];
         was[r] = d->active[r];
     }
+    bool roles = false;
     if (d->mode != RT_MODE_GOSSIP)
-        rt_plan_standby(W, d->speed, c->min_share, d->active);
+        roles = rt_plan_standby(W, d->speed, c->min_share, d->active);
     rt_plan_shares(c->batch, W, d->speed, d->active, d->share);
-    rt_plan_offsets(W, d->share, d->off);
     d->plans++;
-    bool changed = d->plans == 1;
+    /* A move of a sample or two is noise (a smaller share runs at fewer
+     * img/s, which asks for a smaller share...): keep the plan then. */
+    long moved = 0, slack = c->batch / 50 > 1 ? c->batch / 50 : 1;
     for (int r = 0; r < W && r < RT_MAX_PLAN; r++)
-        changed |= old[r] != d->share[r];
+        moved = labs(old[r] - d->share[r]) > moved ? labs(old[r] - d->share[r]) : moved;
+    bool changed = d->plans == 1 || roles || moved > slack || W > RT_MAX_PLAN;
+    if (!changed)
+        for (int r = 0; r < W; r++)
+            d->share[r] = old[r];
+    rt_plan_offsets(W, d->share, d->off);
     if (d->rank == 0) {
         double mean = 0.0;
         int nact = 0;
@@ -906,7 +913,7 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
                          d->speed[r]);
         }
     }
-    if (changed && d->rank == 0 && d->mode != RT_MODE_GOSSIP) {
+    if (d->rank == 0 && d->mode != RT_MODE_GOSSIP) {
         char buf[1600];
         int len = 0;
         for (int r = 0; r < W && len < (int)sizeof buf - 40; r++)
@@ -914,8 +921,8 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
         len += snprintf(buf + len, sizeof buf - len, " at img/s");
         for (int r = 0; r < W && len < (int)sizeof buf - 40; r++)
             len += snprintf(buf + len, sizeof buf - len, " %.0f", d->speed[r]);
-        dist_say(d, "ragtag: [plan] step %ld (%s): shares of batch %d by rank: %s", step, why,
-                 c->batch, buf);
+        dist_say(d, "ragtag: [plan] step %ld (%s): shares of batch %d by rank: %s%s", step, why,
+                 c->batch, buf, changed ? "" : " (kept: within a sample or two)");
     }
     return RT_OK;
 }

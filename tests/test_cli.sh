@@ -44,6 +44,12 @@ expect 2 "needs --weights" "eval without weights" -- eval "$lenet"
 expect 0 "Total params: 61,706" "summary of lenet" -- summary "$lenet"
 expect 0 "Total params: 1,048,853" "summary of seedcnn" -- summary "$top_srcdir/examples/seedcnn.cfg"
 expect 0 "cpu" "devices lists the cpu backend" -- devices
+expect 2 "expected sync, average or gossip" "a bad --mode lists the modes" -- train "$lenet" --mode async
+expect 2 "expected balanced or static" "a bad --partition lists the choices" -- train "$lenet" --partition fair
+expect 2 "throttle: '2' is not accepted (expected a number in (0, 1]" "a throttle above 1 is refused" -- train "$lenet" --throttle 1,2
+expect 2 "expected fractions in (0, 1], comma separated" "an empty throttle item is refused" -- train "$lenet" --throttle 1,,0.5
+expect 1 "--throttle is a testing aid for workers" "throttle without workers" -- train "$lenet" --throttle 0.5 --limit 100 --progress off
+expect 2 "--throttle '0': a fraction in (0, 1]" "worker --throttle 0 is refused" -- worker --join tcp://127.0.0.1:1 --throttle 0
 
 # a bad value in the model file's [train] section names file:line
 printf '[net]\ninput = 28x28x1\nclasses = 10\n[train]\nlr = -1\n[dense]\nunits = 10\n[softmax]\n' >"$tmp/bad.cfg"

@@ -142,8 +142,10 @@ else bad "no drops logged (endpoints: $eps)"; cat "$tmp/c7.log"; fi
 
 # ---- Ctrl-C on train --workers 2, then --resume --------------------------------------------
 # A resumed run ends with the weights of an uninterrupted one, bit for bit.
+# --partition static: balanced shares follow measured speeds, so two runs
+# cut batches differently and agree only to float rounding.
 flags8="--workers 2 --threads 1 --data fashion-mnist --limit 12000 --val 0.1 --epochs 3 --batch 32
-  --progress lines --log-every 10"
+  --progress lines --log-every 10 --partition static"
 run8() { # dir [flags]
   d=$1
   shift

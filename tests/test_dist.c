@@ -357,16 +357,20 @@ static double steps_per_s(const char *log, int rank)
 static void test_gossip_nobody_waits(void **state)
 {
     (void)state;
-    assert_int_equal(run("gos.log", "train %s %s --workers 3 --mode gossip --metrics %s/gos.jsonl",
+    /* 20,000 images: on 10,000 gossip trails sync by 0.9-1.7 points after
+     * one epoch (Adam on local batches of 11, see docs/heterogeneous.md);
+     * on 20,000 by 0.1-1.1 */
+    assert_int_equal(run("gos.log", "train %s %s --limit 20000 --workers 3 --mode gossip "
+                                    "--metrics %s/gos.jsonl",
                          LENET, E2E, tmp),
                      0);
-    assert_int_equal(run("gos_slow.log", "train %s %s --workers 3 --mode gossip "
+    assert_int_equal(run("gos_slow.log", "train %s %s --limit 20000 --workers 3 --mode gossip "
                                          "--throttle 1,1,0.25",
                          LENET, E2E),
                      0);
     assert_true(log_has("gos.log", "pairwise averagings"));
     char mp[600];
-    snprintf(mp, sizeof mp, "grep -q '\"samples\": *10000.*consensus_distance' %s/gos.jsonl", tmp);
+    snprintf(mp, sizeof mp, "grep -q '\"samples\": *20000.*consensus_distance' %s/gos.jsonl", tmp);
     assert_int_equal(system(mp), 0);
     for (int r = 0; r < 2; r++) {
         double a = steps_per_s("gos.log", r), b = steps_per_s("gos_slow.log", r);
@@ -377,9 +381,8 @@ static void test_gossip_nobody_waits(void **state)
     }
     /* the slow one took fewer steps: its part of the epoch was sized by speed */
     assert_true(steps_per_s("gos_slow.log", 2) < steps_per_s("gos_slow.log", 0));
-    if (!have("acc3.log"))
-        assert_int_equal(run("acc3.log", "train %s %s --workers 3", LENET, E2E), 0);
-    double sync = log_number("acc3.log", "test_acc "), gos = log_number("gos.log", "test_acc ");
+    assert_int_equal(run("sync20k.log", "train %s %s --limit 20000 --workers 3", LENET, E2E), 0);
+    double sync = log_number("sync20k.log", "test_acc "), gos = log_number("gos.log", "test_acc ");
     double slow = log_number("gos_slow.log", "test_acc ");
     printf("test accuracy: sync %.2f%%, gossip %.2f%%, gossip with a slow worker %.2f%%\n", sync,
            gos, slow);
