@@ -224,6 +224,15 @@ done
 say "convolution algorithms picked (RAGTAG_BACKEND_VERBOSE), batch 256"
 cat "$tmp"/algos.*.256.default "$tmp"/algos.*.256.RAGTAG_CUDA_CONV_FIND=1 2>/dev/null
 
+# ---- a cpu worker and a cuda worker in one run (docs/heterogeneous.md) -------------------------
+say "mixed run: train --workers 2 --backend cpu,cuda (lenet, 1 epoch of $LIMIT images)"
+if "$RAGTAG" train "$top/examples/lenet.cfg" --data "$spec" --val 0 --limit "$LIMIT" --epochs 1 \
+     --workers 2 --backend cpu,cuda --progress off >"$tmp/mixed" 2>&1; then
+  grep -e ' cpu  ' -e ' cuda  ' -e 'replicas identical' -e '\[plan\] step 0' -e 'done:' "$tmp/mixed"
+else
+  echo "mixed run failed:"; tail -n 5 "$tmp/mixed"
+fi
+
 # ---- PyTorch on the same GPU ----------------------------------------------------------------
 [ "${SKIP_TORCH:-0}" = 1 ] && exit 0
 if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
