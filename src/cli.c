@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "partition.h"
 #include "net.h"
 #include "progress.h"
 #include "status.h"
@@ -573,6 +574,10 @@ static int cmd_devices(int argc, char **argv)
                    (double)info.mem_bytes / (1u << 30), info.compute_units, gf);
         }
     }
+    double q = rt_cpu_quota();
+    if (q > 0.0)
+        printf("cpu quota: %.2f cores (this process's cgroup): a worker here reports its speed "
+               "x quota / threads\n", q);
     return 0;
 }
 

@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
@@ -136,4 +138,95 @@ void rt_plan_offsets(int world, const long *share, long *off)
         off[r] = o;
         o += share[r];
     }
+}
+
+/* v1: QUOTA and PERIOD files; v2: "QUOTA PERIOD" or "max PERIOD" in one. */
+static double quota_at(const char *dir, bool v2)
+{
+    char p[1300];
+    long long q = -1, per = 0;
+    FILE *f;
+    if (v2) {
+        snprintf(p, sizeof p, "%s/cpu.max", dir);
+        if (!(f = fopen(p, "r")))
+            return 0.0;
+        char qs[32] = "";
+        if (fscanf(f, "%31s %lld", qs, &per) != 2 || !strcmp(qs, "max"))
+            q = -1;
+        else
+            q = strtoll(qs, NULL, 10);
+        fclose(f);
+    } else {
+        snprintf(p, sizeof p, "%s/cpu.cfs_quota_us", dir);
+        if (!(f = fopen(p, "r")))
+            return 0.0;
+        if (fscanf(f, "%lld", &q) != 1)
+            q = -1;
+        fclose(f);
+        snprintf(p, sizeof p, "%s/cpu.cfs_period_us", dir);
+        if (!(f = fopen(p, "r")))
+            return 0.0;
+        if (fscanf(f, "%lld", &per) != 1)
+            per = 0;
+        fclose(f);
+    }
+    return q > 0 && per > 0 ? (double)q / (double)per : 0.0;
+}
+
+/* The smallest quota from base/path up to base. */
+static double quota_along(const char *base, const char *path, bool v2)
+{
+    char dir[1200];
+    double best = 0.0;
+    snprintf(dir, sizeof dir, "%s%s", base, strcmp(path, "/") ? path : "");
+    size_t blen = strlen(base);
+    for (;;) {
+        double q = quota_at(dir, v2);
+        if (q > 0.0 && (best == 0.0 || q < best))
+            best = q;
+        char *slash = strrchr(dir, '/');
+        if (!slash || (size_t)(slash - dir) < blen)
+            break;
+        *slash = '\0';
+    }
+    return best;
+}
+
+double rt_cpu_quota(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return 0.0;
+    char line[1024];
+    double best = 0.0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c1 || !c2)
+            continue;
+        *c2 = '\0';
+        const char *ctl = c1 + 1, *path = c2 + 1;
+        double q = 0.0;
+        if (!*ctl) { /* v2 */
+            q = quota_along("/sys/fs/cgroup", path, true);
+            if (q == 0.0)
+                q = quota_along("/sys/fs/cgroup/unified", path, true);
+        } else {
+            bool cpu = false; /* "cpu" among the controllers of the line */
+            char ctls[256];
+            snprintf(ctls, sizeof ctls, "%s", ctl);
+            for (char *sv = NULL, *t = strtok_r(ctls, ",", &sv); t; t = strtok_r(NULL, ",", &sv))
+                cpu |= !strcmp(t, "cpu");
+            if (!cpu)
+                continue;
+            static const char *const bases[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct",
+                                                "/sys/fs/cgroup/cpuacct,cpu"};
+            for (int i = 0; i < 3 && q == 0.0; i++)
+                q = quota_along(bases[i], path, false);
+        }
+        if (q > 0.0 && (best == 0.0 || q < best))
+            best = q;
+    }
+    fclose(f);
+    return best;
 }

@@ -48,6 +48,15 @@ void rt_plan_shares(long n, int world, const double *speed, const bool *active, 
  * everybody active. Returns whether any worker changed role. */
 bool rt_plan_standby(int world, const double *speed, double min_share, bool *active);
 
+/* The CPU quota of this process's cgroup in cores (cgroup v1 cpu.cfs_quota_us
+ * / cpu.cfs_period_us, or v2 cpu.max, the smallest along the path to the
+ * root), e.g. 0.25 for `docker run --cpus 0.25`; 0 when there is none or it
+ * cannot be read. A quota-limited worker computes at full speed until its
+ * quota runs out and is then frozen for the rest of the period, so its
+ * compute time alone overstates what it sustains: the trainer scales the
+ * speed it reports by quota / threads. */
+double rt_cpu_quota(void);
+
 /* Offsets of the shares: off[r] = share[0] + ... + share[r-1]. */
 void rt_plan_offsets(int world, const long *share, long *off);
 

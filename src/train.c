@@ -21,6 +21,7 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "checkpoint.h"
@@ -585,6 +586,7 @@ struct dist {
     long plans;
     double since;        /* average mode: samples since the last averaging */
     float throttle;      /* testing aid: fraction of this worker's speed */
+    double quota_scale;  /* CPU quota / threads, at most 1 (rt_cpu_quota) */
 };
 
 static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model *m, int threads,
@@ -640,6 +642,15 @@ static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model 
         d->active[r] = true;
         d->speed[r] = 1.0;
     }
+    /* A worker in a CPU-quota cgroup (docker --cpus) computes in bursts:
+     * what it sustains is its burst speed x quota / threads. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double q = rt_cpu_quota(), th = c->threads > 0 ? c->threads : (cores > 0 ? (double)cores : 1.0);
+    d->quota_scale = q > 0.0 && q < th ? q / th : 1.0;
+    if (d->quota_scale < 1.0)
+        fprintf(stderr, "ragtag: [plan] rank %d: its cgroup allows %.2f cores for %.0f compute "
+                        "threads: its speeds count x %.2f\n",
+                d->rank, q, th, d->quota_scale);
     if (c->throttle[0]) {
         char *end;
         d->throttle = strtof(c->throttle, &end);
@@ -747,6 +758,12 @@ static int dist_evaluate(struct dist *d, struct evaluator *ev, const rt_dataset 
 {
     long lo, hi;
     rt_train_share(ds->n, d->world, d->rank, &lo, &hi);
+    if (d->plans > 0) { /* by speed, like the training shares (standby: none) */
+        rt_plan_shares(ds->n, d->world, d->speed, d->balanced ? d->active : NULL, d->nshare);
+        rt_plan_offsets(d->world, d->nshare, d->noff);
+        lo = d->noff[d->rank];
+        hi = lo + d->nshare[d->rank];
+    }
     size_t chw = (size_t)ds->c * ds->h * ds->w;
     rt_dataset part = *ds;
     part.n = (int)(hi - lo);
@@ -860,7 +877,7 @@ static int dist_exchange_speeds(struct dist *d, double mine)
 {
     for (int r = 0; r < d->world; r++)
         d->speed[r] = 0.0;
-    d->speed[d->rank] = mine;
+    d->speed[d->rank] = mine * d->quota_scale;
     return d->comm->allreduce_f64(d->comm->ctx, d->speed, (size_t)d->world);
 }
 
@@ -1305,7 +1322,7 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                      rt_train_mode_name(c.mode), c.mode == RT_MODE_AVERAGE ? " every " : "");
         if (c.mode == RT_MODE_AVERAGE)
             snprintf(line + strlen(line), sizeof line - strlen(line), "%d steps", c.sync_every);
-        if (rc < 0 || (rc = comm->ready(comm->ctx, ips, line)) < 0 ||
+        if (rc < 0 || (rc = comm->ready(comm->ctx, ips * D->quota_scale, line)) < 0 ||
             (rc = dist_broadcast_model(D, m)) < 0 || (rc = dist_restore(D, m, opt, &pos, spe,
                                                                       best_host, &have_best)) < 0)
             goto out;

@@ -44,6 +44,18 @@ expect 2 "needs --weights" "eval without weights" -- eval "$lenet"
 expect 0 "Total params: 61,706" "summary of lenet" -- summary "$lenet"
 expect 0 "Total params: 1,048,853" "summary of seedcnn" -- summary "$top_srcdir/examples/seedcnn.cfg"
 expect 0 "cpu" "devices lists the cpu backend" -- devices
+# a CPU quota (docker --cpus) is seen, so a worker's speed accounts for it
+if [ "$(id -u)" = 0 ] && "$top_srcdir/bench/cpu-quota.sh" 0.3 -- true >/dev/null 2>&1; then
+  n=$((n + 1))
+  if "$top_srcdir/bench/cpu-quota.sh" 0.3 -- "$RAGTAG" devices 2>&1 | grep -q "cpu quota: 0.30 cores"; then
+    echo "ok $n - devices shows the cgroup's CPU quota"
+  else
+    echo "not ok $n - devices in a 0.3-core cgroup does not show 'cpu quota: 0.30 cores'"
+    failed=$((failed + 1))
+  fi
+else
+  echo "# not root or no writable cpu cgroup: the CPU quota check is skipped"
+fi
 expect 2 "expected sync, average or gossip" "a bad --mode lists the modes" -- train "$lenet" --mode async
 expect 2 "expected balanced or static" "a bad --partition lists the choices" -- train "$lenet" --partition fair
 expect 2 "throttle: '2' is not accepted (expected a number in (0, 1]" "a throttle above 1 is refused" -- train "$lenet" --throttle 1,2
