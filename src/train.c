@@ -587,6 +587,7 @@ struct dist {
     double since;        /* average mode: samples since the last averaging */
     float throttle;      /* testing aid: fraction of this worker's speed */
     double quota_scale;  /* CPU quota / threads, at most 1 (rt_cpu_quota) */
+    double wall_rate;    /* gossip: samples / step-loop seconds of the last epoch */
 };
 
 static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model *m, int threads,
@@ -877,7 +878,10 @@ static int dist_exchange_speeds(struct dist *d, double mine)
 {
     for (int r = 0; r < d->world; r++)
         d->speed[r] = 0.0;
-    d->speed[d->rank] = mine * d->quota_scale;
+    /* Gossip plans whole epochs: the rate over the last epoch's loop (wall
+     * time, so it sees quota freezes and exchanges) is steadier than a
+     * 16-step window. */
+    d->speed[d->rank] = d->wall_rate > 0.0 ? d->wall_rate : mine * d->quota_scale;
     return d->comm->allreduce_f64(d->comm->ctx, d->speed, (size_t)d->world);
 }
 
@@ -1612,8 +1616,12 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
             if (comm->stop_requested && comm->stop_requested(comm->ctx))
                 flags |= 1u;
             bool partial = g_done < g_count;
+            if (g_done > 0 && t_train > 0.0)
+                D->wall_rate = (double)seen / t_train;
             rc = comm->gossip_drain(comm->ctx, D->p, D->np, epoch);
-            local_train += rt_now() - t0;
+            /* the epoch's training ends when the last worker's part does */
+            t_train = rt_now() - t0;
+            local_train += t_train;
             if (rc < 0 ||
                 (rc = dist_gossip_converge(D, m, &flags, &consensus, &consensus_rel)) < 0 ||
                 (rc = dist_average_opt(D, opt)) < 0)

@@ -1,0 +1,309 @@
+#!/bin/sh
+# Uneven workers: lenet on Fashion-MNIST with 3 workers at speeds 1, 1 and
+# 0.25, each `ragtag worker --threads 1` in its own CPU quota
+# (bench/cpu-quota.sh), joined to a `ragtag coord` on 127.0.0.1. The quotas
+# fit in the machine's cores so that the solo speeds add up: fast = min(1,
+# cores x 0.9 / 2.25) cores, slow = fast / 4 (0.8, 0.8, 0.2 on 2 cores).
+#
+#   bench/bench_hetero.sh speed      solo images/s of each worker in its quota, their sum
+#                                    (the ideal), and images/s of the 3 together in sync
+#                                    mode with static and balanced shares, average mode
+#                                    and gossip, as % of the ideal, with the targets
+#   bench/bench_hetero.sh accuracy   time to 89% test accuracy in each of those modes
+#                                    (full data, up to EPOCHS epochs: long on 2 cores)
+#   bench/bench_hetero.sh            both
+#
+# Environment: BUILD (default .: the build directory with src/ragtag), CORES
+# (default: nproc), LIMIT (images per epoch of the speed runs, default
+# 25600), SPEED_EPOCHS (default 3: images/s over epochs 2.., after the
+# start-up and the first plan), REPS (speed runs per cell, best kept,
+# default 2), EPOCHS (accuracy part, default 10), TARGET (default 0.89),
+# MODES (default "static balanced average gossip"), PERIOD_US (CFS period
+# of the quotas, default 100000; see bench/README.md), LOGS (a directory
+# to keep the coordinators' logs and metrics in), HOW (auto, cgroup or
+# throttle; default auto: cgroups where cpu-quota.sh can make them, else
+# --throttle F, and the output says so), BATCH (global batch of the speed
+# runs, default 64). Needs root for the cgroups. Never
+# fails on speed: it prints figures.
+set -eu
+BUILD=${BUILD:-.}
+top=$(cd "$(dirname "$0")/.." && pwd)
+CORES=${CORES:-$(nproc)}
+LIMIT=${LIMIT:-25600}
+SPEED_EPOCHS=${SPEED_EPOCHS:-3}
+REPS=${REPS:-2}
+EPOCHS=${EPOCHS:-10}
+TARGET=${TARGET:-0.89}
+MODES=${MODES:-static balanced average gossip}
+PERIOD_US=${PERIOD_US:-100000}
+LOGS=${LOGS:-}
+HOW=${HOW:-auto}
+BATCH=${BATCH:-64}
+what=${1:-all}
+case $what in
+  speed | accuracy | all) ;;
+  *) echo "usage: $0 [speed|accuracy]"; exit 2 ;;
+esac
+ragtag=$BUILD/src/ragtag
+[ -x "$ragtag" ] || { echo "no $ragtag: build it, or set BUILD to the build directory"; exit 1; }
+quota_sh=$top/bench/cpu-quota.sh
+model=$top/examples/lenet.cfg
+[ -z "$LOGS" ] || mkdir -p "$LOGS"
+
+tmp=$(mktemp -d)
+pids=''
+# TERM to every worker (through its cpu-quota.sh, which removes the cgroup)
+# and coordinator still running; KILL after 10 s.
+stop_all() {
+  [ -n "$pids" ] || return 0
+  for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+  i=0
+  while [ $i -lt 100 ]; do
+    alive=''
+    for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+    [ -n "$alive" ] || break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in $pids; do wait "$p" 2>/dev/null || true; done
+  pids=''
+}
+trap 'stop_all; rm -rf "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+# the quotas, in cores
+q_fast=$(awk -v c="$CORES" 'BEGIN { f = c * 0.9 / 2.25; if (f > 1) f = 1; printf "%.3g", f }')
+q_slow=$(awk -v f="$q_fast" 'BEGIN { printf "%.3g", f / 4 }')
+workers="w1:$q_fast w2:$q_fast w3:$q_slow" # ranked by name: w3 is the slow one
+
+case $HOW in
+  auto)
+    how=cgroup
+    rc=0
+    "$quota_sh" --period "$PERIOD_US" "$q_slow" -- true 2>"$tmp/probe" || rc=$?
+    if [ $rc = 77 ]; then
+      how=throttle
+      echo "NOTE: no CPU-quota cgroup here: $(cat "$tmp/probe")"
+      echo "NOTE: falling back to ragtag worker --throttle F (sleeps after each step) for the speeds"
+    elif [ $rc != 0 ]; then
+      cat "$tmp/probe"
+      exit 1
+    fi ;;
+  cgroup | throttle) how=$HOW ;;
+  *) echo "HOW is auto, cgroup or throttle"; exit 2 ;;
+esac
+
+free_port() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  else
+    awk -v s="$$" 'BEGIN { srand(s + systime()); print 20000 + int(rand() * 40000) }'
+  fi
+}
+
+# start_worker NAME QUOTA PORT: one worker in its quota, in the background
+start_worker() {
+  if [ "$how" = cgroup ]; then
+    "$quota_sh" --period "$PERIOD_US" "$2" -- "$ragtag" worker --join "tcp://127.0.0.1:$3" \
+      --threads 1 --name "$1" --connect-timeout 60 --quiet >"$tmp/$1.log" 2>&1 &
+  else
+    "$ragtag" worker --join "tcp://127.0.0.1:$3" --threads 1 --name "$1" --connect-timeout 60 \
+      --quiet --throttle "$2" >"$tmp/$1.log" 2>&1 &
+  fi
+  pids="$pids $!"
+}
+
+# run LABEL METRICS "NAME:QUOTA ..." COORD-FLAGS...: the coordinator and
+# those workers, one run; the metrics (JSON lines) in METRICS. Returns the
+# coordinator's status; on failure prints the tails of the logs.
+run() {
+  label=$1 mf=$2 ws=$3
+  shift 3
+  rm -f "$mf"
+  port=$(free_port)
+  n=0
+  for w in $ws; do
+    start_worker "${w%%:*}" "${w#*:}" "$port"
+    n=$((n + 1))
+  done
+  "$ragtag" coord "$model" --workers $n --listen "tcp://127.0.0.1:$port" --join-timeout 60 \
+    --data fashion-mnist --val 0 --progress lines --metrics "$mf" "$@" >"$tmp/coord.log" 2>&1 &
+  cpid=$!
+  pids="$pids $cpid"
+  crc=0
+  wait $cpid || crc=$?
+  # the workers end with the run; give them 20 s, then stop them
+  i=0
+  while [ $i -lt 200 ]; do
+    alive=''
+    for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+    [ -n "$alive" ] || break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  stop_all
+  if [ -n "$LOGS" ]; then
+    f=$(echo "$label" | tr -c 'A-Za-z0-9_\n-' _)
+    cp "$tmp/coord.log" "$LOGS/$f.log"
+    [ ! -f "$mf" ] || cp "$mf" "$LOGS/$f.jsonl"
+  fi
+  if [ $crc != 0 ]; then
+    echo "  $label: the coordinator failed (status $crc):"
+    tail -n 5 "$tmp/coord.log" | sed 's/^/    /'
+    for w in $ws; do tail -n 3 "$tmp/${w%%:*}.log" | sed 's/^/    /'; done
+  fi
+  return $crc
+}
+
+# jf(NAME): that field of a metrics line (JSON, one object a line), for awk
+# shellcheck disable=SC2016 # awk code, not shell
+JF='function jf(k,  i) { i = index($0, "\"" k "\": "); if (!i) return ""
+  return substr($0, i + length(k) + 4) + 0 }'
+# field NAME FILE: that field of every epoch line
+field() { awk -v k="$1" "$JF"' { print jf(k) }' "$2"; }
+# images/s over the epochs from the 2nd on (all samples / all training time)
+ips_after_first() {
+  awk "$JF"' NR > 1 && jf("images_per_s") > 0 { n += jf("samples"); t += jf("samples") / jf("images_per_s") }
+    END { if (t > 0) printf "%.0f", n / t; else print 0 }' "$1"
+}
+max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
+
+mode_flags() {
+  case $1 in
+    static) echo "--mode sync --partition static" ;;
+    balanced) echo "--mode sync --partition balanced" ;;
+    average) echo "--mode average --sync-every 8 --partition balanced" ;;
+    gossip) echo "--mode gossip" ;;
+    *) echo "unknown mode $1 (static balanced average gossip)" >&2; return 1 ;;
+  esac
+}
+mode_name() {
+  case $1 in
+    static) echo "sync, static shares" ;;
+    balanced) echo "sync, balanced shares" ;;
+    average) echo "average, --sync-every 8" ;;
+    gossip) echo "gossip" ;;
+  esac
+}
+
+how_line() {
+  if [ "$how" = cgroup ]; then
+    echo "workers in CPU-quota cgroups (CFS period $PERIOD_US us): w1 $q_fast, w2 $q_fast, w3 $q_slow cores"
+  else
+    echo "workers throttled by sleeping (--throttle, not cgroups): w1 $q_fast, w2 $q_fast, w3 $q_slow"
+  fi
+}
+
+speed() {
+  echo "==== speed: lenet, Fashion-MNIST, $SPEED_EPOCHS epochs of $LIMIT images, batch $BATCH, --val 0;" \
+       "img/s over epochs 2..$SPEED_EPOCHS, best of $REPS ===="
+  echo "$(how_line); $CORES cores"
+  common="--limit $LIMIT --epochs $SPEED_EPOCHS --batch $BATCH"
+  ideal=0 fast=0
+  for w in $workers; do
+    best=0
+    for _ in $(seq "$REPS"); do
+      # shellcheck disable=SC2086 # flags, one a word
+      run "solo ${w%%:*}" "$tmp/m.jsonl" "$w" $common || continue
+      best=$(max "$best" "$(ips_after_first "$tmp/m.jsonl")")
+    done
+    [ "$fast" != 0 ] || fast=$best
+    awk -v n="${w%%:*}" -v q="${w#*:}" -v v="$best" -v f="$fast" 'BEGIN {
+      printf "solo %-3s at %-5s            %8.0f img/s  (%.2f of w1)\n", n, q, v, (f > 0 ? v / f : 0) }'
+    ideal=$(awk -v a="$ideal" -v b="$best" 'BEGIN { print a + b }')
+  done
+  printf "ideal: sum of the solo speeds %8.0f img/s\n\n" "$ideal"
+  printf "%-26s %8s %8s %11s %8s  %-31s %s\n" "3 workers together" "img/s" "% ideal" "epoch img/s" \
+    "% ideal" "target" "shares (last plan; gossip: local batches)"
+  : >"$tmp/evals"
+  : >"$tmp/rows"
+  for m in $MODES; do
+    flags=$(mode_flags "$m")
+    best=0 note=''
+    for _ in $(seq "$REPS"); do
+      # shellcheck disable=SC2086
+      run "$m" "$tmp/m.jsonl" "$workers" $common $flags || continue
+      v=$(ips_after_first "$tmp/m.jsonl")
+      # the test evaluation's seconds per epoch: epoch seconds less the
+      # training loop (not in gossip, whose img/s is rank 0's loop only)
+      [ "$m" = gossip ] || awk "$JF"' NR > 1 && jf("images_per_s") > 0 {
+        print jf("seconds") - jf("samples") / jf("images_per_s") }' "$tmp/m.jsonl" >>"$tmp/evals"
+      [ "$(max "$best" "$v")" = "$v" ] || continue
+      best=$v
+      cp "$tmp/m.jsonl" "$tmp/best_$m.jsonl"
+      note=$(grep '\[plan\]' "$tmp/coord.log" | tail -n 1 | sed 's/.*by rank: //')
+      [ "$m" = static ] && note=''
+      [ "$m" = gossip ] || [ -z "$note" ] ||
+        note="$note, $(grep -c '\[plan\]' "$tmp/coord.log" || true) plans"
+    done
+    echo "$m $best $note" >>"$tmp/rows"
+  done
+  # median test-evaluation seconds per epoch (0 when only gossip ran)
+  ev=$(sort -g "$tmp/evals" | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : 0 }')
+  static=0 balanced=0 gossip=0 gossip_epoch=0
+  while read -r m best note; do
+    epoch=0
+    [ ! -f "$tmp/best_$m.jsonl" ] ||
+      epoch=$(awk -v e="$ev" "$JF"' NR > 1 { n += jf("samples"); t += jf("seconds") - e }
+        END { if (t > 0) printf "%.0f", n / t; else print 0 }' "$tmp/best_$m.jsonl")
+    target=''
+    case $m in
+      static) static=$best ;;
+      balanced) balanced=$best target=">= 85% of ideal, >= 2x static" ;;
+      gossip) gossip=$best gossip_epoch=$epoch target=">= 90% of ideal (epoch img/s)" ;;
+    esac
+    awk -v n="$(mode_name "$m")" -v v="$best" -v i="$ideal" -v w="$epoch" -v t="$target" -v x="$note" 'BEGIN {
+      printf "%-26s %8.0f %7.1f%% %11.0f %7.1f%%  %-31s %s\n", n, v, (i > 0 ? 100 * v / i : 0), w,
+             (i > 0 ? 100 * w / i : 0), t, x }'
+  done <"$tmp/rows"
+  echo
+  if [ "$balanced" != 0 ] && [ "$ideal" != 0 ]; then
+    awk -v b="$balanced" -v s="$static" -v i="$ideal" 'BEGIN {
+      printf "balanced: %.1f%% of ideal (target >= 85%%: %s)", 100 * b / i, (b >= 0.85 * i ? "met" : "NOT met")
+      if (s > 0) printf "; %.2fx static (target >= 2x: %s)", b / s, (b >= 2 * s ? "met" : "NOT met")
+      printf "\n" }'
+  fi
+  if [ "$gossip" != 0 ] && [ "$ideal" != 0 ]; then
+    awk -v g="$gossip_epoch" -v r="$gossip" -v i="$ideal" 'BEGIN {
+      printf "gossip: %.1f%% of ideal by epoch time (target >= 90%%: %s); %.1f%% by its img/s\n",
+             100 * g / i, (g >= 0.9 * i ? "met" : "NOT met"), 100 * r / i }'
+  fi
+  if [ -s "$tmp/evals" ]; then
+    ev_note="the test evaluation's $(printf %.2f "$ev") s, measured in the other modes"
+  else
+    ev_note="nothing: no other mode ran to measure the test evaluation, which is included"
+  fi
+  echo "img/s: ragtag's images_per_s, samples / training-loop seconds (gossip: rank 0's own loop, which" \
+       "ends before slower workers finish theirs); epoch img/s: samples / (epoch seconds - $ev_note)"
+  return 0
+}
+
+accuracy() {
+  echo "==== time to $TARGET test accuracy: lenet ([train] recipe: AdamW, cosine over $EPOCHS epochs)," \
+       "full Fashion-MNIST, --val 0, up to $EPOCHS epochs ===="
+  how_line
+  echo "seconds: the sum of the epochs' seconds (training + test evaluation), after the start-up"
+  for m in $MODES; do
+    flags=$(mode_flags "$m")
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    run "accuracy $m" "$tmp/a.jsonl" "$workers" --epochs "$EPOCHS" $flags || continue
+    wall=$(($(date +%s) - t0))
+    awk -v n="$(mode_name "$m")" -v t="$TARGET" -v e="$EPOCHS" -v w="$wall" "$JF"'
+      { a = jf("test_acc"); s += jf("seconds"); last = a; if (a > best) best = a
+        if (!hit && a >= t) { hit = NR; at = s; acc = a } }
+      END {
+        if (hit) printf "%-26s %5.1f%% at epoch %d after %6.1f s", n, 100 * acc, hit, at
+        else printf "%-26s not reached in %d epochs (best %.2f%%)", n, e, 100 * best
+        printf " | final %.2f%%, best %.2f%%, %d epochs %.1f s, run %d s wall\n", 100 * last, 100 * best, NR, s, w
+      }' "$tmp/a.jsonl"
+  done
+}
+
+case $what in
+  speed) speed ;;
+  accuracy) accuracy ;;
+  all) speed && echo && accuracy ;;
+esac
