@@ -583,7 +583,7 @@ struct dist {
     struct rt_speedo speedo;
     double plan_speed;   /* this rank's speed when the plan was made */
     long plan_step;      /* step of the last plan */
-    long plans;
+    long plans, plans_changed;
     double since;        /* average mode: samples since the last averaging */
     float throttle;      /* testing aid: fraction of this worker's speed */
     double quota_scale;  /* CPU quota / threads, at most 1 (rt_cpu_quota) */
@@ -873,6 +873,21 @@ static void dist_say(struct dist *d, const char *fmt, ...)
     d->comm->line(d->comm->ctx, line);
 }
 
+/* "ragtag: [plan] step S (why): shares of batch B by rank: 29 28 7 at img/s ..." */
+static void dist_say_plan(struct dist *d, const struct rt_train_config *c, long step,
+                          const char *why)
+{
+    char buf[1600];
+    int len = 0;
+    for (int r = 0; r < d->world && len < (int)sizeof buf - 40; r++)
+        len += snprintf(buf + len, sizeof buf - len, "%s%ld", r ? " " : "", d->share[r]);
+    len += snprintf(buf + len, sizeof buf - len, " at img/s");
+    for (int r = 0; r < d->world && len < (int)sizeof buf - 40; r++)
+        len += snprintf(buf + len, sizeof buf - len, " %.0f", d->speed[r]);
+    dist_say(d, "ragtag: [plan] step %ld (%s): shares of batch %d by rank: %s", step, why,
+             c->batch, buf);
+}
+
 /* Everybody's current speed, the same bits on every rank. */
 static int dist_exchange_speeds(struct dist *d, double mine)
 {
@@ -934,17 +949,10 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
                          d->speed[r]);
         }
     }
-    if (d->rank == 0 && d->mode != RT_MODE_GOSSIP) {
-        char buf[1600];
-        int len = 0;
-        for (int r = 0; r < W && len < (int)sizeof buf - 40; r++)
-            len += snprintf(buf + len, sizeof buf - len, "%s%ld", r ? " " : "", d->share[r]);
-        len += snprintf(buf + len, sizeof buf - len, " at img/s");
-        for (int r = 0; r < W && len < (int)sizeof buf - 40; r++)
-            len += snprintf(buf + len, sizeof buf - len, " %.0f", d->speed[r]);
-        dist_say(d, "ragtag: [plan] step %ld (%s): shares of batch %d by rank: %s%s", step, why,
-                 c->batch, buf, changed ? "" : " (kept: within a sample or two)");
-    }
+    if (changed)
+        d->plans_changed++;
+    if (d->rank == 0 && d->mode != RT_MODE_GOSSIP && changed)
+        dist_say_plan(d, c, step, why);
     return RT_OK;
 }
 
@@ -1822,6 +1830,12 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
         res->train_seconds = local_train;
         res->gossip_averagings = gossip_applied;
         res->plans = D->plans;
+        if (D->balanced && D->rank == 0) {
+            /* the plan the run ended with, and how often it moved */
+            char why[96];
+            snprintf(why, sizeof why, "end; %ld plans, %ld taken", D->plans, D->plans_changed);
+            dist_say_plan(D, &c, pos.step, why);
+        }
     }
     res->seconds = rt_now() - t_run;
     rc = RT_OK;
