@@ -34,6 +34,7 @@
 
 static volatile sig_atomic_t stop_requested;
 
+#define RT_STANDBY_PROBE_EVERY 8 /* steps between a standby worker's probes */
 #define RT_MAX_PLAN 4096 /* workers a plan can name (membership allows fewer) */
 
 void rt_train_request_stop(void) { stop_requested = 1; }
@@ -1461,9 +1462,12 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                 }
             } else if ((rc = rt_op_fill(dev, rt_model_param_count(m), 0.0f, rt_model_grads(m))) < 0) {
                 goto out; /* standby, or a batch smaller than the cluster */
-            } else if (D && D->balanced && !D->active[D->rank] && n > 0) {
-                /* Standby: one sample, not counted, only to keep measuring
-                 * this worker's speed so that it may come back. */
+            } else if (D && D->balanced && !D->active[D->rank] && n > 0 &&
+                       pos.step % RT_STANDBY_PROBE_EVERY == 0) {
+                /* Standby: now and then one sample, not counted, only to
+                 * keep measuring this worker's speed so that it may come
+                 * back. Not every step: a worker in a small CPU quota would
+                 * spend its quota on probes and freeze the ring. */
                 double tp = rt_now();
                 if ((rc = rt_upload(dev, rt_buf_view(xb), x, chw * sizeof(float))) < 0 ||
                     (rc = rt_upload(dev, rt_buf_view(yb), y, sizeof(int32_t))) < 0 ||
