@@ -137,8 +137,13 @@ static void test_two_workers_equal_one_big_batch(void **state)
                          "--threads 1 --optimizer sgd --lr 0.05 --momentum 0.9 --weight-decay 0 "
                          "--schedule constant --warmup 0 --progress off";
     assert_int_equal(run("one.log", "train %s %s --save %s/one.st", LENET, common, tmp), 0);
-    assert_int_equal(run("two.log", "train %s %s --workers 2 --save %s/two.st", LENET, common,
-                         tmp), 0);
+    /* static: 32 + 32 every step, as this test says; balanced shares follow
+     * the speeds of each run and at lr 0.05 the rounding of another split
+     * grows to 1.1e-5 in 20 steps (test_balanced_uneven_workers runs
+     * balanced shares at lr 0.02) */
+    assert_int_equal(run("two.log", "train %s %s --workers 2 --partition static --save %s/two.st",
+                         LENET, common, tmp),
+                     0);
     assert_true(log_has("two.log", "20 steps"));
     assert_true(log_has("two.log", "replicas identical"));
     bool bitwise;
