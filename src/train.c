@@ -1464,22 +1464,26 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                 goto out; /* standby, or a batch smaller than the cluster */
             } else if (D && D->balanced && !D->active[D->rank] && n > 0 &&
                        pos.step % RT_STANDBY_PROBE_EVERY == 0) {
-                /* Standby: now and then one sample, not counted, only to
-                 * keep measuring this worker's speed so that it may come
-                 * back. Not every step: a worker in a small CPU quota would
-                 * spend its quota on probes and freeze the ring. */
+                /* Standby: now and then a few samples, not counted, only
+                 * to keep measuring this worker's speed so that it may come
+                 * back. A quarter of an equal share, not one sample: one
+                 * sample runs far slower per image and would keep it on
+                 * standby for good. Not every step: a worker in a small CPU
+                 * quota would spend its quota on probes and freeze the ring. */
+                int nprobe = c.batch / (4 * D->world);
+                nprobe = nprobe < 1 ? 1 : nprobe > n ? n : nprobe;
                 double tp = rt_now();
-                if ((rc = rt_upload(dev, rt_buf_view(xb), x, chw * sizeof(float))) < 0 ||
-                    (rc = rt_upload(dev, rt_buf_view(yb), y, sizeof(int32_t))) < 0 ||
-                    (rc = rt_model_forward(m, rt_buf_view(xb), 1, true, seed)) < 0 ||
-                    (rc = rt_model_loss(m, rt_buf_view(yb), 1, NULL, NULL, NULL)) < 0 ||
-                    (rc = rt_model_backward(m, rt_buf_view(xb), rt_buf_view(yb), 1, 0.0f)) < 0 ||
+                if ((rc = rt_upload(dev, rt_buf_view(xb), x, (size_t)nprobe * chw * sizeof(float))) < 0 ||
+                    (rc = rt_upload(dev, rt_buf_view(yb), y, (size_t)nprobe * sizeof(int32_t))) < 0 ||
+                    (rc = rt_model_forward(m, rt_buf_view(xb), nprobe, true, seed)) < 0 ||
+                    (rc = rt_model_loss(m, rt_buf_view(yb), nprobe, NULL, NULL, NULL)) < 0 ||
+                    (rc = rt_model_backward(m, rt_buf_view(xb), rt_buf_view(yb), nprobe, 0.0f)) < 0 ||
                     (rc = rt_sync(dev)) < 0 ||
                     (rc = rt_op_fill(dev, rt_model_param_count(m), 0.0f, rt_model_grads(m))) < 0)
                     goto out;
                 double busy = rt_now() - tp;
                 busy += throttle_sleep(D->throttle, busy);
-                rt_speedo_add(&D->speedo, 1, busy);
+                rt_speedo_add(&D->speedo, nprobe, busy);
             }
             if (D && nl > 0) {
                 if (D->balanced && (rc = rt_sync(dev)) < 0)

@@ -253,7 +253,10 @@ static void test_balanced_uneven_workers(void **state)
     /* 1280 images, batch 64: 20 steps; re-plan every 5 */
     const char *common = UNEVEN;
     reference_run();
-    assert_int_equal(run("bal.log", "train %s %s --workers 3 --throttle 1,1,0.25 "
+    /* --min-share 0: this test is about proportional shares (standby has
+     * its own); a stall of the loaded machine in one window once made the
+     * quarter-speed worker look ten times slower */
+    assert_int_equal(run("bal.log", "train %s %s --workers 3 --throttle 1,1,0.25 --min-share 0 "
                                     "--replan-every 5 --metrics %s/bal.jsonl --save %s/bal.st",
                          LENET, common, tmp, tmp),
                      0);
@@ -327,8 +330,14 @@ static void test_average_reaches_sync_accuracy(void **state)
     const char *common = "--data fashion-mnist --limit 10000 --val 0 --epochs 1 --batch 32 "
                          "--optimizer sgd --lr 0.02 --momentum 0.9 --weight-decay 0 "
                          "--schedule cosine --warmup 0.1 --seed 1 --threads 1 --progress off";
-    assert_int_equal(run("sgd_sync.log", "train %s %s --workers 3", LENET, common), 0);
-    assert_int_equal(run("sgd_avg.log", "train %s %s --workers 3 --mode average --sync-every 4",
+    /* static shares: the same split in both runs, so the comparison is of
+     * the algorithms, not of two runs' measured speeds (with balanced
+     * shares the gap moved between -0.5 and 1.0 points from run to run) */
+    assert_int_equal(run("sgd_sync.log", "train %s %s --workers 3 --partition static", LENET,
+                         common),
+                     0);
+    assert_int_equal(run("sgd_avg.log", "train %s %s --workers 3 --partition static --mode "
+                                        "average --sync-every 4",
                          LENET, common),
                      0);
     double a = log_number("sgd_sync.log", "test_acc "), b = log_number("sgd_avg.log", "test_acc ");
