@@ -588,6 +588,11 @@ struct dist {
     double since;        /* average mode: samples since the last averaging */
     float throttle;      /* testing aid: fraction of this worker's speed */
     double quota_scale;  /* CPU quota / threads, at most 1 (rt_cpu_quota) */
+    double quota;        /* the quota in cores, 0: none */
+    /* since the last plan, for a quota-limited worker: process CPU time at
+     * its start, CPU spent computing, samples and steps */
+    double qcpu0, qcompute;
+    long qsamples, qsteps;
     double wall_rate;    /* gossip: samples / step-loop seconds of the last epoch */
 };
 
@@ -649,6 +654,7 @@ static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double q = rt_cpu_quota(), th = c->threads > 0 ? c->threads : (cores > 0 ? (double)cores : 1.0);
     d->quota_scale = q > 0.0 && q < th ? q / th : 1.0;
+    d->quota = d->quota_scale < 1.0 ? q : 0.0;
     if (d->quota_scale < 1.0)
         fprintf(stderr, "ragtag: [plan] rank %d: its cgroup allows %.2f cores for %.0f compute "
                         "threads: its speeds count x %.2f\n",
@@ -889,15 +895,42 @@ static void dist_say_plan(struct dist *d, const struct rt_train_config *c, long 
              c->batch, buf);
 }
 
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* What a quota-limited worker can sustain: its quota, less the CPU it
+ * spends outside computing (ring traffic, its optimiser slice, ...) at the
+ * step rate the last plan aimed at, turned into samples at the CPU cost of
+ * a sample. burst x quota / threads alone leaves no room for the ring
+ * work, and a worker that runs out of quota freezes the ring. */
+static double dist_quota_speed(struct dist *d, const struct rt_train_config *c, double rep)
+{
+    if (d->quota > 0.0 && d->qsteps >= 8 && d->qsamples > 0 && d->qcompute > 0.0) {
+        double other = fmax(0.0, cpu_now() - d->qcpu0 - d->qcompute) / (double)d->qsteps;
+        double per_sample = d->qcompute / (double)d->qsamples;
+        double sum = 0.0;
+        for (int r = 0; r < d->world; r++)
+            sum += d->speed[r];
+        double rate = sum > 0.0 ? sum / c->batch : 0.0; /* steps/s of the last plan */
+        double avail = d->quota - rate * other;
+        rep = fmin(rep, avail > 0.0 ? avail / per_sample : 1e-3);
+    }
+    d->qcpu0 = cpu_now();
+    d->qcompute = 0.0;
+    d->qsamples = d->qsteps = 0;
+    return rep;
+}
+
 /* Everybody's current speed, the same bits on every rank. */
 static int dist_exchange_speeds(struct dist *d, double mine)
 {
     for (int r = 0; r < d->world; r++)
         d->speed[r] = 0.0;
-    /* Gossip plans whole epochs: the rate over the last epoch's loop (wall
-     * time, so it sees quota freezes and exchanges) is steadier than a
-     * 16-step window. */
-    d->speed[d->rank] = d->wall_rate > 0.0 ? d->wall_rate : mine * d->quota_scale;
+    d->speed[d->rank] = mine;
     return d->comm->allreduce_f64(d->comm->ctx, d->speed, (size_t)d->world);
 }
 
@@ -906,7 +939,13 @@ static int dist_exchange_speeds(struct dist *d, double mine)
 static int dist_replan(struct dist *d, const struct rt_train_config *c, long step, double mine,
                        const char *why)
 {
-    RT_TRY(dist_exchange_speeds(d, mine));
+    /* Gossip plans whole epochs: the rate over the last epoch's loop (wall
+     * time, so it sees quota freezes and exchanges) is steadier than a
+     * 16-step window. Otherwise the compute speed, for a quota-limited
+     * worker what its quota sustains. */
+    double rep = d->wall_rate > 0.0 ? d->wall_rate
+                                    : dist_quota_speed(d, c, mine * d->quota_scale);
+    RT_TRY(dist_exchange_speeds(d, rep));
     d->plan_speed = mine;
     d->plan_step = step;
     d->speedo.filled = 0; /* measure the new shares afresh */
@@ -1442,6 +1481,8 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                 seed = step_seed(seed ^ ((uint64_t)(g_first + g_done) * 0x9E3779B97F4A7C15ull),
                                  (long)D->rank);
             double tc = rt_now();
+            double cc = D && D->quota > 0.0 ? cpu_now() : 0.0;
+            int probed = 0; /* samples of a standby probe */
             if (nl > 0) {
                 if ((rc = rt_upload(dev, rt_buf_view(xb), x + (size_t)a * chw,
                                     (size_t)nl * chw * sizeof(float))) < 0 ||
@@ -1484,6 +1525,12 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
                 double busy = rt_now() - tp;
                 busy += throttle_sleep(D->throttle, busy);
                 rt_speedo_add(&D->speedo, nprobe, busy);
+                probed = nprobe;
+            }
+            if (D && D->quota > 0.0) {
+                D->qcompute += cpu_now() - cc; /* shares and standby probes */
+                D->qsamples += nl > 0 ? nl : probed;
+                D->qsteps++;
             }
             if (D && nl > 0) {
                 if (D->balanced && (rc = rt_sync(dev)) < 0)
