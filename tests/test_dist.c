@@ -247,24 +247,38 @@ static bool last_plan(const char *log, int after_step, long *share, double *spee
     return got;
 }
 
+/* `train UNEVEN --workers ... FLAGS`, saved as NAME.st, must leave bitwise
+ * identical replicas and the weights of one process with the whole batch
+ * (reference_run) within 1e-5 relative per tensor. */
+static void uneven_run_matches_one_machine(const char *name, const char *flags, const char *what)
+{
+    reference_run();
+    char log[64], st[64];
+    snprintf(log, sizeof log, "%s.log", name);
+    snprintf(st, sizeof st, "%s.st", name);
+    assert_int_equal(run(log, "train %s %s %s --save %s/%s", LENET, UNEVEN, flags, tmp, st), 0);
+    assert_true(log_has(log, "replicas identical"));
+    bool bitwise;
+    double rel = tensor_rel_err(st, "ref.st", &bitwise);
+    printf("%s vs 1 x 64 after 20 steps: max relative difference %.3g\n", what, rel);
+    assert_true(rel <= 1e-5);
+}
+
 static void test_balanced_uneven_workers(void **state)
 {
     (void)state;
-    /* 1280 images, batch 64: 20 steps; re-plan every 5 */
-    const char *common = UNEVEN;
-    reference_run();
-    /* --min-share 0: this test is about proportional shares (standby has
-     * its own); a stall of the loaded machine in one window once made the
-     * quarter-speed worker look ten times slower */
-    assert_int_equal(run("bal.log", "train %s %s --workers 3 --throttle 1,1,0.25 --min-share 0 "
-                                    "--replan-every 5 --metrics %s/bal.jsonl --save %s/bal.st",
-                         LENET, common, tmp, tmp),
-                     0);
-    assert_true(log_has("bal.log", "replicas identical"));
-    long share[3];
-    double speed[3];
+    /* 1280 images, batch 64: 20 steps; re-plan every 5. --min-share 0:
+     * this test is about proportional shares (standby has its own); a stall
+     * of the loaded machine in one window once made the quarter-speed
+     * worker look ten times slower */
+    char flags[512];
+    snprintf(flags, sizeof flags, "--workers 3 --throttle 1,1,0.25 --min-share 0 "
+                                  "--replan-every 5 --metrics %s/bal.jsonl", tmp);
+    uneven_run_matches_one_machine("bal", flags, "3 uneven workers");
     /* the run's last line of the plan: the shares it ended with, from
      * speeds measured after 3 re-plans at least */
+    long share[3];
+    double speed[3];
     assert_true(last_plan("bal.log", 0, share, speed));
     double plans = log_number("bal.log", "(end; ");
     assert_true(plans >= 4);
@@ -279,49 +293,27 @@ static void test_balanced_uneven_workers(void **state)
     assert_true(share[2] < share[0] && share[2] < share[1]);
     assert_true(share[2] * 2 < 64 / 3);
     /* every sample once: the run fails otherwise; the metrics count them */
-    char mp[300];
+    char mp[600];
     snprintf(mp, sizeof mp, "grep -q '\"samples\": *1280' %s/bal.jsonl", tmp);
     assert_int_equal(system(mp), 0);
-    bool bitwise;
-    double rel = tensor_rel_err("bal.st", "ref.st", &bitwise);
-    printf("3 uneven workers vs 1 x 64 after 20 steps: max relative difference %.3g\n", rel);
-    assert_true(rel <= 1e-5);
 }
 
 static void test_standby_keeps_the_maths(void **state)
 {
     (void)state;
-    const char *common = UNEVEN;
-    reference_run();
     /* the second worker at 2% of its speed, min-share 0.2 */
-    assert_int_equal(run("stb.log", "train %s %s --workers 2 --throttle 1,0.02 --min-share 0.2 "
-                                    "--save %s/stb.st",
-                         LENET, common, tmp),
-                     0);
+    uneven_run_matches_one_machine("stb", "--workers 2 --throttle 1,0.02 --min-share 0.2",
+                                   "1 worker + 1 on standby");
     assert_true(log_has("stb.log", "rank 1 on standby at step 0"));
     assert_true(log_has("stb.log", "by rank: 64 0"));
-    assert_true(log_has("stb.log", "replicas identical"));
-    bool bitwise;
-    double rel = tensor_rel_err("stb.st", "ref.st", &bitwise);
-    printf("1 worker + 1 on standby vs 1 x 64: max relative difference %.3g\n", rel);
-    assert_true(rel <= 1e-5);
 }
 
 static void test_average_h1_is_sync(void **state)
 {
     (void)state;
-    const char *common = UNEVEN;
-    reference_run();
-    assert_int_equal(run("avg1.log", "train %s %s --workers 3 --mode average --sync-every 1 "
-                                     "--throttle 1,1,0.5 --save %s/avg1.st",
-                         LENET, common, tmp),
-                     0);
-    assert_true(log_has("avg1.log", "replicas identical"));
-    bool bitwise;
-    double rel = tensor_rel_err("avg1.st", "ref.st", &bitwise);
-    printf("average mode, H = 1, 3 uneven workers vs 1 x 64: max relative difference %.3g\n",
-           rel);
-    assert_true(rel <= 1e-5);
+    uneven_run_matches_one_machine("avg1", "--workers 3 --mode average --sync-every 1 "
+                                           "--throttle 1,1,0.5",
+                                   "average mode, H = 1, 3 uneven workers");
 }
 
 static void test_average_reaches_sync_accuracy(void **state)
