@@ -52,37 +52,37 @@ static int run(const char *log, const char *fmt, ...)
     return st;
 }
 
-static bool log_has(const char *log, const char *needle)
+/* The last line of a log that contains `needle`, copied to line (cap
+ * bytes); false when none does. */
+static bool log_last(const char *log, const char *needle, char *line, size_t cap)
 {
-    char p[512];
+    char p[512], buf[4096];
     snprintf(p, sizeof p, "%s/%s", tmp, log);
     FILE *f = fopen(p, "r");
     if (!f)
         return false;
-    char line[4096];
     bool found = false;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, needle) != NULL;
+    while (fgets(buf, sizeof buf, f))
+        if (strstr(buf, needle)) {
+            snprintf(line, cap, "%s", buf);
+            found = true;
+        }
     fclose(f);
     return found;
 }
 
+static bool log_has(const char *log, const char *needle)
+{
+    char line[4096];
+    return log_last(log, needle, line, sizeof line);
+}
+
+/* The number after `key` on the last line that has it; NaN when none. */
 static double log_number(const char *log, const char *key)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", tmp, log);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return NAN;
     char line[4096];
-    double v = NAN;
-    while (fgets(line, sizeof line, f)) {
-        const char *s = strstr(line, key);
-        if (s)
-            v = strtod(s + strlen(key), NULL);
-    }
-    fclose(f);
-    return v;
+    return log_last(log, key, line, sizeof line) ? strtod(strstr(line, key) + strlen(key), NULL)
+                                                 : NAN;
 }
 
 /* Largest over tensors of max|a-b| / max|b|. */
@@ -223,28 +223,15 @@ static void reference_run(void)
         assert_int_equal(run("ref.log", "train %s %s --save %s/ref.st", LENET, UNEVEN, tmp), 0);
 }
 
-/* The shares of the last "[plan]" line after `after`: fills share[3] and
- * speed[3]; false when there is none. */
-static bool last_plan(const char *log, int after_step, long *share, double *speed)
+/* The shares and speeds of the last "[plan] ... by rank:" line (the
+ * run's end line): fills share[3] and speed[3]. */
+static bool last_plan(const char *log, long *share, double *speed)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", tmp, log);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return false;
     char line[4096];
-    bool got = false;
-    while (fgets(line, sizeof line, f)) {
-        int step;
-        const char *s = strstr(line, "[plan] step ");
-        const char *r = strstr(line, "by rank: ");
-        if (!s || !r || sscanf(s, "[plan] step %d", &step) != 1 || step <= after_step)
-            continue;
-        got = sscanf(r, "by rank: %ld %ld %ld at img/s %lf %lf %lf", &share[0], &share[1],
-                     &share[2], &speed[0], &speed[1], &speed[2]) == 6;
-    }
-    fclose(f);
-    return got;
+    if (!log_last(log, "by rank: ", line, sizeof line))
+        return false;
+    return sscanf(strstr(line, "by rank: "), "by rank: %ld %ld %ld at img/s %lf %lf %lf",
+                  &share[0], &share[1], &share[2], &speed[0], &speed[1], &speed[2]) == 6;
 }
 
 /* `train UNEVEN --workers ... FLAGS`, saved as NAME.st, must leave bitwise
@@ -279,7 +266,7 @@ static void test_balanced_uneven_workers(void **state)
      * speeds measured after 3 re-plans at least */
     long share[3];
     double speed[3];
-    assert_true(last_plan("bal.log", 0, share, speed));
+    assert_true(last_plan("bal.log", share, speed));
     double plans = log_number("bal.log", "(end; ");
     assert_true(plans >= 4);
     double tot = speed[0] + speed[1] + speed[2];
@@ -341,23 +328,11 @@ static void test_average_reaches_sync_accuracy(void **state)
 /* "worker local-R (rank R): N local steps in S s of training (X steps/s)" */
 static double steps_per_s(const char *log, int rank)
 {
-    char key[64];
+    char key[64], line[4096];
     snprintf(key, sizeof key, "(rank %d): ", rank);
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", tmp, log);
-    FILE *f = fopen(p, "r");
-    if (!f)
+    if (!log_last(log, key, line, sizeof line) || !strstr(line, "s of training ("))
         return NAN;
-    char line[4096];
-    double v = NAN;
-    while (fgets(line, sizeof line, f)) {
-        const char *s = strstr(line, key);
-        const char *t = s ? strstr(s, "s of training (") : NULL;
-        if (t)
-            v = strtod(t + strlen("s of training ("), NULL);
-    }
-    fclose(f);
-    return v;
+    return strtod(strstr(line, "s of training (") + strlen("s of training ("), NULL);
 }
 
 #define E2E                                                                                    \
