@@ -35,7 +35,6 @@
 static volatile sig_atomic_t stop_requested;
 
 #define RT_STANDBY_PROBE_EVERY 8 /* steps between a standby worker's probes */
-#define RT_MAX_PLAN 4096 /* workers a plan can name (membership allows fewer) */
 
 void rt_train_request_stop(void) { stop_requested = 1; }
 
@@ -636,6 +635,8 @@ static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model 
     if (d->ns && !(d->hstate = malloc(d->ns * sizeof(float))))
         return rt_error(RT_ERR_NOMEM, "no host memory for the model state");
     int W = d->world;
+    if (W > RT_PLAN_MAX)
+        return rt_error(RT_ERR_CONFIG, "%d workers: a run holds at most %d", W, RT_PLAN_MAX);
     d->speed = calloc((size_t)W, sizeof *d->speed);
     d->active = calloc((size_t)W, sizeof *d->active);
     d->share = calloc((size_t)W * 4, sizeof *d->share);
@@ -951,9 +952,9 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
     d->speedo.filled = 0; /* measure the new shares afresh */
     d->speedo.next = 0;
     int W = d->world;
-    long old[RT_MAX_PLAN];
-    bool was[RT_MAX_PLAN];
-    for (int r = 0; r < W && r < RT_MAX_PLAN; r++) {
+    long old[RT_PLAN_MAX];
+    bool was[RT_PLAN_MAX];
+    for (int r = 0; r < W; r++) {
         old[r] = d->share[r];
         was[r] = d->active[r];
     }
@@ -965,9 +966,9 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
     /* A move of a sample or two is noise (a smaller share runs at fewer
      * img/s, which asks for a smaller share...): keep the plan then. */
     long moved = 0, slack = c->batch / 50 > 1 ? c->batch / 50 : 1;
-    for (int r = 0; r < W && r < RT_MAX_PLAN; r++)
+    for (int r = 0; r < W; r++)
         moved = labs(old[r] - d->share[r]) > moved ? labs(old[r] - d->share[r]) : moved;
-    bool changed = d->plans == 1 || roles || moved > slack || W > RT_MAX_PLAN;
+    bool changed = d->plans == 1 || roles || moved > slack;
     if (!changed)
         for (int r = 0; r < W; r++)
             d->share[r] = old[r];
@@ -979,7 +980,7 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
             if (was[r] || d->plans == 1)
                 mean += d->speed[r], nact++;
         mean = nact ? mean / nact : 0.0;
-        for (int r = 0; r < W && r < RT_MAX_PLAN; r++) {
+        for (int r = 0; r < W; r++) {
             if (was[r] && !d->active[r])
                 dist_say(d, "ragtag: [plan] rank %d on standby at step %ld: %.0f img/s is below --min-share "
                             "%g of the mean %.0f img/s; it keeps its replica and takes no "
@@ -1391,9 +1392,9 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
             pos.step = pos.epoch * spe;
             rt_optim_set_steps(opt, pos.step);
         }
+        D->plan_speed = ips; /* gossip's first epoch is planned from it */
         if (D->balanced && (rc = dist_replan(D, &c, pos.step, ips, "speeds measured at start")) < 0)
             goto out;
-        D->plan_speed = ips;
     } else {
         if (c.progress != RT_PROGRESS_OFF)
             rt_model_summary(m, stderr);
