@@ -946,6 +946,8 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
      * worker what its quota sustains. */
     double rep = d->wall_rate > 0.0 ? d->wall_rate
                                     : dist_quota_speed(d, c, mine * d->quota_scale);
+    double ospeed[RT_PLAN_MAX];
+    memcpy(ospeed, d->speed, (size_t)d->world * sizeof *ospeed);
     RT_TRY(dist_exchange_speeds(d, rep));
     d->plan_speed = mine;
     d->plan_step = step;
@@ -964,14 +966,17 @@ static int dist_replan(struct dist *d, const struct rt_train_config *c, long ste
     rt_plan_shares(c->batch, W, d->speed, d->active, d->share);
     d->plans++;
     /* A move of a sample or two is noise (a smaller share runs at fewer
-     * img/s, which asks for a smaller share...): keep the plan then. */
+     * img/s, which asks for a smaller share...): keep the plan then, shares
+     * and the speeds they came from together. */
     long moved = 0, slack = c->batch / 50 > 1 ? c->batch / 50 : 1;
     for (int r = 0; r < W; r++)
         moved = labs(old[r] - d->share[r]) > moved ? labs(old[r] - d->share[r]) : moved;
     bool changed = d->plans == 1 || roles || moved > slack;
     if (!changed)
-        for (int r = 0; r < W; r++)
+        for (int r = 0; r < W; r++) {
             d->share[r] = old[r];
+            d->speed[r] = ospeed[r];
+        }
     rt_plan_offsets(W, d->share, d->off);
     if (d->rank == 0) {
         double mean = 0.0;
