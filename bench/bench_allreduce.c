@@ -24,7 +24,7 @@
 
 #include "comm.h"
 #include "localring.h"
-#include "progress.h"
+#include "clock.h"
 #include "ring.h"
 #include "status.h"
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "progress.h"
+#include "clock.h"
 #include "status.h"
 #include "transport.h"
 

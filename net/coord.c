@@ -34,6 +34,7 @@
 #include "model.h"
 #include "net.h"
 #include "optim.h"
+#include "clock.h"
 #include "progress.h"
 #include "ring.h"
 #include "status.h"

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "membership.h"
-#include "progress.h"
+#include "clock.h"
 #include "rng.h"
 #include "status.h"
 #include "transport.h"

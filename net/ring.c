@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "progress.h"
+#include "clock.h"
 #include "shm.h"
 #include "status.h"
 #include "transport.h"

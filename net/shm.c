@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "progress.h"
+#include "clock.h"
 #include "status.h"
 
 #define SHM_MAGIC 0x6d68737467617272ull /* "rragtshm" */

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "progress.h"
+#include "clock.h"
 #include "status.h"
 
 #define WIRE_MAX_OBJECTS 65536 /* per message: bounds msgpack-c's zone */

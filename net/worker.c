@@ -30,6 +30,7 @@
 #include "datashare.h"
 #include "membership.h"
 #include "net.h"
+#include "clock.h"
 #include "progress.h"
 #include "ring.h"
 #include "status.h"

@@ -2,19 +2,11 @@
  * redrawn at most 10 times a second so it never costs a step's time. */
 #include "progress.h"
 
-#include <time.h>
 #include <unistd.h>
 
-#include "train.h"
+#include "clock.h"
 
-double rt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-void rt_progress_init(rt_progress *p, FILE *out, int mode)
+void rt_progress_init(rt_progress *p, FILE *out, enum rt_progress_mode mode)
 {
     p->out = out;
     p->quiet = mode == RT_PROGRESS_OFF;

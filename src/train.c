@@ -29,6 +29,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "partition.h"
+#include "clock.h"
 #include "progress.h"
 #include "status.h"
 

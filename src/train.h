@@ -8,9 +8,9 @@
 #include <stdint.h>
 
 #include "optim.h"
+#include "progress.h"
 
 enum rt_monitor { RT_MONITOR_VAL_ACC, RT_MONITOR_VAL_LOSS };
-enum rt_progress_mode { RT_PROGRESS_AUTO, RT_PROGRESS_BAR, RT_PROGRESS_LINES, RT_PROGRESS_OFF };
 /* How several workers train one model (docs/heterogeneous.md). */
 enum rt_dist_mode {
     RT_MODE_SYNC,    /* one global batch per step, gradients summed: one machine's maths */

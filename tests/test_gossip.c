@@ -15,7 +15,7 @@
 
 #include "gossip.h"
 #include "junk.h"
-#include "progress.h"
+#include "clock.h"
 #include "status.h"
 #include "transport.h"
 #include "wire.h"

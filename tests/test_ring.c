@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 
 #include "junk.h"
-#include "progress.h"
+#include "clock.h"
 #include "localring.h"
 #include "ring.h"
 #include "status.h"

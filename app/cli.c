@@ -20,6 +20,7 @@
 #include "model.h"
 #include "partition.h"
 #include "net.h"
+#include "clock.h"
 #include "progress.h"
 #include "status.h"
 #include "train.h"
