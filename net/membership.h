@@ -11,10 +11,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "collective.h"
 #include "transport.h"
 #include "wire.h"
 
-#define RT_MAX_WORKERS 256
 #define RT_NAME_MAX 64
 
 struct rt_member {

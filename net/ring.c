@@ -95,14 +95,6 @@ static void check(const rt_ring *r) { RT_ASSERT(r && r->tag == RING_TAG); }
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-void rt_ring_segment(size_t n, int world, int rank, size_t *lo, size_t *hi)
-{
-    RT_ASSERT(world >= 1 && rank >= 0 && rank < world);
-    /* n * rank fits: n < 2^52 elements and world <= RT_MAX_WORKERS. */
-    *lo = (size_t)((unsigned __int128)n * (unsigned)rank / (unsigned)world);
-    *hi = (size_t)((unsigned __int128)n * (unsigned)(rank + 1) / (unsigned)world);
-}
-
 static void add_f32(void *dst, const void *src, size_t count)
 {
     float *restrict d = dst;
@@ -311,7 +303,7 @@ static void region(const struct plan *p, int world, int q, size_t j, char **ptr,
         lo = 0;
         hi = p->n;
     } else {
-        rt_ring_segment(p->n, world, q, &lo, &hi);
+        rt_slice(p->n, world, q, &lo, &hi);
     }
     size_t len = hi - lo;
     size_t a = lo + (size_t)((unsigned __int128)len * j / p->K);

@@ -71,10 +71,7 @@ int rt_ring_size(const rt_ring *r);
 /* "shm" or "tcp" for the links to the left / right neighbour ("-" alone). */
 const char *rt_ring_link(const rt_ring *r, bool right);
 
-/* The segment of `rank` in a buffer of n elements: [*lo, *hi). */
-void rt_ring_segment(size_t n, int world, int rank, size_t *lo, size_t *hi);
-
-/* On return buf[segment(rank)] holds the sum over all ranks; the rest of
+/* On return buf[rt_slice(rank)] holds the sum over all ranks; the rest of
  * buf is scratch. flags: in, this rank's; out, the OR over all ranks. */
 int rt_ring_reduce_scatter(rt_ring *r, float *buf, size_t n, uint32_t *flags);
 /* Each rank contributes buf[segment(rank)]; on return buf is complete. */

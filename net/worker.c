@@ -85,6 +85,7 @@ struct worker {
     bool served;
     rt_comm *comm;
     rt_gossip *gossip; /* --mode gossip: owned by the training thread */
+    uint32_t votes_out, votes_in; /* control votes cast / seen since agreed() */
     struct resume_state resume;
 };
 
@@ -489,14 +490,17 @@ static int take_resume(struct worker *w)
     return RT_OK;
 }
 
-static int w_restore(void *ctx, struct rt_train_pos *pos, float *params, size_t np, float *state,
-                     size_t ns, float *const *opt, int nopt, size_t lo, size_t hi, float *best,
-                     bool *have_best)
+static int w_restore(void *ctx, struct rt_ckpt_restore *to)
 {
     struct worker *w = ctx;
     struct resume_state *r = &w->resume;
     if (!r->on)
         return 0;
+    struct rt_train_pos *pos = to->pos;
+    float *params = to->params, *state = to->state, *best = to->best;
+    float *const *opt = to->opt;
+    size_t np = to->np, ns = to->ns, lo = to->lo, hi = to->hi;
+    int nopt = to->nopt;
     if (r->np != np || r->ns != ns || r->lo != lo || r->hi != hi || r->nopt != (uint64_t)nopt)
         return rt_error(RT_ERR_FORMAT, "the checkpoint the coordinator sent does not fit this "
                                        "model (%llu parameters, %llu state, %llu optimiser "
@@ -513,7 +517,7 @@ static int w_restore(void *ctx, struct rt_train_pos *pos, float *params, size_t 
         memcpy(best, r->buf[k++], np * sizeof(float));
         if (ns)
             memcpy(best + np, r->buf[k++], ns * sizeof(float));
-        *have_best = true;
+        to->have_best = true;
     }
     uint64_t seed = pos->seed;
     *pos = r->pos;
@@ -569,19 +573,32 @@ static int w_ready(void *ctx, double ips, const char *summary)
     return RT_OK;
 }
 
-static int w_rs(void *ctx, float *buf, size_t n, uint32_t *flags)
+/* The trainer's collectives (collective.h) over the comm thread's ring.
+ * Control votes ride in the chunk headers' flag bits of the float
+ * collectives: cast votes go out with every one until agreed() is asked,
+ * and what comes back is ORed in. */
+static int w_flagged(struct worker *w, int (*op)(rt_comm *, float *, size_t, uint32_t *),
+                     float *buf, size_t n)
 {
-    return rt_comm_reduce_scatter(((struct worker *)ctx)->comm, buf, n, flags);
+    uint32_t fl = w->votes_out | w->votes_in;
+    int rc = op(w->comm, buf, n, &fl);
+    w->votes_in |= fl;
+    return rc;
 }
 
-static int w_ag(void *ctx, float *buf, size_t n, uint32_t *flags)
+static int w_rs(void *ctx, float *buf, size_t n)
 {
-    return rt_comm_all_gather(((struct worker *)ctx)->comm, buf, n, flags);
+    return w_flagged(ctx, rt_comm_reduce_scatter, buf, n);
 }
 
-static int w_ar(void *ctx, float *buf, size_t n, uint32_t *flags)
+static int w_ag(void *ctx, float *buf, size_t n)
 {
-    return rt_comm_allreduce(((struct worker *)ctx)->comm, buf, n, flags);
+    return w_flagged(ctx, rt_comm_all_gather, buf, n);
+}
+
+static int w_ar(void *ctx, float *buf, size_t n)
+{
+    return w_flagged(ctx, rt_comm_allreduce, buf, n);
 }
 
 static int w_ar64(void *ctx, double *buf, size_t n)
@@ -593,6 +610,29 @@ static int w_bcast(void *ctx, void *buf, size_t bytes, int root)
 {
     return rt_comm_broadcast(((struct worker *)ctx)->comm, buf, bytes, root);
 }
+
+static void w_vote(void *ctx, uint32_t votes)
+{
+    ((struct worker *)ctx)->votes_out |= votes;
+}
+
+static uint32_t w_agreed(void *ctx)
+{
+    struct worker *w = ctx;
+    uint32_t v = w->votes_out | w->votes_in;
+    w->votes_out = w->votes_in = 0;
+    return v;
+}
+
+static const struct rt_collective_ops worker_collectives = {
+    .reduce_scatter = w_rs,
+    .all_gather = w_ag,
+    .allreduce = w_ar,
+    .allreduce_f64 = w_ar64,
+    .broadcast = w_bcast,
+    .vote = w_vote,
+    .agreed = w_agreed,
+};
 
 /* Gossip: every rank's inbox, passed round the ring, then a socket to each. */
 static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
@@ -664,6 +704,8 @@ static void w_progress(void *ctx, int epoch, int epochs, long done, long total, 
                        double acc, double ips, double eta)
 {
     struct worker *w = ctx;
+    if (w->rank != 0)
+        return; /* rank 0 speaks for the run */
     rt_wire_begin(&w->w, w->run, "progress", 8);
     rt_wire_put_uint(&w->w, "epoch", (uint64_t)epoch);
     rt_wire_put_uint(&w->w, "epochs", (uint64_t)epochs);
@@ -680,6 +722,8 @@ static void w_progress(void *ctx, int epoch, int epochs, long done, long total, 
 static int w_line(void *ctx, const char *text)
 {
     struct worker *w = ctx;
+    if (w->rank != 0)
+        return RT_OK;
     rt_wire_begin(&w->w, w->run, "line", 1);
     rt_wire_put_str(&w->w, "text", text);
     RT_TRY(rt_wire_end(&w->w));
@@ -689,6 +733,8 @@ static int w_line(void *ctx, const char *text)
 static int w_metrics(void *ctx, const struct rt_train_field *f, int n)
 {
     struct worker *w = ctx;
+    if (w->rank != 0)
+        return RT_OK;
     rt_wire_begin(&w->w, w->run, "metrics", 1);
     rt_wire_put_map(&w->w, "fields", n);
     for (int i = 0; i < n; i++) {
@@ -702,11 +748,14 @@ static int w_metrics(void *ctx, const struct rt_train_field *f, int n)
     return send_ctrl(w, NULL, NULL, 0);
 }
 
-static int w_checkpoint(void *ctx, const char *which, const struct rt_train_pos *pos,
-                        const float *params, size_t np, const float *state, size_t ns,
-                        const float *const *opt, const char *const *opt_names, int nopt,
-                        size_t lo, size_t hi)
+static int w_checkpoint(void *ctx, const char *which, const struct rt_ckpt_part *p)
 {
+    const struct rt_train_pos *pos = p->pos;
+    const float *params = p->params, *state = p->state;
+    const float *const *opt = p->opt;
+    const char *const *opt_names = p->opt_names;
+    size_t np = p->np, ns = p->ns, lo = p->lo, hi = p->hi;
+    int nopt = p->nopt;
     struct worker *w = ctx;
     rt_wire_begin(&w->w, w->run, "ckpt", 12);
     rt_wire_put_str(&w->w, "which", which);
@@ -741,6 +790,22 @@ static int w_checkpoint(void *ctx, const char *which, const struct rt_train_pos 
     }
     return send_ctrl(w, frames, sizes, k);
 }
+
+static const struct rt_pairwise_ops worker_pairwise = {
+    .begin = w_gossip_begin,
+    .step = w_gossip_step,
+    .drain = w_gossip_drain,
+};
+
+static const struct rt_reporter_ops worker_reporter = {
+    .ready = w_ready,
+    .progress = w_progress,
+    .line = w_line,
+    .metrics = w_metrics,
+    .stop_requested = w_stop,
+    .checkpoint = w_checkpoint,
+    .restore = w_restore,
+};
 
 /* ---- the whole life ---------------------------------------------------------------------- */
 
@@ -800,30 +865,14 @@ int rt_worker_run(const struct rt_worker_options *o)
     joined = true;
     if ((rc = get_data(w)) < 0)
         goto out;
-    struct rt_train_comm tc = {
-        .ctx = w,
-        .rank = w->rank,
-        .world = w->world,
+    struct rt_train_net tn = {
+        .coll = {.ops = &worker_collectives, .ctx = w, .rank = w->rank, .world = w->world},
+        .pairwise = {.ops = &worker_pairwise, .ctx = w},
+        .report = {.ops = &worker_reporter, .ctx = w, .want_checkpoints = w->want_ckpt,
+                   .want_final = w->want_final},
         .model_text = w->model_text,
-        .want_checkpoints = w->want_ckpt,
-        .want_final = w->want_final,
-        .ready = w_ready,
-        .reduce_scatter = w_rs,
-        .all_gather = w_ag,
-        .allreduce = w_ar,
-        .allreduce_f64 = w_ar64,
-        .broadcast = w_bcast,
-        .stop_requested = w_stop,
-        .progress = w_progress,
-        .line = w_line,
-        .metrics = w_metrics,
-        .restore = w_restore,
-        .checkpoint = w_checkpoint,
-        .gossip_begin = w_gossip_begin,
-        .gossip_step = w_gossip_step,
-        .gossip_drain = w_gossip_drain,
     };
-    rc = rt_train_run_dist(&w->c, &tc, &res);
+    rc = rt_train_run_dist(&w->c, &tn, &res);
     if (rc == RT_OK)
         say(w, "done: %d epochs, %ld steps, parameters hash %016llx", res.epochs_run, res.steps,
             (unsigned long long)res.params_hash);

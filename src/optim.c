@@ -194,12 +194,17 @@ void rt_optim_destroy(rt_optim **op)
 int rt_optim_step(rt_optim *o, rt_view w, rt_view g)
 {
     RT_ASSERT(o && o->tag == OPTIM_TAG);
+    double ss = 0.0;
+    RT_TRY(rt_op_sumsq(o->dev, o->n, g, &ss));
+    return rt_optim_update(o, w, g, sqrt(ss));
+}
+
+int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm)
+{
+    RT_ASSERT(o && o->tag == OPTIM_TAG);
     const struct rt_optim_config *c = &o->cfg;
     rt_dev *d = o->dev;
 
-    double ss = 0.0;
-    RT_TRY(rt_op_sumsq(d, o->n, g, &ss));
-    double norm = sqrt(ss);
     o->last_norm = norm;
     if (c->clip_norm > 0.0f && isfinite(norm) && norm > (double)c->clip_norm)
         RT_TRY(rt_op_scale(d, o->n, (float)((double)c->clip_norm / norm), g));

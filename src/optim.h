@@ -50,6 +50,10 @@ void rt_optim_destroy(rt_optim **o);
  * and the norm is finite; g is scaled in place), schedule, fused step.
  * Counts steps. */
 int rt_optim_step(rt_optim *o, rt_view w, rt_view g);
+/* The same with the gradient's norm measured by the caller (a data-parallel
+ * step knows the norm of the whole gradient, not only of the slice w and g
+ * cover); NaN: not measured, no clipping. */
+int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm);
 
 long rt_optim_steps(const rt_optim *o);          /* updates done so far */
 size_t rt_optim_size(const rt_optim *o);         /* n, as given to rt_optim_new */

@@ -53,8 +53,8 @@ static void weights(int world, const double *speed, uint64_t *w)
 
 void rt_plan_shares(long n, int world, const double *speed, const bool *active, long *share)
 {
-    RT_ASSERT(world >= 1 && world <= RT_PLAN_MAX && n >= 0);
-    uint64_t w[RT_PLAN_MAX];
+    RT_ASSERT(world >= 1 && world <= RT_MAX_WORKERS && n >= 0);
+    uint64_t w[RT_MAX_WORKERS];
     weights(world, speed, w);
     int nact = 0;
     unsigned __int128 total = 0;
@@ -75,7 +75,7 @@ void rt_plan_shares(long n, int world, const double *speed, const bool *active, 
      * the lower rank). */
     long base = n >= nact ? 1 : 0;
     long rest = n - base * nact;
-    unsigned __int128 rem[RT_PLAN_MAX];
+    unsigned __int128 rem[RT_MAX_WORKERS];
     long given = 0;
     for (int r = 0; r < world; r++) {
         if (active && !active[r])

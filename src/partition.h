@@ -16,8 +16,9 @@
 
 #include <stdbool.h>
 
+#include "collective.h"
+
 #define RT_SPEED_WINDOW 16
-#define RT_PLAN_MAX 256 /* workers a plan can hold: net's RT_MAX_WORKERS (checked there) */
 
 /* samples/s over the last RT_SPEED_WINDOW measured steps. */
 struct rt_speedo {
@@ -41,7 +42,7 @@ bool rt_speedo_full(const struct rt_speedo *s);
  * may be NULL (all active). Deterministic: integer arithmetic on the
  * speeds rounded to 1/1024 sample/s. */
 void rt_plan_shares(long n, int world, const double *speed, const bool *active, long *share);
-/* world <= RT_PLAN_MAX in both. */
+/* world <= RT_MAX_WORKERS in both. */
 
 /* Standby decisions with hysteresis: an active worker whose speed is below
  * min_share x the mean speed of the active workers goes on standby; a

@@ -7,8 +7,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "collective.h"
 #include "optim.h"
 #include "progress.h"
+#include "reporter.h"
 
 enum rt_monitor { RT_MONITOR_VAL_ACC, RT_MONITOR_VAL_LOSS };
 /* How several workers train one model (docs/heterogeneous.md). */
@@ -113,74 +115,19 @@ int rt_eval_run(const char *model_path, const char *weights_path, const char *da
 void rt_train_request_stop(void);
 
 /* ---- data-parallel training ----------------------------------------------------
- * net/ (a worker) runs the same driver with a struct rt_train_comm: the
- * "gradients ready" hook of the design. Each step a worker computes the
- * gradient of its share of the global batch (scaled by 1/B of the WHOLE
- * batch), reduce-scatters it, applies the optimiser to its own slice of the
- * parameters on the host (the optimiser state is split N ways), and
- * all-gathers the parameters. Metrics are reduced; rank 0 decides early
- * stopping and reports to the coordinator, which writes files. */
-
-/* One field of a metrics line, for rank 0 to send to the coordinator. */
-struct rt_train_field {
-    const char *key;
-    char kind;    /* 'n': num (NaN is null), 'i': integer */
-    double num;
-    long integer;
-};
-
-struct rt_train_pos;
-
-struct rt_train_comm {
-    void *ctx;
-    int rank, world;
+ * A worker (net/worker.c) runs the same trainer with the other workers
+ * behind a table of collectives (collective.h), the pairwise links of gossip
+ * mode, and a reporter to the coordinator (reporter.h). How a step uses them
+ * is the training mode's business (--mode sync|average|gossip; docs/
+ * architecture.md): the trainer's loop is the same for all. */
+struct rt_train_net {
+    rt_collective coll;   /* rank, world and the collectives */
+    rt_pairwise pairwise; /* gossip mode (ops NULL: not offered) */
+    rt_reporter report;   /* to the coordinator */
     const char *model_text; /* the model file as text (workers have no file) */
-    bool want_checkpoints;  /* the coordinator writes last/best checkpoints */
-    bool want_final;        /* ... and the final weights (--save) */
-    /* Model and data are ready: report the measured images/s of this worker
-     * and a one-line summary of the run, and wait until every worker is
-     * (the ring is formed here). */
-    int (*ready)(void *ctx, double images_per_s, const char *summary);
-    int (*reduce_scatter)(void *ctx, float *buf, size_t n, uint32_t *flags);
-    int (*all_gather)(void *ctx, float *buf, size_t n, uint32_t *flags);
-    int (*allreduce)(void *ctx, float *buf, size_t n, uint32_t *flags);
-    int (*allreduce_f64)(void *ctx, double *buf, size_t n);
-    int (*broadcast)(void *ctx, void *buf, size_t bytes, int root);
-    bool (*stop_requested)(void *ctx);
-    /* Gossip mode only (may be NULL otherwise). At a step boundary, never
-     * waiting: answer peers' averaging requests, apply replies, start an
-     * exchange with a random peer; returns the averagings applied to
-     * params (host, n floats) or < 0. */
-    int (*gossip_step)(void *ctx, float *params, size_t n, bool initiate);
-    /* Once, on every rank together, before the first epoch: set up the
-     * pairwise links for n floats, epochs numbered from first_epoch. */
-    int (*gossip_begin)(void *ctx, size_t n, long first_epoch);
-    /* Before the epoch's end collectives: finish this rank's exchanges and
-     * wait until no peer has one in flight (epoch numbers the round). */
-    int (*gossip_drain)(void *ctx, float *params, size_t n, long epoch);
-    /* rank 0 only: progress, epoch lines and metrics lines */
-    void (*progress)(void *ctx, int epoch, int epochs, long done, long total, double loss,
-                     double acc, double img_s, double eta_s);
-    int (*line)(void *ctx, const char *text);
-    int (*metrics)(void *ctx, const struct rt_train_field *f, int n);
-    /* Optional, after ready: when the run resumes a checkpoint, fill the
-     * host copies — all parameters and state, this rank's optimiser slice
-     * [lo, hi) of each of the nopt buffers, the position, and the best
-     * weights (params then state) when the checkpoint had them (*have_best)
-     * — and return 1; 0 when starting afresh. Sizes are checked inside. */
-    int (*restore)(void *ctx, struct rt_train_pos *pos, float *params, size_t np, float *state,
-                   size_t ns, float *const *opt, int nopt, size_t lo, size_t hi, float *best,
-                   bool *have_best);
-    /* Every rank's part of checkpoint `which` ("last", "best", "final"):
-     * the optimiser state of its slice [lo, hi) (none for best/final);
-     * rank 0 adds the parameters and the state buffer. */
-    int (*checkpoint)(void *ctx, const char *which, const struct rt_train_pos *pos,
-                      const float *params, size_t np, const float *state, size_t ns,
-                      const float *const *opt, const char *const *opt_names, int nopt,
-                      size_t lo, size_t hi);
 };
 
-int rt_train_run_dist(const struct rt_train_config *c, const struct rt_train_comm *comm,
+int rt_train_run_dist(const struct rt_train_config *c, const struct rt_train_net *net,
                       struct rt_train_result *res);
 
 /* The options a worker needs (everything but files, devices and display),

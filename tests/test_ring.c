@@ -97,7 +97,7 @@ static int one_pass(rt_ring *ring, int rank, uint64_t *hash)
         CALL(rt_ring_reduce_scatter(ring, x, n, &fl));
         CHECK(fl == 4u, "reduce-scatter flags %#x", fl);
         size_t lo, hi;
-        rt_ring_segment(n, N, rank, &lo, &hi);
+        rt_slice(n, N, rank, &lo, &hi);
         for (size_t i = lo; i < hi; i++)
             CHECK(x[i] == S * (float)(i % 5 + 1), "reduce-scatter n=%zu x[%zu]=%g", n, i, x[i]);
         /* all-gather */
@@ -109,7 +109,7 @@ static int one_pass(rt_ring *ring, int rank, uint64_t *hash)
         CALL(rt_ring_all_gather(ring, x, n, &fl));
         for (int q = 0; q < N; q++) {
             size_t a, b;
-            rt_ring_segment(n, N, q, &a, &b);
+            rt_slice(n, N, q, &a, &b);
             for (size_t i = a; i < b; i++)
                 CHECK(x[i] == (float)(q * 1000) + (float)(i % 97), "all-gather n=%zu x[%zu]=%g",
                       n, i, x[i]);

@@ -1,0 +1,74 @@
+/* collective.h — what the trainer needs from the other workers of a run.
+ *
+ * The core declares these interfaces and net/ implements them (a ring over
+ * shared memory and ZeroMQ, driven by a worker's communication thread), so
+ * the trainer never sees a socket: it is handed a table and a context. */
+#ifndef RT_COLLECTIVE_H
+#define RT_COLLECTIVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Workers one run can hold: the membership, the plans of shares and the
+ * wire format all take this bound. */
+#define RT_MAX_WORKERS 256
+
+/* Control votes: something every worker must act on at the same step. */
+enum rt_vote {
+    RT_VOTE_STOP = 1u << 0,   /* stop at this step (Ctrl-C, the coordinator) */
+    RT_VOTE_REPLAN = 1u << 1, /* a worker's speed moved: re-plan the shares */
+};
+
+struct rt_collective_ops {
+    /* The sum over ranks of buf (n floats); afterwards each rank holds its
+     * own slice (rt_slice) of the sum, the rest of buf is scratch. */
+    int (*reduce_scatter)(void *ctx, float *buf, size_t n);
+    /* Each rank's slice of buf to every rank. */
+    int (*all_gather)(void *ctx, float *buf, size_t n);
+    /* The sum over ranks, on every rank (floats: the same bits everywhere). */
+    int (*allreduce)(void *ctx, float *buf, size_t n);
+    int (*allreduce_f64)(void *ctx, double *buf, size_t n);
+    /* root's bytes to every rank. */
+    int (*broadcast)(void *ctx, void *buf, size_t bytes, int root);
+    /* Control travels beside the data, never in it: votes cast here ride on
+     * the next float collectives at no extra message. agreed() returns the
+     * OR of every rank's votes that reached this rank since the last call,
+     * and starts afresh; after a reduce-scatter + all-gather, or an
+     * allreduce, it is the same on every rank. */
+    void (*vote)(void *ctx, uint32_t votes);
+    uint32_t (*agreed)(void *ctx);
+};
+
+typedef struct rt_collective {
+    const struct rt_collective_ops *ops;
+    void *ctx;
+    int rank, world;
+} rt_collective;
+
+/* THE rule of who owns what: of n items cut into `world` parts, rank r owns
+ * [n*r/world, n*(r+1)/world). Reduce-scatter, all-gather, the optimiser's
+ * slice of a sync run and the evaluation split all use it. */
+void rt_slice(size_t n, int world, int rank, size_t *lo, size_t *hi);
+
+/* Pairwise exchange (gossip mode only): asynchronous averaging with one peer
+ * at a time, nobody waits for the slowest. */
+struct rt_pairwise_ops {
+    /* Once, on every rank together, before the first epoch: links for n
+     * floats, epochs numbered from first_epoch. */
+    int (*begin)(void *ctx, size_t n, long first_epoch);
+    /* At a step boundary, never waiting: answer peers' requests, apply
+     * replies, start an exchange with a random peer when `initiate`;
+     * returns the averagings applied to params (host, n floats) or < 0. */
+    int (*step)(void *ctx, float *params, size_t n, bool initiate);
+    /* Before the epoch's end collectives: finish this rank's exchanges and
+     * wait until no peer has one in flight (epoch numbers the round). */
+    int (*drain)(void *ctx, float *params, size_t n, long epoch);
+};
+
+typedef struct rt_pairwise {
+    const struct rt_pairwise_ops *ops;
+    void *ctx;
+} rt_pairwise;
+
+#endif

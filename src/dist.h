@@ -1,0 +1,47 @@
+/* dist.h — what the data-parallel modes (sync, average, gossip) share: a
+ * host replica, the planner, and the methods they fill their tables with.
+ * Each mode's own state starts with a struct rt_dist. Not installed. */
+#ifndef RT_DIST_H
+#define RT_DIST_H
+
+#include "planner.h"
+#include "replica.h"
+#include "trainer.h"
+
+struct rt_dist {
+    struct rt_replica r;
+    struct rt_planner pl;
+    bool sliced;        /* the optimiser covers this rank's slice only (sync) */
+    size_t olo;         /* first parameter the optimiser covers: lo, or 0 */
+    double last_norm;   /* the gradient's norm at the last step (NaN: not measured) */
+    long local_steps;   /* local optimiser steps (average, gossip) */
+    double local_train; /* seconds in step loops (average, gossip) */
+    long averagings;    /* pairwise averagings applied (gossip) */
+};
+
+/* The images of an even share of the batch, rounded up. */
+int rt_dist_even_rows(const struct rt_trainer *t);
+/* Set d up (t->ms = d): the replica, the planner, the optimiser on the host
+ * (sliced: this rank's slice of the parameters, else all of them), the
+ * loader walking batches of loader_batch. */
+int rt_dist_init(struct rt_trainer *t, struct rt_dist *d, bool balanced, bool roles, bool sliced,
+                 int loader_batch);
+/* Measure, report ready with the run's summary (+ the mode's words), start
+ * from rank 0's replica or the checkpoint the coordinator holds. */
+int rt_dist_begin(struct rt_trainer *t, const char *mode_words);
+/* The epoch's sums over all workers, the state averaged, and the check
+ * that every sample was used exactly once. */
+int rt_dist_epoch_sums(struct rt_trainer *t, struct rt_epoch *e);
+/* The window of a --log-every line over all workers, on exchanging steps. */
+int rt_dist_log_window(struct rt_trainer *t, const struct rt_step *s, double w[3], bool *emit,
+                       double *grad_norm);
+int rt_dist_evaluate(struct rt_trainer *t, const rt_dataset *ds, double *loss, double *acc);
+int rt_dist_agree(struct rt_trainer *t, void *buf, size_t bytes);
+int rt_dist_checkpoint(struct rt_trainer *t, enum rt_ckpt_which which);
+int rt_dist_end(struct rt_trainer *t);
+void rt_dist_free(struct rt_dist *d);
+
+/* One optimiser step of this worker alone on all of its parameters (host). */
+int rt_dist_local_step(struct rt_trainer *t, struct rt_dist *d);
+
+#endif

@@ -1,0 +1,329 @@
+/* planner.c — shares by speed during a data-parallel run (planner.h). */
+#include "config.h"
+
+#include "planner.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "status.h"
+#include "trainer.h"
+
+#define STANDBY_PROBE_EVERY 8 /* steps between a standby worker's probes */
+
+/* A worker in a CPU-quota cgroup (docker --cpus) computes in bursts: what
+ * it sustains is its burst speed x quota / threads. */
+static void planner_quota(struct rt_planner *p, const struct rt_trainer *t)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double q = rt_cpu_quota();
+    double th = t->c.threads > 0 ? t->c.threads : (cores > 0 ? (double)cores : 1.0);
+    p->quota_scale = q > 0.0 && q < th ? q / th : 1.0;
+    p->quota = p->quota_scale < 1.0 ? q : 0.0;
+    if (p->quota_scale < 1.0)
+        fprintf(stderr, "ragtag: [plan] rank %d: its cgroup allows %.2f cores for %.0f compute "
+                        "threads: its speeds count x %.2f\n",
+                t->rank, q, th, p->quota_scale);
+}
+
+int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balanced, bool roles)
+{
+    memset(p, 0, sizeof *p);
+    p->t = t;
+    p->balanced = balanced;
+    p->roles = roles;
+    p->throttle = 1.0f;
+    int W = t->world;
+    if (W > RT_MAX_WORKERS)
+        return rt_error(RT_ERR_CONFIG, "%d workers: a run holds at most %d", W, RT_MAX_WORKERS);
+    p->speed = calloc((size_t)W, sizeof *p->speed);
+    p->active = calloc((size_t)W, sizeof *p->active);
+    p->share = calloc((size_t)W * 4, sizeof *p->share);
+    if (!p->speed || !p->active || !p->share)
+        return rt_error(RT_ERR_NOMEM, "out of memory");
+    p->off = p->share + W;
+    p->nshare = p->share + 2 * W;
+    p->noff = p->share + 3 * W;
+    for (int r = 0; r < W; r++) {
+        p->active[r] = true;
+        p->speed[r] = 1.0;
+    }
+    planner_quota(p, t);
+    if (t->c.throttle[0]) {
+        char *end;
+        p->throttle = strtof(t->c.throttle, &end);
+        if (*end || !(p->throttle > 0.0f && p->throttle <= 1.0f))
+            return rt_error(RT_ERR_CONFIG, "--throttle %s: one worker takes one fraction in "
+                                           "(0, 1]", t->c.throttle);
+    }
+    return RT_OK;
+}
+
+void rt_planner_free(struct rt_planner *p)
+{
+    free(p->speed);
+    free(p->active);
+    free(p->share);
+    p->speed = NULL;
+    p->active = NULL;
+    p->share = NULL;
+}
+
+int rt_planner_say_plan(const struct rt_planner *p, long step, const char *why)
+{
+    const struct rt_trainer *t = p->t;
+    char buf[1600];
+    int len = 0;
+    for (int r = 0; r < t->world && len < (int)sizeof buf - 40; r++)
+        len += snprintf(buf + len, sizeof buf - len, "%s%ld", r ? " " : "", p->share[r]);
+    len += snprintf(buf + len, sizeof buf - len, " at img/s");
+    for (int r = 0; r < t->world && len < (int)sizeof buf - 40; r++)
+        len += snprintf(buf + len, sizeof buf - len, " %.0f", p->speed[r]);
+    return rt_trainer_say(t, "ragtag: [plan] step %ld (%s): shares of batch %d by rank: %s", step,
+                          why, t->c.batch, buf);
+}
+
+/* What a quota-limited worker can sustain: its quota, less the CPU it
+ * spends outside computing (ring traffic, its optimiser slice, ...) at the
+ * step rate the last plan aimed at, turned into samples at the CPU cost of
+ * a sample. burst x quota / threads alone leaves no room for the ring
+ * work, and a worker that runs out of quota freezes the ring. */
+static double quota_speed(struct rt_planner *p, double rep)
+{
+    const struct rt_trainer *t = p->t;
+    if (p->quota > 0.0 && p->qsteps >= 8 && p->qsamples > 0 && p->qcompute > 0.0) {
+        double other = fmax(0.0, rt_cpu_now() - p->qcpu0 - p->qcompute) / (double)p->qsteps;
+        double per_sample = p->qcompute / (double)p->qsamples;
+        double sum = 0.0;
+        for (int r = 0; r < t->world; r++)
+            sum += p->speed[r];
+        double rate = sum > 0.0 ? sum / t->c.batch : 0.0; /* steps/s of the last plan */
+        double avail = p->quota - rate * other;
+        rep = fmin(rep, avail > 0.0 ? avail / per_sample : 1e-3);
+    }
+    p->qcpu0 = rt_cpu_now();
+    p->qcompute = 0.0;
+    p->qsamples = p->qsteps = 0;
+    return rep;
+}
+
+/* Everybody's current speed, the same bits on every rank. */
+static int exchange_speeds(struct rt_planner *p, double mine)
+{
+    const struct rt_trainer *t = p->t;
+    for (int r = 0; r < t->world; r++)
+        p->speed[r] = 0.0;
+    p->speed[t->rank] = mine;
+    return t->coll->ops->allreduce_f64(t->coll->ctx, p->speed, (size_t)t->world);
+}
+
+/* Rank 0 says who went on standby or came back. */
+static void say_roles(const struct rt_planner *p, const bool *was, long step)
+{
+    const struct rt_trainer *t = p->t;
+    int W = t->world;
+    double mean = 0.0;
+    int nact = 0;
+    for (int r = 0; r < W; r++)
+        if (was[r] || p->plans == 1)
+            mean += p->speed[r], nact++;
+    mean = nact ? mean / nact : 0.0;
+    for (int r = 0; r < W; r++) {
+        if (was[r] && !p->active[r])
+            rt_trainer_say(t, "ragtag: [plan] rank %d on standby at step %ld: %.0f img/s is below "
+                              "--min-share %g of the mean %.0f img/s; it keeps its replica and "
+                              "takes no samples",
+                           r, step, p->speed[r], (double)t->c.min_share, mean);
+        else if (!was[r] && p->active[r] && p->plans > 1)
+            rt_trainer_say(t, "ragtag: [plan] rank %d back from standby at step %ld: %.0f img/s",
+                           r, step, p->speed[r]);
+    }
+}
+
+int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *why)
+{
+    const struct rt_trainer *t = p->t;
+    int W = t->world;
+    /* Gossip plans whole epochs: the rate over the last epoch's loop (wall
+     * time, so it sees quota freezes and exchanges) is steadier than a
+     * 16-step window. Otherwise the compute speed, for a quota-limited
+     * worker what its quota sustains. */
+    double rep = p->wall_rate > 0.0 ? p->wall_rate : quota_speed(p, mine * p->quota_scale);
+    double ospeed[RT_MAX_WORKERS];
+    long old[RT_MAX_WORKERS];
+    bool was[RT_MAX_WORKERS];
+    memcpy(ospeed, p->speed, (size_t)W * sizeof *ospeed);
+    RT_TRY(exchange_speeds(p, rep));
+    p->plan_speed = mine;
+    p->plan_step = step;
+    rt_speedo_reset(&p->speedo); /* measure the new shares afresh */
+    for (int r = 0; r < W; r++) {
+        old[r] = p->share[r];
+        was[r] = p->active[r];
+    }
+    bool roles = p->roles && rt_plan_standby(W, p->speed, t->c.min_share, p->active);
+    rt_plan_shares(t->c.batch, W, p->speed, p->active, p->share);
+    p->plans++;
+    /* A move of a sample or two is noise (a smaller share runs at fewer
+     * img/s, which asks for a smaller share...): keep the plan then, shares
+     * and the speeds they came from together. */
+    long moved = 0, slack = t->c.batch / 50 > 1 ? t->c.batch / 50 : 1;
+    for (int r = 0; r < W; r++)
+        moved = labs(old[r] - p->share[r]) > moved ? labs(old[r] - p->share[r]) : moved;
+    bool changed = p->plans == 1 || roles || moved > slack;
+    if (!changed)
+        for (int r = 0; r < W; r++) {
+            p->share[r] = old[r];
+            p->speed[r] = ospeed[r];
+        }
+    rt_plan_offsets(W, p->share, p->off);
+    if (t->rank == 0)
+        say_roles(p, was, step);
+    if (changed)
+        p->plans_changed++;
+    if (t->rank == 0 && p->roles && changed)
+        RT_TRY(rt_planner_say_plan(p, step, why));
+    return RT_OK;
+}
+
+double rt_planner_rate(const struct rt_planner *p)
+{
+    double mine = rt_speedo_rate(&p->speedo);
+    return mine > 0.0 ? mine : p->plan_speed;
+}
+
+int rt_planner_replan_if_due(struct rt_planner *p, long step)
+{
+    if (!p->replan_due)
+        return RT_OK;
+    p->replan_due = false;
+    return rt_planner_replan(p, step, rt_planner_rate(p), p->replan_why);
+}
+
+void rt_planner_part(struct rt_planner *p, long n, long *a, long *b)
+{
+    const struct rt_trainer *t = p->t;
+    if (!p->balanced) {
+        size_t lo, hi;
+        rt_slice((size_t)n, t->world, t->rank, &lo, &hi);
+        *a = (long)lo;
+        *b = (long)hi;
+        return;
+    }
+    const long *sh = p->share, *of = p->off;
+    if (n != t->c.batch) {
+        rt_plan_shares(n, t->world, p->speed, p->active, p->nshare);
+        rt_plan_offsets(t->world, p->nshare, p->noff);
+        sh = p->nshare;
+        of = p->noff;
+    }
+    *a = of[t->rank];
+    *b = *a + sh[t->rank];
+}
+
+void rt_planner_eval_part(struct rt_planner *p, long n, long *lo, long *hi)
+{
+    const struct rt_trainer *t = p->t;
+    if (p->plans == 0) {
+        size_t a, b;
+        rt_slice((size_t)n, t->world, t->rank, &a, &b);
+        *lo = (long)a;
+        *hi = (long)b;
+        return;
+    }
+    /* by speed, like the training shares (standby: none) */
+    rt_plan_shares(n, t->world, p->speed, p->balanced ? p->active : NULL, p->nshare);
+    rt_plan_offsets(t->world, p->nshare, p->noff);
+    *lo = p->noff[t->rank];
+    *hi = *lo + p->nshare[t->rank];
+}
+
+/* Testing aid (--throttle F): sleep so that this worker runs at fraction F
+ * of its speed. */
+static double throttle_sleep(float f, double busy)
+{
+    if (!(f < 1.0f) || busy <= 0.0)
+        return 0.0;
+    double t = busy * (1.0 / (double)f - 1.0);
+    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - floor(t)) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+    return t;
+}
+
+void rt_planner_step_begin(struct rt_planner *p, struct rt_step *s)
+{
+    s->t_compute = rt_now();
+    s->cpu_compute = p->quota > 0.0 ? rt_cpu_now() : 0.0;
+}
+
+/* Standby: now and then a few samples, not counted, only to keep measuring
+ * this worker's speed so that it may come back. A quarter of an equal
+ * share, not one sample: one sample runs far slower per image and would
+ * keep it on standby for good. Not every step: a worker in a small CPU
+ * quota would spend its quota on probes and freeze the ring. */
+static int standby_probe(struct rt_planner *p, struct rt_trainer *t, struct rt_step *s,
+                         int *probed)
+{
+    int nprobe = t->c.batch / (4 * t->world);
+    nprobe = nprobe < 1 ? 1 : nprobe > s->n ? s->n : nprobe;
+    double tp = rt_now();
+    RT_TRY(rt_trainer_compute(t, s, 0, nprobe, 0.0f, false));
+    RT_TRY(rt_sync(t->dev));
+    RT_TRY(rt_op_fill(t->dev, rt_model_param_count(t->m), 0.0f, rt_model_grads(t->m)));
+    double busy = rt_now() - tp;
+    busy += throttle_sleep(p->throttle, busy);
+    rt_speedo_add(&p->speedo, nprobe, busy);
+    *probed = nprobe;
+    return RT_OK;
+}
+
+int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_step *s)
+{
+    long nl = s->b - s->a;
+    int probed = 0;
+    if (nl == 0 && p->balanced && !p->active[t->rank] && s->n > 0 &&
+        t->pos.step % STANDBY_PROBE_EVERY == 0)
+        RT_TRY(standby_probe(p, t, s, &probed));
+    if (p->quota > 0.0) {
+        p->qcompute += rt_cpu_now() - s->cpu_compute; /* shares and standby probes */
+        p->qsamples += nl > 0 ? nl : probed;
+        p->qsteps++;
+    }
+    if (nl > 0) {
+        if (p->balanced)
+            RT_TRY(rt_sync(t->dev));
+        double busy = rt_now() - s->t_compute;
+        busy += throttle_sleep(p->throttle, busy);
+        rt_speedo_add(&p->speedo, nl, busy);
+    }
+    return RT_OK;
+}
+
+uint32_t rt_planner_vote(const struct rt_planner *p)
+{
+    double mine = rt_speedo_rate(&p->speedo);
+    if (p->balanced && rt_speedo_full(&p->speedo) && p->plan_speed > 0.0 &&
+        fabs(mine - p->plan_speed) > (double)p->t->c.replan_change * p->plan_speed)
+        return RT_VOTE_REPLAN;
+    return 0;
+}
+
+void rt_planner_agreed(struct rt_planner *p, uint32_t agreed, long step)
+{
+    if (!p->balanced)
+        return;
+    if (agreed & RT_VOTE_REPLAN) {
+        p->replan_due = true;
+        p->replan_why = "a speed changed";
+    } else if (p->t->c.replan_every > 0 && step + 1 - p->plan_step >= p->t->c.replan_every) {
+        p->replan_due = true;
+        p->replan_why = "periodic";
+    }
+}

@@ -1,0 +1,72 @@
+/* planner.h — a data-parallel run's shares by measured speed, at run time.
+ *
+ * partition.h holds the pure rules (shares, standby, the speed window);
+ * the planner applies them during a run: it times this worker's compute
+ * (with what a CPU quota sustains and the --throttle testing aid), lets a
+ * standby worker probe its speed now and then, votes for a re-plan when
+ * its speed moved, exchanges the speeds and cuts each batch. Every worker
+ * computes the same plan from the same speeds. Not installed. */
+#ifndef RT_PLANNER_H
+#define RT_PLANNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "collective.h"
+#include "partition.h"
+
+struct rt_trainer;
+struct rt_step;
+
+struct rt_planner {
+    const struct rt_trainer *t;
+    bool balanced;        /* shares by speed (else even, static) */
+    bool roles;           /* standby decisions (not gossip) */
+    /* speeds and roles as last exchanged; the shares of a full batch and
+     * of the last short one */
+    double *speed;
+    bool *active;
+    long *share, *off, *nshare, *noff;
+    struct rt_speedo speedo;
+    double plan_speed;    /* this rank's speed when the plan was made */
+    long plan_step;       /* step of the last plan */
+    long plans, plans_changed;
+    bool replan_due;
+    const char *replan_why;
+    float throttle;       /* testing aid: fraction of this worker's speed */
+    double quota_scale;   /* CPU quota / threads, at most 1 (rt_cpu_quota) */
+    double quota;         /* the quota in cores, 0: none */
+    /* since the last plan, for a quota-limited worker: process CPU time at
+     * its start, CPU spent computing, samples and steps */
+    double qcpu0, qcompute;
+    long qsamples, qsteps;
+    double wall_rate;     /* gossip: samples / step-loop seconds of the last epoch */
+};
+
+int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balanced, bool roles);
+void rt_planner_free(struct rt_planner *p);
+
+/* Exchange speeds (mine: this worker's compute speed) and make the plan;
+ * logged by rank 0 when it changes. */
+int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *why);
+/* The plan due since the last exchange's votes, if any. */
+int rt_planner_replan_if_due(struct rt_planner *p, long step);
+/* This worker's part [a, b) of a global batch of n (full: the whole batch). */
+void rt_planner_part(struct rt_planner *p, long n, long *a, long *b);
+/* This worker's part of an evaluation over n images. */
+void rt_planner_eval_part(struct rt_planner *p, long n, long *lo, long *hi);
+/* Around a step's compute: start the clocks; after it, measure, probe when
+ * on standby, account for the quota. */
+void rt_planner_step_begin(struct rt_planner *p, struct rt_step *s);
+int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_step *s);
+/* The vote of this worker on an exchanging step: a re-plan when its speed
+ * moved by more than --replan-change since the plan. */
+uint32_t rt_planner_vote(const struct rt_planner *p);
+/* After an exchange (step not yet counted): whether the next step re-plans. */
+void rt_planner_agreed(struct rt_planner *p, uint32_t agreed, long step);
+/* "ragtag: [plan] step S (why): shares of batch B by rank: ..." (rank 0). */
+int rt_planner_say_plan(const struct rt_planner *p, long step, const char *why);
+/* The rate to plan on: measured, or as at the start when nothing is yet. */
+double rt_planner_rate(const struct rt_planner *p);
+
+#endif
