@@ -33,6 +33,7 @@
 #include "progress.h"
 #include "ring.h"
 #include "status.h"
+#include "train-testing.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -77,6 +78,7 @@ struct worker {
     struct rt_membership ms;
     char *model_text;
     struct rt_train_config c;
+    struct rt_train_testing testing; /* --throttle */
     bool want_ckpt, want_final, allow_shm;
     size_t chunk;
     double hb, peer_timeout;
@@ -320,7 +322,8 @@ static int parse_job(struct worker *w)
     c->device = w->o->device;
     c->threads = w->o->threads;
     c->progress = RT_PROGRESS_OFF;
-    snprintf(c->throttle, sizeof c->throttle, "%s", w->o->throttle);
+    w->testing.throttle = w->o->throttle[0] ? strtof(w->o->throttle, NULL) : 0.0f;
+    c->testing = &w->testing;
     w->served = rt_wire_has(j, "data");
     if (w->served)
         RT_TRY(rt_manifest_get(j, &w->man));

@@ -31,6 +31,7 @@
 #include "partition.h"
 #include "progress.h"
 #include "status.h"
+#include "train-testing.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -303,12 +304,11 @@ static int dist_init(struct dist *d, const struct rt_train_comm *comm, rt_model 
         fprintf(stderr, "ragtag: [plan] rank %d: its cgroup allows %.2f cores for %.0f compute "
                         "threads: its speeds count x %.2f\n",
                 d->rank, q, th, d->quota_scale);
-    if (c->throttle[0]) {
-        char *end;
-        d->throttle = strtof(c->throttle, &end);
-        if (*end || !(d->throttle > 0.0f && d->throttle <= 1.0f))
-            return rt_error(RT_ERR_CONFIG, "--throttle %s: one worker takes one fraction in "
-                                           "(0, 1]", c->throttle);
+    if (rt_train_testing_throttle(c) > 0.0f) {
+        d->throttle = rt_train_testing_throttle(c);
+        if (!(d->throttle <= 1.0f))
+            return rt_error(RT_ERR_CONFIG, "--throttle %g: one worker takes one fraction in "
+                                           "(0, 1]", (double)d->throttle);
     }
     return RT_OK;
 }
@@ -875,7 +875,7 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
     int mb_static = comm ? (c.batch + comm->world - 1) / comm->world : c.batch;
     int mb = comm && c.partition == RT_PARTITION_BALANCED && c.mode != RT_MODE_GOSSIP ? c.batch
                                                                                      : mb_static;
-    if (!comm && c.throttle[0]) {
+    if (!comm && rt_train_testing_throttle(&c) > 0.0f) {
         rc = rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag worker, "
                                      "or train --workers N)");
         return rc;
@@ -1290,7 +1290,7 @@ static int train_main(const struct rt_train_config *cin, const struct rt_train_c
             if (gossip && (stop_requested || (comm->stop_requested && comm->stop_requested(comm->ctx))))
                 break; /* the epoch's end tells everybody */
             if ((!D && stop_requested) || (flags & 1u) ||
-                (!gossip && c.stop_at_step > 0 && pos.step == c.stop_at_step))
+                (!gossip && rt_train_testing_stop_at(&c, pos.step)))
                 stop_now = true;
             if (stop_now) {
                 if (D && c.mode == RT_MODE_AVERAGE && !exchange) {

@@ -19,6 +19,8 @@ enum rt_dist_mode {
 };
 enum rt_partition { RT_PARTITION_BALANCED, RT_PARTITION_STATIC };
 
+struct rt_train_testing;
+
 struct rt_train_config {
     char model_path[1024];
     char data_spec[1024];
@@ -46,14 +48,12 @@ struct rt_train_config {
     enum rt_dist_mode mode;
     enum rt_partition partition;
     int sync_every;       /* average mode: steps between averagings (default 8) */
-    long replan_every;    /* balanced: re-plan the shares every K steps (default 50) */
+    long replan_every;    /* balanced: re-plan the shares every K steps (default 200) */
     float replan_change;  /* ... and when a speed moved by more than this fraction (0.2) */
     float min_share;      /* standby below this fraction of an equal share (0.1; 0: never) */
-    char throttle[128];   /* testing aid: run at fraction F of this worker's speed by
-                             sleeping; `train --workers N` takes one F per worker, comma
-                             separated. Not sent to workers. */
-    long stop_at_step;    /* testing aid: behave as if interrupted (Ctrl-C) right
-                             after this step; 0: never. Not a user option. */
+    /* NULL. Testing aids (throttling, a simulated interrupt) that tests and
+     * `ragtag worker --throttle` set: src/train-testing.h, not installed. */
+    const struct rt_train_testing *testing;
 };
 
 void rt_train_config_defaults(struct rt_train_config *c);

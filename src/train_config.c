@@ -80,7 +80,6 @@ const char *const rt_train_option_help[] = {
     "--replan-every K", "balanced: re-plan the shares every K steps (default 200; 0: only on change)",
     "--replan-change F", "balanced: and when a worker's speed moved by more than F (default 0.2)",
     "--min-share F", "standby for a worker slower than F x an equal share (default 0.1; 0: never)",
-    "--throttle F[,F...]", "testing aid: each local worker runs at fraction F of its speed",
     NULL, NULL,
 };
 
@@ -155,7 +154,7 @@ static const char *const known_keys[] = {
     "weight_decay", "beta1", "beta2", "eps", "clip_norm", "schedule", "lr_step", "lr_gamma",
     "min_lr", "warmup", "seed", "threads", "backend", "device", "patience", "monitor",
     "min_delta", "checkpoint", "resume", "metrics", "log_every", "progress", "save", "mode",
-    "partition", "sync_every", "replan_every", "replan_change", "min_share", "throttle", NULL,
+    "partition", "sync_every", "replan_every", "replan_change", "min_share", NULL,
 };
 
 bool rt_train_config_known(const char *key)
@@ -269,17 +268,6 @@ int rt_train_config_set(struct rt_train_config *c, const char *key_in, const cha
         else
             return bad_value(where, key, v, "balanced or static");
         return RT_OK;
-    }
-    if (!strcmp(key, "throttle")) {
-        /* One fraction or a comma list (one per local worker), each in (0, 1]. */
-        char tmp[128];
-        if (set_str(tmp, sizeof tmp, where, key, v) < 0)
-            return RT_ERR_CONFIG;
-        for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
-            RT_TRY(parse_double(where, key, t, 0.0, 1.0, true, &d));
-        if (v[strlen(v) - 1] == ',' || v[0] == ',' || strstr(v, ",,"))
-            return bad_value(where, key, v, "fractions in (0, 1], comma separated");
-        return set_str(c->throttle, sizeof c->throttle, where, key, v);
     }
     if (!strcmp(key, "nesterov"))
         return parse_bool(where, key, v, &o->nesterov);
