@@ -112,10 +112,11 @@ static void on_sigint_worker(int sig)
     signal(SIGINT, SIG_DFL);
 }
 
+/* A flag that takes no value: a bool training option, or one of these. */
 static bool is_bool_flag(const char *key)
 {
-    return !strcmp(key, "resume") || !strcmp(key, "nesterov") || !strcmp(key, "serve-data") ||
-           !strcmp(key, "no-shm") || !strcmp(key, "quiet");
+    return rt_train_config_is_bool(key) || !strcmp(key, "serve-data") || !strcmp(key, "no-shm") ||
+           !strcmp(key, "quiet");
 }
 
 static const char *const coord_help[] = {

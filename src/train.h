@@ -21,6 +21,8 @@ enum rt_partition { RT_PARTITION_BALANCED, RT_PARTITION_STATIC };
 
 struct rt_train_testing;
 
+/* The options of a run. Those a user sets are listed, with their ranges,
+ * defaults and help, in src/options.def. */
 struct rt_train_config {
     char model_path[1024];
     char data_spec[1024];
@@ -68,6 +70,12 @@ int rt_train_config_from_model(struct rt_train_config *c, const char *model_path
 
 /* Whether `key` names an option (so the CLI can tell flags from typos). */
 bool rt_train_config_known(const char *key);
+/* Whether option `key` is a bool, so that its flag takes no value. */
+bool rt_train_config_is_bool(const char *key);
+/* Whether option `key` is one that workers receive (rt_train_config_each). */
+bool rt_train_config_is_sent(const char *key);
+/* rt_train_config_each gives at most this many options. */
+#define RT_TRAIN_OPTIONS_MAX 64
 /* The option names and one-line help, NULL-terminated pairs, for --help. */
 extern const char *const rt_train_option_help[];
 
