@@ -8,6 +8,7 @@
 
 #include "cli.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -112,10 +113,11 @@ static void on_sigint_worker(int sig)
     signal(SIGINT, SIG_DFL);
 }
 
+/* A flag that takes no value: a bool training option, or one of these. */
 static bool is_bool_flag(const char *key)
 {
-    return !strcmp(key, "resume") || !strcmp(key, "nesterov") || !strcmp(key, "serve-data") ||
-           !strcmp(key, "no-shm") || !strcmp(key, "quiet");
+    return rt_train_config_is_bool(key) || !strcmp(key, "serve-data") || !strcmp(key, "no-shm") ||
+           !strcmp(key, "quiet");
 }
 
 static const char *const coord_help[] = {
@@ -127,6 +129,7 @@ static const char *const coord_help[] = {
     "--serve-data", "coord: send the data files to workers (cached there by content hash)",
     "--no-shm", "never use shared memory between workers of one machine (TCP only)",
     "--chunk BYTES", "ring pipeline chunk (default 262144)",
+    "--throttle F[,F...]", "train: testing aid: each local worker runs at fraction F of its speed",
     NULL, NULL,
 };
 
@@ -154,6 +157,32 @@ static int parse_count(const char *cmd, const char *flag, const char *v, long lo
         return -1;
     }
     *out = n;
+    return 0;
+}
+
+/* --throttle F[,F...] of train: one fraction in (0, 1] per local worker. */
+static int parse_fractions(const char *cmd, const char *flag, const char *v, char *dst, size_t n)
+{
+    for (const char *p = v; *p;) {
+        size_t k = strcspn(p, ",");
+        char item[128], *end;
+        snprintf(item, sizeof item, "%.*s", (int)k, p);
+        errno = 0;
+        double d = strtod(item, &end);
+        if (k && (end == item || *end || errno || !(d > 0.0 && d <= 1.0))) {
+            fprintf(stderr, "ragtag %s: --%s: '%s' is not accepted (expected a number in (0, "
+                            "1])\n", cmd, flag, item);
+            return -1;
+        }
+        p += k + (p[k] == ',');
+    }
+    size_t len = strlen(v);
+    if (!len || len >= n || v[0] == ',' || v[len - 1] == ',' || strstr(v, ",,")) {
+        fprintf(stderr, "ragtag %s: --%s: '%s' is not accepted (expected fractions in (0, 1], "
+                        "comma separated)\n", cmd, flag, v);
+        return -1;
+    }
+    snprintf(dst, n, "%s", v);
     return 0;
 }
 
@@ -187,8 +216,12 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
         o->chunk_bytes = (size_t)n;
         return 1;
     }
-    if (!coord)
-        return 0;
+    if (!coord) {
+        if (strcmp(key, "throttle") != 0)
+            return 0;
+        return parse_fractions(cmd, key, v, o->local_throttle, sizeof o->local_throttle) < 0 ? -1
+                                                                                             : 1;
+    }
     if (!strcmp(key, "listen")) {
         if (strncmp(v, "tcp://", 6) != 0 || strlen(v) >= sizeof o->listen) {
             fprintf(stderr, "ragtag %s: --listen: '%s' is not accepted (expected tcp://*:PORT "
@@ -239,7 +272,7 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
                    "With --workers N it trains with N worker processes on this machine.\n\n"
                    "cluster flags:\n");
         for (int i = 0; coord_help[i]; i += 2)
-            if (coord || !strstr(coord_help[i + 1], "coord:"))
+            if (strncmp(coord_help[i + 1], coord ? "train:" : "coord:", 6) != 0)
                 printf("  %-18s %s\n", coord_help[i], coord_help[i + 1]);
         printf("\ntraining flags:\n");
         for (int i = 0; rt_train_option_help[i]; i += 2)
@@ -295,6 +328,9 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
         }
         i += used;
     }
+    if (!multi && co.local_throttle[0])
+        return fail(rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag "
+                                            "worker, or train --workers N)"));
     struct rt_train_result res;
     if (!multi) {
         signal(SIGINT, on_sigint);
@@ -308,7 +344,6 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
             co.local_threads = c.threads;
             co.local_device = c.device;
             snprintf(co.local_backend, sizeof co.local_backend, "%s", c.backend);
-            snprintf(co.local_throttle, sizeof co.local_throttle, "%s", c.throttle);
         }
         signal(SIGINT, on_sigint_coord);
         rc = rt_coord_run(&co, &c, &res);

@@ -489,8 +489,8 @@ static void assign_ranks(struct coord *k)
 }
 
 struct opt_list {
-    char k[40][32];
-    char v[40][1100];
+    char k[RT_TRAIN_OPTIONS_MAX][32];
+    char v[RT_TRAIN_OPTIONS_MAX][1100];
     int n;
     bool skip_data;
 };
@@ -500,7 +500,7 @@ static int collect_option(void *arg, const char *key, const char *value)
     struct opt_list *l = arg;
     if (l->skip_data && !strcmp(key, "data"))
         return RT_OK;
-    RT_ASSERT(l->n < 40);
+    RT_ASSERT(l->n < RT_TRAIN_OPTIONS_MAX);
     snprintf(l->k[l->n], sizeof l->k[0], "%s", key);
     snprintf(l->v[l->n], sizeof l->v[0], "%s", value);
     l->n++;

@@ -34,6 +34,7 @@
 #include "progress.h"
 #include "ring.h"
 #include "status.h"
+#include "train-testing.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -78,6 +79,7 @@ struct worker {
     struct rt_membership ms;
     char *model_text;
     struct rt_train_config c;
+    struct rt_train_testing testing; /* --throttle */
     bool want_ckpt, want_final, allow_shm;
     size_t chunk;
     double hb, peer_timeout;
@@ -248,21 +250,6 @@ static int describe(struct worker *w)
     return RT_OK;
 }
 
-static const char *const job_keys[] = {
-    "data", "val", "limit", "epochs", "batch", "lr", "optimizer", "momentum", "nesterov",
-    "weight_decay", "beta1", "beta2", "eps", "clip_norm", "schedule", "lr_step", "lr_gamma",
-    "min_lr", "warmup", "seed", "patience", "monitor", "min_delta", "log_every", "mode",
-    "partition", "sync_every", "replan_every", "replan_change", "min_share", NULL,
-};
-
-static bool job_key(const char *k)
-{
-    for (int i = 0; job_keys[i]; i++)
-        if (!strcmp(k, job_keys[i]))
-            return true;
-    return false;
-}
-
 static int parse_job(struct worker *w)
 {
     rt_wire_map j = rt_wire_root(&w->msg);
@@ -307,14 +294,14 @@ static int parse_job(struct worker *w)
     snprintf(c->model_path, sizeof c->model_path, "%s", name);
     const msgpack_object *items;
     size_t n;
-    RT_TRY(rt_wire_get_array(j, "options", 64, &items, &n));
+    RT_TRY(rt_wire_get_array(j, "options", RT_TRAIN_OPTIONS_MAX, &items, &n));
     for (size_t i = 0; i < n; i++) {
         char k[64], v[1024];
         if (items[i].type != MSGPACK_OBJECT_ARRAY || items[i].via.array.size != 2)
             return rt_error(RT_ERR_FORMAT, "option %zu is not a [key, value] pair", i);
         RT_TRY(rt_wire_item_str(items[i].via.array.ptr, 0, "options", k, sizeof k));
         RT_TRY(rt_wire_item_str(items[i].via.array.ptr, 1, "options", v, sizeof v));
-        if (!job_key(k))
+        if (!rt_train_config_is_sent(k))
             return rt_error(RT_ERR_FORMAT, "option '%s' is not one a coordinator sets", k);
         RT_TRY(rt_train_config_set(c, k, v, "the coordinator's job"));
     }
@@ -322,7 +309,8 @@ static int parse_job(struct worker *w)
     c->device = w->o->device;
     c->threads = w->o->threads;
     c->progress = RT_PROGRESS_OFF;
-    snprintf(c->throttle, sizeof c->throttle, "%s", w->o->throttle);
+    w->testing.throttle = w->o->throttle[0] ? strtof(w->o->throttle, NULL) : 0.0f;
+    c->testing = &w->testing;
     w->served = rt_wire_has(j, "data");
     if (w->served)
         RT_TRY(rt_manifest_get(j, &w->man));

@@ -9,6 +9,7 @@
 
 #include "dist.h"
 #include "status.h"
+#include "train-testing.h"
 
 struct average {
     struct rt_dist d; /* first: the shared methods see a struct rt_dist */
@@ -103,7 +104,7 @@ static int average_after_backward(struct rt_trainer *t, struct rt_step *s)
     t->pos.step++;
     a->exchanged = s->exchanged = exchange;
     s->stop = (agreed & RT_VOTE_STOP) ||
-              (t->c.stop_at_step > 0 && t->pos.step == t->c.stop_at_step);
+              rt_train_testing_stop_at(&t->c, t->pos.step);
     return RT_OK;
 }
 

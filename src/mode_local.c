@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "status.h"
+#include "train-testing.h"
 #include "trainer.h"
 
 static int ensure_dir(const char *dir)
@@ -27,7 +28,7 @@ static int local_rows(const struct rt_trainer *t) { return t->c.batch; }
 static int local_init(struct rt_trainer *t)
 {
     const struct rt_train_config *c = &t->c;
-    if (c->throttle[0])
+    if (rt_train_testing_throttle(c) > 0.0f)
         return rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag worker, "
                                        "or train --workers N)");
     if (!(t->opt = rt_optim_new(t->dev, &c->optim, rt_model_param_count(t->m))))
@@ -95,7 +96,7 @@ static int local_after_backward(struct rt_trainer *t, struct rt_step *s)
     RT_TRY(rt_optim_step(t->opt, rt_model_params(t->m), rt_model_grads(t->m)));
     t->pos.step++;
     s->stop = rt_trainer_stop_asked(t) ||
-              (t->c.stop_at_step > 0 && t->pos.step == t->c.stop_at_step);
+              rt_train_testing_stop_at(&t->c, t->pos.step);
     return RT_OK;
 }
 

@@ -20,6 +20,7 @@
 
 #include "dist.h"
 #include "status.h"
+#include "train-testing.h"
 
 struct sync {
     struct rt_dist d; /* first: the shared methods see a struct rt_dist */
@@ -94,7 +95,7 @@ static int sync_after_backward(struct rt_trainer *t, struct rt_step *s)
     t->pos.step++;
     s->exchanged = true;
     s->stop = (agreed & RT_VOTE_STOP) ||
-              (t->c.stop_at_step > 0 && t->pos.step == t->c.stop_at_step);
+              rt_train_testing_stop_at(&t->c, t->pos.step);
     return RT_OK;
 }
 

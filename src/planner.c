@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "status.h"
+#include "train-testing.h"
 #include "trainer.h"
 
 #define STANDBY_PROBE_EVERY 8 /* steps between a standby worker's probes */
@@ -55,12 +56,11 @@ int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balan
         p->speed[r] = 1.0;
     }
     planner_quota(p, t);
-    if (t->c.throttle[0]) {
-        char *end;
-        p->throttle = strtof(t->c.throttle, &end);
-        if (*end || !(p->throttle > 0.0f && p->throttle <= 1.0f))
-            return rt_error(RT_ERR_CONFIG, "--throttle %s: one worker takes one fraction in "
-                                           "(0, 1]", t->c.throttle);
+    if (rt_train_testing_throttle(&t->c) > 0.0f) {
+        p->throttle = rt_train_testing_throttle(&t->c);
+        if (!(p->throttle <= 1.0f))
+            return rt_error(RT_ERR_CONFIG, "--throttle %g: one worker takes one fraction in "
+                                           "(0, 1]", (double)p->throttle);
     }
     return RT_OK;
 }

@@ -21,6 +21,10 @@ enum rt_dist_mode {
 };
 enum rt_partition { RT_PARTITION_BALANCED, RT_PARTITION_STATIC };
 
+struct rt_train_testing;
+
+/* The options of a run. Those a user sets are listed, with their ranges,
+ * defaults and help, in src/options.def. */
 struct rt_train_config {
     char model_path[1024];
     char data_spec[1024];
@@ -48,14 +52,12 @@ struct rt_train_config {
     enum rt_dist_mode mode;
     enum rt_partition partition;
     int sync_every;       /* average mode: steps between averagings (default 8) */
-    long replan_every;    /* balanced: re-plan the shares every K steps (default 50) */
+    long replan_every;    /* balanced: re-plan the shares every K steps (default 200) */
     float replan_change;  /* ... and when a speed moved by more than this fraction (0.2) */
     float min_share;      /* standby below this fraction of an equal share (0.1; 0: never) */
-    char throttle[128];   /* testing aid: run at fraction F of this worker's speed by
-                             sleeping; `train --workers N` takes one F per worker, comma
-                             separated. Not sent to workers. */
-    long stop_at_step;    /* testing aid: behave as if interrupted (Ctrl-C) right
-                             after this step; 0: never. Not a user option. */
+    /* NULL. Testing aids (throttling, a simulated interrupt) that tests and
+     * `ragtag worker --throttle` set: src/train-testing.h, not installed. */
+    const struct rt_train_testing *testing;
 };
 
 void rt_train_config_defaults(struct rt_train_config *c);
@@ -70,6 +72,12 @@ int rt_train_config_from_model(struct rt_train_config *c, const char *model_path
 
 /* Whether `key` names an option (so the CLI can tell flags from typos). */
 bool rt_train_config_known(const char *key);
+/* Whether option `key` is a bool, so that its flag takes no value. */
+bool rt_train_config_is_bool(const char *key);
+/* Whether option `key` is one that workers receive (rt_train_config_each). */
+bool rt_train_config_is_sent(const char *key);
+/* rt_train_config_each gives at most this many options. */
+#define RT_TRAIN_OPTIONS_MAX 64
 /* The option names and one-line help, NULL-terminated pairs, for --help. */
 extern const char *const rt_train_option_help[];
 

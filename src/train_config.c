@@ -1,14 +1,15 @@
 /* train_config.c — the options of a training run: defaults, parsing from
  * flags and from the model file's [train] section (one validation path for
- * both), the help table, and the form sent to workers. */
+ * both), the help table, and the form sent to workers. All of it comes from
+ * one list, options.def. */
 #include "config.h"
 
 #include "train.h"
 
 #include <errno.h>
-#include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,73 +18,93 @@
 #include "model.h"
 #include "status.h"
 
-void rt_train_config_defaults(struct rt_train_config *c)
-{
-    memset(c, 0, sizeof *c);
-    snprintf(c->data_spec, sizeof c->data_spec, "fashion-mnist");
-    snprintf(c->backend, sizeof c->backend, "cpu");
-    c->val_frac = 0.1f;
-    c->epochs = 10;
-    c->batch = 64;
-    c->seed = 1;
-    rt_optim_config_defaults(&c->optim);
-    c->lr_step_epochs = 0.0f;
-    c->optim.gamma = 0.1f;
-    c->monitor = RT_MONITOR_VAL_ACC;
-    c->progress = RT_PROGRESS_AUTO;
-    c->mode = RT_MODE_SYNC;
-    c->partition = RT_PARTITION_BALANCED;
-    c->sync_every = 8;
-    c->replan_every = 200;
-    c->replan_change = 0.2f;
-    c->min_share = 0.1f;
-}
+/* ---- the table ------------------------------------------------------------
+ * options.def, expanded into one descriptor per option that the parser, the
+ * printer and the look-ups walk; the defaults are generated code. */
 
-/* ---- option table --------------------------------------------------------- */
+enum opt_type { OPT_FLOAT, OPT_FLOAT_GT, OPT_INT, OPT_LONG, OPT_U64, OPT_BOOL, OPT_STR, OPT_ENUM };
+enum opt_workers { OPT_WORKERS, OPT_IF_SET, OPT_LOCAL };
+
+struct option {
+    const char *usage; /* "--weight-decay F" */
+    enum opt_type type;
+    enum opt_workers workers;
+    size_t offset, size;      /* of the field in struct rt_train_config */
+    double lo, hi;            /* FLOAT, FLOAT_GT */
+    long ilo, ihi;            /* INT, LONG (exact, unlike a double) */
+    const char *const *names; /* ENUM, NULL-terminated */
+};
+
+#define RT_NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define FIELD(f) (((struct rt_train_config *)0)->f)
+
+/* Per type: whether a field has its C type (a compile-time check of the
+ * table), how its default is set, and which range it has. */
+#define OPT_IS_FLOAT(x) _Generic((x), float: 1, default: 0)
+#define OPT_IS_FLOAT_GT OPT_IS_FLOAT
+#define OPT_IS_INT(x) _Generic((x), int: 1, default: 0)
+#define OPT_IS_LONG(x) _Generic((x), long: 1, default: 0)
+#define OPT_IS_U64(x) _Generic((x), uint64_t: 1, default: 0)
+#define OPT_IS_BOOL(x) _Generic((x), bool: 1, default: 0)
+#define OPT_IS_STR(x) _Generic((x), char *: sizeof(x) > sizeof(char *), default: 0)
+#define OPT_IS_ENUM(x) _Generic((x), float: 0, bool: 0, default: sizeof(x) == sizeof(int))
+
+#define OPT_ASSIGN(f, d) ((f) = (d))
+#define OPT_DEFAULT_FLOAT OPT_ASSIGN
+#define OPT_DEFAULT_FLOAT_GT OPT_ASSIGN
+#define OPT_DEFAULT_INT OPT_ASSIGN
+#define OPT_DEFAULT_LONG OPT_ASSIGN
+#define OPT_DEFAULT_U64 OPT_ASSIGN
+#define OPT_DEFAULT_BOOL OPT_ASSIGN
+#define OPT_DEFAULT_ENUM OPT_ASSIGN
+#define OPT_DEFAULT_STR(f, d) snprintf(f, sizeof f, "%s", d)
+
+#define OPT_REAL(a, b) .lo = (a), .hi = (b)
+#define OPT_INTEGER(a, b) .ilo = (a), .ihi = (b)
+#define OPT_NONE(a, b) .ilo = 0
+#define OPT_RANGE_FLOAT OPT_REAL
+#define OPT_RANGE_FLOAT_GT OPT_REAL
+#define OPT_RANGE_INT OPT_INTEGER
+#define OPT_RANGE_LONG OPT_INTEGER
+#define OPT_RANGE_U64 OPT_NONE
+#define OPT_RANGE_BOOL OPT_NONE
+#define OPT_RANGE_STR OPT_NONE
+#define OPT_RANGE_ENUM OPT_NONE
+
+#define RT_OPTION(usage, type, field, def, lo, hi, names, workers, help)                      \
+    _Static_assert(OPT_IS_##type(FIELD(field)), "options.def: " usage ": not a " #type " field");
+#include "options.def"
+#undef RT_OPTION
+
+static const struct option s_options[] = {
+#define RT_OPTION(usage_, type_, field_, def_, lo_, hi_, names_, workers_, help_)             \
+    {.usage = usage_, .type = OPT_##type_, .workers = OPT_##workers_,                          \
+     .offset = offsetof(struct rt_train_config, field_), .size = sizeof FIELD(field_),         \
+     OPT_RANGE_##type_(lo_, hi_), .names = names_},
+#include "options.def"
+#undef RT_OPTION
+};
+#define N_OPTIONS ((int)(sizeof s_options / sizeof s_options[0]))
+_Static_assert(sizeof s_options / sizeof s_options[0] <= RT_TRAIN_OPTIONS_MAX,
+               "options.def has more options than RT_TRAIN_OPTIONS_MAX");
 
 const char *const rt_train_option_help[] = {
-    "--data SPEC", "fashion-mnist (default), mnist:DIR, idx:DIR, cifar10:DIR, csv:TRAIN[,TEST]",
-    "--val F", "fraction of the training set held out for validation (default 0.1; 0: none)",
-    "--limit N", "use only the first N training images (0: all)",
-    "--epochs N", "epochs to train (default 10)",
-    "--batch N", "batch size (default 64)",
-    "--lr F", "learning rate (default 0.01)",
-    "--optimizer NAME", "sgd (default), adam, adamw, nadam",
-    "--momentum F", "SGD momentum (default 0.9)",
-    "--nesterov", "Nesterov momentum for SGD",
-    "--weight-decay F", "L2 penalty (decoupled for adamw; default 0)",
-    "--beta1 F", "Adam beta1 (default 0.9)",
-    "--beta2 F", "Adam beta2 (default 0.999)",
-    "--eps F", "Adam epsilon (default 1e-8)",
-    "--clip-norm F", "clip the gradient's global L2 norm to F (0: off)",
-    "--schedule NAME", "constant (default), step, cosine",
-    "--lr-step E", "step schedule: multiply the lr by --lr-gamma every E epochs",
-    "--lr-gamma F", "step schedule factor (default 0.1)",
-    "--min-lr F", "cosine schedule floor (default 0)",
-    "--warmup E", "linear warm-up over E epochs (may be fractional)",
-    "--seed N", "seed for init, shuffling, split and dropout (default 1)",
-    "--threads N", "compute threads (default 0: all cores)",
-    "--backend NAME", "compute backend (default cpu; see ragtag devices)",
-    "--device N", "device index within the backend (default 0)",
-    "--patience N", "early stopping: stop after N epochs without improvement, restore the best weights",
-    "--monitor M", "val_acc (default) or val_loss",
-    "--min-delta F", "smallest change of the monitored metric that counts as improvement",
-    "--checkpoint DIR", "write DIR/last.safetensors every epoch (and DIR/best.safetensors)",
-    "--resume", "continue from DIR/last.safetensors of --checkpoint",
-    "--metrics FILE", "append one JSON object per epoch (and per --log-every steps)",
-    "--log-every N", "also write a metrics line every N steps",
-    "--progress MODE", "auto (default: bar on a terminal), bar, lines, off",
-    "--save FILE", "write the final weights to FILE (safetensors)",
-    "--mode M", "several workers: sync (default), average or gossip (docs/heterogeneous.md)",
-    "--partition P", "sync/average: balanced (default: shares by measured speed) or static",
-    "--sync-every H", "average mode: average the parameters every H steps (default 8)",
-    "--replan-every K", "balanced: re-plan the shares every K steps (default 200; 0: only on change)",
-    "--replan-change F", "balanced: and when a worker's speed moved by more than F (default 0.2)",
-    "--min-share F", "standby for a worker slower than F x an equal share (default 0.1; 0: never)",
-    "--throttle F[,F...]", "testing aid: each local worker runs at fraction F of its speed",
+#define RT_OPTION(usage, type, field, def, lo, hi, names, workers, help) usage, help,
+#include "options.def"
+#undef RT_OPTION
     NULL, NULL,
 };
 
+void rt_train_config_defaults(struct rt_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    rt_optim_config_defaults(&c->optim); /* its fields that are no options */
+#define RT_OPTION(usage, type, field, def, ...) OPT_DEFAULT_##type(c->field, def);
+#include "options.def"
+#undef RT_OPTION
+}
+
+/* An option's key: its flag without the dashes, '_' for '-'. */
 static void normalise_key(char *dst, size_t n, const char *key)
 {
     size_t i = 0;
@@ -91,6 +112,43 @@ static void normalise_key(char *dst, size_t n, const char *key)
         dst[i] = key[i] == '-' ? '_' : key[i];
     dst[i] = '\0';
 }
+
+static const char *option_key(const struct option *o, char *key, size_t n)
+{
+    size_t len = strcspn(o->usage + 2, " ");
+    RT_ASSERT(len < n);
+    char flag[64];
+    snprintf(flag, sizeof flag, "%.*s", (int)len, o->usage + 2);
+    normalise_key(key, n, flag);
+    return key;
+}
+
+/* The option named `key` ('-' or '_'), or NULL. */
+static const struct option *option_find(const char *key)
+{
+    char want[64], k[64];
+    normalise_key(want, sizeof want, key);
+    for (int i = 0; i < N_OPTIONS; i++)
+        if (!strcmp(want, option_key(&s_options[i], k, sizeof k)))
+            return &s_options[i];
+    return NULL;
+}
+
+bool rt_train_config_known(const char *key) { return option_find(key) != NULL; }
+
+bool rt_train_config_is_bool(const char *key)
+{
+    const struct option *o = option_find(key);
+    return o && o->type == OPT_BOOL;
+}
+
+bool rt_train_config_is_sent(const char *key)
+{
+    const struct option *o = option_find(key);
+    return o && o->workers != OPT_LOCAL;
+}
+
+/* ---- from text ------------------------------------------------------------ */
 
 static int bad_value(const char *where, const char *key, const char *value, const char *accepted)
 {
@@ -131,6 +189,17 @@ static int parse_long(const char *where, const char *key, const char *s, long lo
     return RT_OK;
 }
 
+static int parse_u64(const char *where, const char *key, const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end || errno || s[0] == '-')
+        return bad_value(where, key, s, "a non-negative integer");
+    *out = v;
+    return RT_OK;
+}
+
 static int parse_bool(const char *where, const char *key, const char *s, bool *out)
 {
     if (!strcmp(s, "1") || !strcmp(s, "true") || !strcmp(s, "yes") || !strcmp(s, "on"))
@@ -142,6 +211,23 @@ static int parse_bool(const char *where, const char *key, const char *s, bool *o
     return RT_OK;
 }
 
+/* An enum's names, "a, b or c" when none matches. */
+static int parse_enum(const char *where, const char *key, const char *s,
+                      const char *const *names, int *out)
+{
+    char acc[128] = "";
+    for (int i = 0; names[i]; i++) {
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return RT_OK;
+        }
+        size_t n = strlen(acc);
+        snprintf(acc + n, sizeof acc - n, "%s%s", i == 0 ? "" : names[i + 1] ? ", " : " or ",
+                 names[i]);
+    }
+    return bad_value(where, key, s, acc);
+}
+
 static int set_str(char *dst, size_t n, const char *where, const char *key, const char *v)
 {
     if (!*v || strlen(v) >= n)
@@ -150,155 +236,50 @@ static int set_str(char *dst, size_t n, const char *where, const char *key, cons
     return RT_OK;
 }
 
-static const char *const known_keys[] = {
-    "data", "val", "limit", "epochs", "batch", "lr", "optimizer", "momentum", "nesterov",
-    "weight_decay", "beta1", "beta2", "eps", "clip_norm", "schedule", "lr_step", "lr_gamma",
-    "min_lr", "warmup", "seed", "threads", "backend", "device", "patience", "monitor",
-    "min_delta", "checkpoint", "resume", "metrics", "log_every", "progress", "save", "mode",
-    "partition", "sync_every", "replan_every", "replan_change", "min_share", "throttle", NULL,
-};
-
-bool rt_train_config_known(const char *key)
+/* Set the field at p (of option o, named key in messages) from text v. */
+static int option_parse(const struct option *o, void *p, const char *key, const char *v,
+                        const char *where)
 {
-    char k[64];
-    normalise_key(k, sizeof k, key);
-    for (int i = 0; known_keys[i]; i++)
-        if (!strcmp(k, known_keys[i]))
-            return true;
-    return false;
+    double d = 0.0;
+    long l = 0;
+    switch (o->type) {
+    case OPT_FLOAT:
+    case OPT_FLOAT_GT:
+        RT_TRY(parse_double(where, key, v, o->lo, o->hi, o->type == OPT_FLOAT_GT, &d));
+        *(float *)p = (float)d;
+        return RT_OK;
+    case OPT_INT:
+    case OPT_LONG:
+        RT_TRY(parse_long(where, key, v, o->ilo, o->ihi, &l));
+        if (o->type == OPT_INT)
+            *(int *)p = (int)l;
+        else
+            *(long *)p = l;
+        return RT_OK;
+    case OPT_U64:
+        return parse_u64(where, key, v, p);
+    case OPT_BOOL:
+        return parse_bool(where, key, v, p);
+    case OPT_STR:
+        return set_str(p, o->size, where, key, v);
+    case OPT_ENUM:
+        return parse_enum(where, key, v, o->names, p);
+    }
+    RT_ASSERT(!"an option type");
+    return RT_ERR_CONFIG;
 }
 
 int rt_train_config_set(struct rt_train_config *c, const char *key_in, const char *v,
                         const char *where)
 {
+    const struct option *o = option_find(key_in);
+    if (!o)
+        return rt_error(RT_ERR_CONFIG,
+                        "%s: unknown training option '%s' (see ragtag train --help)", where,
+                        key_in);
     char key[64];
-    double d;
-    long l;
-    normalise_key(key, sizeof key, key_in);
-    struct rt_optim_config *o = &c->optim;
-
-#define DBL(name, lo, hi, open, dst)                                                   \
-    if (!strcmp(key, name)) {                                                          \
-        RT_TRY(parse_double(where, key, v, lo, hi, open, &d));                          \
-        dst = (float)d;                                                                \
-        return RT_OK;                                                                  \
-    }
-#define LNG(name, lo, hi, dst)                                                         \
-    if (!strcmp(key, name)) {                                                          \
-        RT_TRY(parse_long(where, key, v, lo, hi, &l));                                  \
-        dst = l;                                                                       \
-        return RT_OK;                                                                  \
-    }
-    DBL("val", 0.0, 0.9, false, c->val_frac)
-    LNG("limit", 0, LONG_MAX, c->limit)
-    LNG("epochs", 1, 1000000, c->epochs)
-    LNG("batch", 1, 1 << 20, c->batch)
-    DBL("lr", 0.0, 1e6, true, o->lr)
-    DBL("momentum", 0.0, 0.999999, false, o->momentum)
-    DBL("weight_decay", 0.0, 1e6, false, o->weight_decay)
-    DBL("beta1", 0.0, 0.999999, false, o->beta1)
-    DBL("beta2", 0.0, 0.999999999, false, o->beta2)
-    DBL("eps", 0.0, 1.0, true, o->eps)
-    DBL("clip_norm", 0.0, 1e30, false, o->clip_norm)
-    DBL("lr_step", 0.0, 1e9, true, c->lr_step_epochs)
-    DBL("lr_gamma", 0.0, 1e6, true, o->gamma)
-    DBL("min_lr", 0.0, 1e6, false, o->min_lr)
-    DBL("warmup", 0.0, 1e9, false, c->warmup_epochs)
-    LNG("threads", 0, 4096, c->threads)
-    LNG("device", 0, 1 << 16, c->device)
-    LNG("patience", 0, 1000000, c->patience)
-    DBL("min_delta", 0.0, 1e30, false, c->min_delta)
-    LNG("log_every", 0, LONG_MAX, c->log_every)
-    LNG("sync_every", 1, 1000000, c->sync_every)
-    LNG("replan_every", 0, LONG_MAX, c->replan_every)
-    DBL("replan_change", 0.0, 100.0, false, c->replan_change)
-    DBL("min_share", 0.0, 1.0, false, c->min_share)
-#undef DBL
-#undef LNG
-    if (!strcmp(key, "seed")) {
-        char *end;
-        errno = 0;
-        unsigned long long s = strtoull(v, &end, 10);
-        if (end == v || *end || errno || v[0] == '-')
-            return bad_value(where, key, v, "a non-negative integer");
-        c->seed = s;
-        return RT_OK;
-    }
-    if (!strcmp(key, "optimizer")) {
-        if (rt_optim_kind_parse(v, &o->kind) < 0)
-            return bad_value(where, key, v, "sgd, adam, adamw or nadam");
-        return RT_OK;
-    }
-    if (!strcmp(key, "schedule")) {
-        if (rt_sched_kind_parse(v, &o->schedule) < 0)
-            return bad_value(where, key, v, "constant, step or cosine");
-        return RT_OK;
-    }
-    if (!strcmp(key, "monitor")) {
-        if (!strcmp(v, "val_acc"))
-            c->monitor = RT_MONITOR_VAL_ACC;
-        else if (!strcmp(v, "val_loss"))
-            c->monitor = RT_MONITOR_VAL_LOSS;
-        else
-            return bad_value(where, key, v, "val_acc or val_loss");
-        return RT_OK;
-    }
-    if (!strcmp(key, "progress")) {
-        static const char *const modes[] = {"auto", "bar", "lines", "off"};
-        for (int i = 0; i < 4; i++)
-            if (!strcmp(v, modes[i])) {
-                c->progress = (enum rt_progress_mode)i;
-                return RT_OK;
-            }
-        return bad_value(where, key, v, "auto, bar, lines or off");
-    }
-    if (!strcmp(key, "mode")) {
-        static const char *const modes[] = {"sync", "average", "gossip"};
-        for (int i = 0; i < 3; i++)
-            if (!strcmp(v, modes[i])) {
-                c->mode = (enum rt_dist_mode)i;
-                return RT_OK;
-            }
-        return bad_value(where, key, v, "sync, average or gossip");
-    }
-    if (!strcmp(key, "partition")) {
-        if (!strcmp(v, "balanced"))
-            c->partition = RT_PARTITION_BALANCED;
-        else if (!strcmp(v, "static"))
-            c->partition = RT_PARTITION_STATIC;
-        else
-            return bad_value(where, key, v, "balanced or static");
-        return RT_OK;
-    }
-    if (!strcmp(key, "throttle")) {
-        /* One fraction or a comma list (one per local worker), each in (0, 1]. */
-        char tmp[128];
-        if (set_str(tmp, sizeof tmp, where, key, v) < 0)
-            return RT_ERR_CONFIG;
-        for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
-            RT_TRY(parse_double(where, key, t, 0.0, 1.0, true, &d));
-        if (v[strlen(v) - 1] == ',' || v[0] == ',' || strstr(v, ",,"))
-            return bad_value(where, key, v, "fractions in (0, 1], comma separated");
-        return set_str(c->throttle, sizeof c->throttle, where, key, v);
-    }
-    if (!strcmp(key, "nesterov"))
-        return parse_bool(where, key, v, &o->nesterov);
-    if (!strcmp(key, "resume"))
-        return parse_bool(where, key, v, &c->resume);
-    if (!strcmp(key, "data"))
-        return set_str(c->data_spec, sizeof c->data_spec, where, key, v);
-    if (!strcmp(key, "backend"))
-        return set_str(c->backend, sizeof c->backend, where, key, v);
-    if (!strcmp(key, "checkpoint"))
-        return set_str(c->checkpoint_dir, sizeof c->checkpoint_dir, where, key, v);
-    if (!strcmp(key, "metrics"))
-        return set_str(c->metrics_path, sizeof c->metrics_path, where, key, v);
-    if (!strcmp(key, "save"))
-        return set_str(c->save_path, sizeof c->save_path, where, key, v);
-    return rt_error(RT_ERR_CONFIG, "%s: unknown training option '%s' (see ragtag train --help)",
-                    where, key_in);
+    return option_parse(o, (char *)c + o->offset, option_key(o, key, sizeof key), v, where);
 }
-
 
 /* Merge the model file's [train] section into c. */
 static int apply_model_options(struct rt_train_config *c, const rt_model *m)
@@ -326,53 +307,89 @@ int rt_train_config_from_model(struct rt_train_config *c, const char *model_path
     return rc;
 }
 
+/* ---- to text: the job sent to workers ------------------------------------- */
+
+static int enum_count(const struct option *o)
+{
+    int n = 0;
+    while (o->names[n])
+        n++;
+    return n;
+}
+
 const char *rt_train_mode_name(enum rt_dist_mode m)
 {
-    return m == RT_MODE_AVERAGE ? "average" : m == RT_MODE_GOSSIP ? "gossip" : "sync";
+    const struct option *o = option_find("mode");
+    return (int)m >= 0 && (int)m < enum_count(o) ? o->names[m] : o->names[0];
+}
+
+/* Whether an IF_SET option is set: above 0. */
+static bool option_is_set(const struct option *o, const void *p)
+{
+    switch (o->type) {
+    case OPT_FLOAT:
+    case OPT_FLOAT_GT:
+        return *(const float *)p > 0.0f;
+    case OPT_INT:
+        return *(const int *)p > 0;
+    case OPT_LONG:
+        return *(const long *)p > 0;
+    default:
+        return true;
+    }
+}
+
+/* The field at p as text that option_parse reads back exactly: in v (n
+ * bytes), or the field itself for a string. */
+static int option_text(const struct option *o, const void *p, const char *key, char *v, size_t n,
+                       const char **text)
+{
+    *text = v;
+    switch (o->type) {
+    case OPT_FLOAT:
+    case OPT_FLOAT_GT:
+        snprintf(v, n, "%.9g", (double)*(const float *)p); /* strtod + (float) gives it back */
+        return RT_OK;
+    case OPT_INT:
+        snprintf(v, n, "%d", *(const int *)p);
+        return RT_OK;
+    case OPT_LONG:
+        snprintf(v, n, "%ld", *(const long *)p);
+        return RT_OK;
+    case OPT_U64:
+        snprintf(v, n, "%llu", (unsigned long long)*(const uint64_t *)p);
+        return RT_OK;
+    case OPT_BOOL:
+        snprintf(v, n, "%d", *(const bool *)p ? 1 : 0);
+        return RT_OK;
+    case OPT_STR:
+        *text = p;
+        return RT_OK;
+    case OPT_ENUM: {
+        int e = *(const int *)p;
+        if (e < 0 || e >= enum_count(o))
+            return rt_error(RT_ERR_CONFIG, "%s: %d is not one of its values", key, e);
+        *text = o->names[e];
+        return RT_OK;
+    }
+    }
+    RT_ASSERT(!"an option type");
+    return RT_ERR_CONFIG;
 }
 
 int rt_train_config_each(const struct rt_train_config *c,
                          int (*fn)(void *arg, const char *key, const char *value), void *arg)
 {
-    char v[64];
-    const struct rt_optim_config *o = &c->optim;
-    /* %.9g prints every float so that strtod + (float) gives it back. */
-#define EMIT(k, ...)                                                                   \
-    do {                                                                               \
-        snprintf(v, sizeof v, __VA_ARGS__);                                            \
-        RT_TRY(fn(arg, k, v));                                                         \
-    } while (0)
-    RT_TRY(fn(arg, "data", c->data_spec));
-    EMIT("val", "%.9g", (double)c->val_frac);
-    EMIT("limit", "%ld", c->limit);
-    EMIT("epochs", "%d", c->epochs);
-    EMIT("batch", "%d", c->batch);
-    EMIT("lr", "%.9g", (double)o->lr);
-    RT_TRY(fn(arg, "optimizer", rt_optim_kind_name(o->kind)));
-    EMIT("momentum", "%.9g", (double)o->momentum);
-    EMIT("nesterov", "%d", o->nesterov ? 1 : 0);
-    EMIT("weight_decay", "%.9g", (double)o->weight_decay);
-    EMIT("beta1", "%.9g", (double)o->beta1);
-    EMIT("beta2", "%.9g", (double)o->beta2);
-    EMIT("eps", "%.9g", (double)o->eps);
-    EMIT("clip_norm", "%.9g", (double)o->clip_norm);
-    RT_TRY(fn(arg, "schedule", rt_sched_kind_name(o->schedule)));
-    if (c->lr_step_epochs > 0.0f)
-        EMIT("lr_step", "%.9g", (double)c->lr_step_epochs);
-    EMIT("lr_gamma", "%.9g", (double)o->gamma);
-    EMIT("min_lr", "%.9g", (double)o->min_lr);
-    EMIT("warmup", "%.9g", (double)c->warmup_epochs);
-    EMIT("seed", "%llu", (unsigned long long)c->seed);
-    EMIT("patience", "%d", c->patience);
-    RT_TRY(fn(arg, "monitor", c->monitor == RT_MONITOR_VAL_ACC ? "val_acc" : "val_loss"));
-    EMIT("min_delta", "%.9g", (double)c->min_delta);
-    EMIT("log_every", "%ld", c->log_every);
-    RT_TRY(fn(arg, "mode", rt_train_mode_name(c->mode)));
-    RT_TRY(fn(arg, "partition", c->partition == RT_PARTITION_STATIC ? "static" : "balanced"));
-    EMIT("sync_every", "%d", c->sync_every);
-    EMIT("replan_every", "%ld", c->replan_every);
-    EMIT("replan_change", "%.9g", (double)c->replan_change);
-    EMIT("min_share", "%.9g", (double)c->min_share);
-#undef EMIT
+    for (int i = 0; i < N_OPTIONS; i++) {
+        const struct option *o = &s_options[i];
+        const void *p = (const char *)c + o->offset;
+        if (o->workers == OPT_LOCAL || (o->workers == OPT_IF_SET && !option_is_set(o, p)))
+            continue;
+        char key[64], v[64];
+        const char *text;
+        option_key(o, key, sizeof key);
+        RT_TRY(option_text(o, p, key, v, sizeof v, &text));
+        RT_TRY(fn(arg, key, text));
+    }
     return RT_OK;
 }

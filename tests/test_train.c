@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "status.h"
 #include "train.h"
+#include "train-testing.h"
 
 static const char *model_path(const char *name)
 {
@@ -85,7 +86,8 @@ static void test_resume_mid_epoch_is_bitwise(void **state)
 
     /* 1080 training images / 32 = 34 steps per epoch: step 40 is mid epoch 2. */
     base_config(&c, part);
-    c.stop_at_step = 40;
+    struct rt_train_testing interrupt = {.stop_at_step = 40};
+    c.testing = &interrupt;
     assert_int_equal(rt_train_run(&c, &r), RT_ERR_INTERRUPTED);
     base_config(&c, part);
     c.resume = true;

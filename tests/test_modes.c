@@ -1,0 +1,274 @@
+/* test_modes.c — the training modes through the interfaces the core
+ * declares (collective.h, reporter.h), with no network: an in-process
+ * collective of one rank that counts what the trainer asks of it, and a
+ * reporter that records what it is told.
+ *
+ *   - sync on one rank computes exactly what one process computes, bit for
+ *     bit, and a step goes to the network only as often as its maths needs:
+ *     one reduce-scatter and one all-gather; the norm's reduction only when
+ *     clipping needs it; a --log-every step's sums (and the norm) in one
+ *     reduction;
+ *   - a stop voted at step k stops every mode at step k with that step's
+ *     checkpoint, and the vote never travels inside a gradient;
+ *   - average mode talks to the others only every --sync-every steps.
+ * Uses a slice of Fashion-MNIST (skipped when the Debian package is absent). */
+#include "testutil.h"
+
+#include <sys/stat.h>
+
+#include "checkpoint.h"
+#include "status.h"
+#include "train.h"
+
+/* ---- an in-process collective of one rank ---------------------------------------- */
+
+struct mock {
+    long rs, ag, ar, ar64, bcast, ar64_elems;
+    uint32_t votes;
+    long stop_at_rs; /* agreed() says stop once this many reduce-scatters ran (0: never) */
+    long stop_at_ar; /* ... once this many float allreduces ran (0: never) */
+    /* the reporter's side */
+    long lines, metrics, ckpts;
+    char last_ckpt[16];
+    long last_ckpt_step;
+    bool ready;
+};
+
+static int m_rs(void *ctx, float *buf, size_t n)
+{
+    ((struct mock *)ctx)->rs++;
+    return RT_OK;
+}
+static int m_ag(void *ctx, float *buf, size_t n)
+{
+    ((struct mock *)ctx)->ag++;
+    return RT_OK;
+}
+static int m_ar(void *ctx, float *buf, size_t n)
+{
+    ((struct mock *)ctx)->ar++;
+    return RT_OK;
+}
+static int m_ar64(void *ctx, double *buf, size_t n)
+{
+    struct mock *m = ctx;
+    m->ar64++;
+    m->ar64_elems += (long)n;
+    return RT_OK;
+}
+static int m_bcast(void *ctx, void *buf, size_t bytes, int root)
+{
+    ((struct mock *)ctx)->bcast++;
+    return RT_OK;
+}
+static void m_vote(void *ctx, uint32_t votes) { ((struct mock *)ctx)->votes |= votes; }
+static uint32_t m_agreed(void *ctx)
+{
+    struct mock *m = ctx;
+    uint32_t v = m->votes;
+    m->votes = 0;
+    if ((m->stop_at_rs && m->rs >= m->stop_at_rs) || (m->stop_at_ar && m->ar >= m->stop_at_ar))
+        v |= RT_VOTE_STOP;
+    return v;
+}
+
+static const struct rt_collective_ops mock_coll = {
+    .reduce_scatter = m_rs, .all_gather = m_ag, .allreduce = m_ar, .allreduce_f64 = m_ar64,
+    .broadcast = m_bcast, .vote = m_vote, .agreed = m_agreed,
+};
+
+static int r_ready(void *ctx, double ips, const char *summary)
+{
+    struct mock *m = ctx;
+    assert_true(ips > 0.0);
+    assert_non_null(strstr(summary, "training "));
+    m->ready = true;
+    return RT_OK;
+}
+static void r_progress(void *ctx, int epoch, int epochs, long done, long total, double loss,
+                       double acc, double img_s, double eta_s)
+{
+    assert_true(done >= 0 && done <= total);
+}
+static int r_line(void *ctx, const char *text)
+{
+    ((struct mock *)ctx)->lines++;
+    return RT_OK;
+}
+static int r_metrics(void *ctx, const struct rt_train_field *f, int n)
+{
+    ((struct mock *)ctx)->metrics++;
+    return RT_OK;
+}
+static int r_checkpoint(void *ctx, const char *which, const struct rt_ckpt_part *p)
+{
+    struct mock *m = ctx;
+    m->ckpts++;
+    snprintf(m->last_ckpt, sizeof m->last_ckpt, "%s", which);
+    m->last_ckpt_step = p->pos->step;
+    /* one rank holds the whole model and the whole optimiser state */
+    assert_int_equal(p->lo, 0);
+    assert_int_equal(p->hi, p->np);
+    return RT_OK;
+}
+
+static const struct rt_reporter_ops mock_rep = {
+    .ready = r_ready, .progress = r_progress, .line = r_line, .metrics = r_metrics,
+    .checkpoint = r_checkpoint,
+};
+
+static struct rt_train_net mock_net(struct mock *m)
+{
+    return (struct rt_train_net){
+        .coll = {.ops = &mock_coll, .ctx = m, .rank = 0, .world = 1},
+        .report = {.ops = &mock_rep, .ctx = m, .want_checkpoints = true},
+    };
+}
+
+/* ---- the runs --------------------------------------------------------------------- */
+
+static void base_config(struct rt_train_config *c, const char *save)
+{
+    rt_train_config_defaults(c);
+    snprintf(c->model_path, sizeof c->model_path, "%s/examples/lenet.cfg", TOP_SRCDIR);
+    c->limit = 1200; /* 1080 train, 120 val: 34 steps of 32 */
+    c->val_frac = 0.1f;
+    c->epochs = 1;
+    c->batch = 32;
+    c->threads = 1;
+    c->seed = 11;
+    c->optim.kind = RT_OPT_ADAM;
+    c->optim.lr = 0.002f;
+    c->progress = RT_PROGRESS_OFF;
+    c->partition = RT_PARTITION_STATIC;
+    c->log_every = 10;
+    snprintf(c->save_path, sizeof c->save_path, "%s", save);
+}
+
+static void assert_same_weights(const char *a_path, const char *b_path)
+{
+    rt_st_file *a = NULL, *b = NULL;
+    assert_int_equal(rt_safetensors_read(a_path, &a), 0);
+    assert_int_equal(rt_safetensors_read(b_path, &b), 0);
+    assert_int_equal(rt_st_count(a), rt_st_count(b));
+    for (int i = 0; i < rt_st_count(a); i++) {
+        struct rt_st_tensor ta, tb;
+        assert_int_equal(rt_st_get(a, i, &ta), 0);
+        assert_int_equal(rt_st_find(b, ta.name, &tb), 0);
+        size_t n = 1;
+        for (int d = 0; d < ta.ndim; d++)
+            n *= (size_t)ta.dims[d];
+        if (memcmp(ta.data, tb.data, n * sizeof(float)) != 0)
+            fail_msg("tensor %s differs between %s and %s", ta.name, a_path, b_path);
+    }
+    rt_st_file_destroy(&a);
+    rt_st_file_destroy(&b);
+}
+
+static void sync_like_one_process(float clip)
+{
+    char one[512], dist[512];
+    snprintf(one, sizeof one, "%s/one.safetensors", tu_tmpdir());
+    snprintf(dist, sizeof dist, "%s/dist.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r1, r2;
+    base_config(&c, one);
+    c.optim.clip_norm = clip;
+    assert_int_equal(rt_train_run(&c, &r1), 0);
+    snprintf(c.save_path, sizeof c.save_path, "%s", dist);
+    struct mock m = {0};
+    struct rt_train_net net = mock_net(&m);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
+    assert_same_weights(one, dist);
+    assert_true(m.ready);
+    assert_int_equal(r2.steps, 34);
+    /* the network, per step: one reduce-scatter, one all-gather */
+    assert_int_equal(m.rs, 34);
+    assert_int_equal(m.ag, 34);
+    /* f64 reductions: the norm on every step when clipping; one per
+     * --log-every step (steps 10, 20, 30: the window's sums, with the norm
+     * when not clipping); at the epoch's end the sums, then val and test */
+    long per_step = clip > 0.0f ? 34 : 0;
+    assert_int_equal(m.ar64, per_step + 3 + 1 + 2);
+    assert_int_equal(m.ar64_elems, per_step + 3 * (clip > 0.0f ? 3 : 4) + 6 + 3 + 3);
+    assert_int_equal(m.metrics, 3 + 1);
+    assert_string_equal(m.last_ckpt, "last");
+    assert_int_equal(m.last_ckpt_step, 34);
+    assert_true(r1.test_acc == r2.test_acc);
+}
+
+static void test_sync_one_rank_is_one_process(void **state)
+{
+    (void)state;
+    sync_like_one_process(0.0f);
+}
+
+static void test_sync_clipping_needs_one_more_reduction(void **state)
+{
+    (void)state;
+    sync_like_one_process(0.5f);
+}
+
+/* A stop voted on the 7th exchange stops the run at step 7, after that
+ * step's update, with a checkpoint of step 7. */
+static void test_stop_vote_stops_at_that_step(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/stop.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r;
+    base_config(&c, path);
+    struct mock m = {.stop_at_rs = 7};
+    struct rt_train_net net = mock_net(&m);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r), RT_ERR_INTERRUPTED);
+    assert_int_equal(r.steps, 7);
+    assert_int_equal(m.rs, 7);
+    assert_int_equal(m.ag, 7);
+    assert_string_equal(m.last_ckpt, "last");
+    assert_int_equal(m.last_ckpt_step, 7);
+}
+
+/* Average mode talks to the others every --sync-every steps only (and at
+ * the epoch's end); a stop voted then stops it there. */
+static void test_average_exchanges_every_h_steps(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/avg.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r;
+    base_config(&c, path);
+    c.mode = RT_MODE_AVERAGE;
+    c.sync_every = 4;
+    c.log_every = 0;
+    struct mock m = {0};
+    struct rt_train_net net = mock_net(&m);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r), 0);
+    assert_int_equal(m.rs + m.ag, 0);
+    /* 8 averagings in 34 steps and one at the epoch's end (34 % 4 != 0),
+     * each of the parameters and Adam's two moments */
+    assert_int_equal(m.ar, 9 * 3);
+    assert_int_equal(r.local_steps, 34);
+
+    struct mock s = {.stop_at_ar = 3 * 3}; /* at the third averaging: step 12 */
+    net = mock_net(&s);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r), RT_ERR_INTERRUPTED);
+    assert_int_equal(r.steps, 12);
+    assert_int_equal(s.last_ckpt_step, 12);
+}
+
+int main(void)
+{
+    struct stat st;
+    if (stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", &st) != 0 &&
+        !getenv("RAGTAG_DATA_DIR"))
+        TU_SKIP_PROGRAM("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sync_one_rank_is_one_process),
+        cmocka_unit_test(test_sync_clipping_needs_one_more_reduction),
+        cmocka_unit_test(test_stop_vote_stops_at_that_step),
+        cmocka_unit_test(test_average_exchanges_every_h_steps),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
