@@ -163,7 +163,9 @@ static int train_done(struct coord *k, struct coord_worker *w)
 }
 
 static const struct coord_action join_actions[] = {
-    {"hello", hello_open}, {"hb", ignore}, {NULL, NULL},
+    {"hello", hello_open},
+    {"hb", ignore},
+    {NULL, NULL},
 };
 /* A "done" before training is a failure, like "error". */
 static const struct coord_action setup_actions[] = {
@@ -188,11 +190,12 @@ static const struct coord_action train_actions[] = {
 };
 
 static const struct coord_phase phases[] = {
-    {"join", join_enter, join_finished, join_on_stop, false, join_on_clock, join_actions,
-     join_leave},
-    {"setup", NULL, setup_finished, setup_on_stop, true, setup_on_clock, setup_actions,
-     setup_leave},
-    {"train", NULL, train_finished, train_on_stop, true, coord_check_alive, train_actions, NULL},
+    {.name = "join", .enter = join_enter, .finished = join_finished, .on_stop = join_on_stop,
+     .on_clock = join_on_clock, .actions = join_actions, .leave = join_leave},
+    {.name = "setup", .finished = setup_finished, .on_stop = setup_on_stop, .heartbeat = true,
+     .on_clock = setup_on_clock, .actions = setup_actions, .leave = setup_leave},
+    {.name = "train", .finished = train_finished, .on_stop = train_on_stop, .heartbeat = true,
+     .on_clock = coord_check_alive, .actions = train_actions},
 };
 
 static int dispatch(struct coord *k, const struct coord_action *a, struct coord_worker *w)
