@@ -18,6 +18,15 @@
 #include "net.h"
 #include "status.h"
 
+/* One option of a new socket; false with the detail naming it. */
+static bool set_option(void *s, int option, const char *name, const void *v, size_t n)
+{
+    if (zmq_setsockopt(s, option, v, n) == 0)
+        return true;
+    rt_error(RT_ERR_NET, "cannot set %s on a new ZeroMQ socket: %s", name, zmq_strerror(errno));
+    return false;
+}
+
 void *rt_zsock_new(void *ctx, int type, int64_t max_frame, int hwm)
 {
     void *s = zmq_socket(ctx, type);
@@ -25,18 +34,19 @@ void *rt_zsock_new(void *ctx, int type, int64_t max_frame, int hwm)
         rt_error(RT_ERR_NET, "cannot create a ZeroMQ socket: %s", zmq_strerror(errno));
         return NULL;
     }
-    int zero = 0;
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    if (max_frame > 0)
-        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame);
-    zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
     /* Reconnect quickly at first (a worker started before its coordinator),
      * backing off to 1 s. */
-    int ivl = 100, ivl_max = 1000;
-    zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
-    zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
-    return s;
+    int zero = 0, ivl = 100, ivl_max = 1000;
+    if (set_option(s, ZMQ_LINGER, "ZMQ_LINGER", &zero, sizeof zero) &&
+        (max_frame <= 0 ||
+         set_option(s, ZMQ_MAXMSGSIZE, "ZMQ_MAXMSGSIZE", &max_frame, sizeof max_frame)) &&
+        set_option(s, ZMQ_SNDHWM, "ZMQ_SNDHWM", &hwm, sizeof hwm) &&
+        set_option(s, ZMQ_RCVHWM, "ZMQ_RCVHWM", &hwm, sizeof hwm) &&
+        set_option(s, ZMQ_RECONNECT_IVL, "ZMQ_RECONNECT_IVL", &ivl, sizeof ivl) &&
+        set_option(s, ZMQ_RECONNECT_IVL_MAX, "ZMQ_RECONNECT_IVL_MAX", &ivl_max, sizeof ivl_max))
+        return s;
+    zmq_close(s);
+    return NULL;
 }
 
 void rt_zsock_close(void **sock)

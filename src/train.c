@@ -512,12 +512,3 @@ int rt_train_run_dist(const struct rt_train_config *c, const struct rt_train_net
                            .res = res};
     return run(&t, net->model_text);
 }
-
-void rt_train_share(long n, int world, int rank, long *lo, long *hi)
-{
-    RT_ASSERT(n >= 0);
-    size_t a, b;
-    rt_slice((size_t)n, world, rank, &a, &b);
-    *lo = (long)a;
-    *hi = (long)b;
-}

@@ -145,7 +145,4 @@ int rt_train_config_each(const struct rt_train_config *c,
 
 const char *rt_train_mode_name(enum rt_dist_mode m);
 
-/* This rank's share [*lo, *hi) of n items cut into `world` parts. */
-void rt_train_share(long n, int world, int rank, long *lo, long *hi);
-
 #endif

@@ -1,0 +1,185 @@
+/* coord-impl.h — private to the coordinator (net/coord*.c).
+ *
+ * The coordinator is one struct coord, made by rt_coord_run and handed to
+ * every function here: nothing lives in file-scope variables, so two
+ * coordinators can run in one process (tests/test_coord.c does). The
+ * files, one concern each:
+ *   coord.c          the entry, the run, and the one poll loop driven by
+ *                    the phase table (join, setup, train);
+ *   coord_socket.c   the ROUTER socket: receive one checked message, send;
+ *   coord_members.c  hellos, who joined, ranks, "ready";
+ *   coord_job.c      the job: model text, options, served data files;
+ *   coord_local.c    the local workers of `ragtag train --workers N`;
+ *   coord_ckpt.c     checkpoints assembled from the workers' parts, resume;
+ *   coord_report.c   progress, lines, metrics, the cluster table, results. */
+#ifndef RT_COORD_IMPL_H
+#define RT_COORD_IMPL_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "datashare.h"
+#include "membership.h"
+#include "metrics.h"
+#include "model.h"
+#include "net.h"
+#include "optim.h"
+#include "clock.h"
+#include "progress.h"
+#include "children.h"
+#include "transport.h"
+#include "wire.h"
+
+struct coord_worker {
+    struct rt_member m;
+    unsigned char rid[256]; /* ZeroMQ routing id of its connection */
+    size_t rid_len;
+    char peer[64];
+    int rank;
+    bool ready, done;
+    double last_seen, ips;
+    int status;
+    char message[600];
+    uint64_t hash;
+    struct rt_train_result res;
+};
+
+/* The options sent to every worker with the job, as rt_train_config_each
+ * gives them; grows as needed. */
+struct coord_option_list {
+    char **key, **value;
+    int n, cap;
+};
+
+/* The coordinator's own copy of the model (cpu, batch 1) and a full-size
+ * optimiser: where checkpoints are assembled and --resume is read. */
+struct coord_ckpt {
+    rt_dev *cpu;
+    rt_model *cm;
+    rt_optim *copt;
+    size_t np, ns;
+    char last_path[1100], best_path[1100];
+    /* the "last" checkpoint of last_step, part by part */
+    float *last_params, *last_state;
+    long last_step;
+    unsigned char *last_got;
+    int last_count;
+    bool last_have_params;
+    /* --resume: the checkpoint's position, its best weights */
+    bool resuming, have_best;
+    struct rt_train_pos rpos;
+    float *best_params, *best_state;
+};
+
+struct coord {
+    const struct rt_coord_options *o;
+    const struct rt_train_config *c;
+    char run[RT_RUN_ID_LEN + 1];
+    sig_atomic_t stops_at_start; /* SIGINT requests seen before this run */
+    /* the socket */
+    void *zctx, *router;
+    char endpoint[RT_ENDPOINT_MAX];
+    rt_wire_writer wr;
+    rt_wire_msg msg;
+    rt_zframes fr;
+    rt_wire_droplog drops;
+    double last_hb;
+    double phase_start;
+    /* members, by arrival; by_rank[r] indexes w */
+    struct coord_worker w[RT_MAX_WORKERS];
+    int nw;
+    int by_rank[RT_MAX_WORKERS];
+    struct rt_membership ms;
+    int nready, ndone;
+    /* the job */
+    char *model_text;
+    size_t model_len;
+    struct rt_data_manifest man;
+    struct coord_option_list opts;
+    char *chunk; /* RT_DATA_CHUNK bytes of a served file */
+    rt_children *local;
+    bool stop_sent;
+    /* reports */
+    rt_progress prog;
+    rt_metrics *mf;
+    char summary[1024];
+    long interrupted_step;
+    struct coord_ckpt ck;
+};
+
+/* coord.c */
+void coord_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+bool coord_stop_requested(const struct coord *k);
+
+/* coord_socket.c */
+int coord_socket_open(struct coord *k);
+/* rc < 0: the run failed, keep unsent messages a while. */
+void coord_socket_close(struct coord *k, int rc);
+int coord_send(struct coord *k, struct coord_worker *w, const void *const *frames,
+               const size_t *sizes, int n);
+/* Best effort (heartbeats, start, stop, abort); the error detail is kept. */
+void coord_send_simple(struct coord *k, struct coord_worker *w, const char *type,
+                       const char *reason);
+void coord_send_all(struct coord *k, const char *type, const char *reason);
+void coord_heartbeat(struct coord *k);
+int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from);
+void coord_drop_unexpected(struct coord *k, struct coord_worker *w);
+/* A "reject" to a route that is not (and must not become) a member's. */
+int coord_send_reject(struct coord *k, const void *rid, size_t rid_len, const char *name,
+                      const char *why);
+
+/* coord_members.c */
+int coord_hello(struct coord *k, struct coord_worker *w, bool open);
+int coord_ready(struct coord *k, struct coord_worker *w);
+/* The --join-timeout verdict: 1 start with fewer (--min-workers), or an error. */
+int coord_join_timeout(struct coord *k);
+int coord_setup_timeout(struct coord *k);
+int coord_check_alive(struct coord *k);
+void coord_assign_ranks(struct coord *k);
+/* By rank: rank r's worker. */
+static inline struct coord_worker *coord_rank(struct coord *k, int r)
+{
+    return &k->w[k->by_rank[r]];
+}
+
+/* coord_job.c */
+int coord_job_read_model(struct coord *k);
+int coord_job_send(struct coord *k);
+int coord_job_serve_file(struct coord *k, struct coord_worker *w);
+void coord_job_free(struct coord *k);
+
+/* coord_local.c */
+int coord_local_start(struct coord *k);
+int coord_local_check(struct coord *k);
+/* The local workers' names that have not joined, comma separated. */
+void coord_local_missing(struct coord *k, char *out, size_t cap);
+void coord_local_finish(struct coord *k, int rc);
+
+/* coord_ckpt.c */
+int coord_ckpt_open(struct coord *k);
+int coord_ckpt_load_resume(struct coord *k);
+int coord_ckpt_send_resume(struct coord *k, struct coord_worker *w);
+int coord_ckpt_part(struct coord *k, struct coord_worker *w);
+void coord_ckpt_close(struct coord_ckpt *ck);
+
+/* coord_report.c */
+void coord_sanitize(char *s);
+int coord_report_open(struct coord *k);
+void coord_report_close(struct coord *k);
+int coord_report_progress(struct coord *k, struct coord_worker *w);
+int coord_report_line(struct coord *k, struct coord_worker *w);
+int coord_report_metrics(struct coord *k, struct coord_worker *w);
+void coord_report_table(struct coord *k);
+/* A worker's "done": its result kept in w (w->done set when well-formed). */
+void coord_report_done(struct coord *k, struct coord_worker *w);
+/* A worker's "error" or failed "done": the error that ends the run. */
+int coord_report_failed(struct coord *k, struct coord_worker *w);
+/* The end: rank 0's result, and whether the run was interrupted or
+ * its replicas diverged. */
+int coord_report_end(struct coord *k, double t_start, struct rt_train_result *res);
+
+#endif

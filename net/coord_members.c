@@ -1,0 +1,208 @@
+/* coord_members.c — who takes part: hellos (and whom to turn away), the
+ * ranks, "ready", and what to say when someone is missing or silent.
+ * A member is known by its route (the ZeroMQ routing id of its
+ * connection) and by its id (a per-process nonce it says hello with). */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord-impl.h"
+#include "status.h"
+
+static struct coord_worker *find_id(struct coord *k, const char *id)
+{
+    for (int i = 0; i < k->nw; i++)
+        if (!strcmp(k->w[i].m.id, id))
+            return &k->w[i];
+    return NULL;
+}
+
+static bool name_taken(struct coord *k, const char *name)
+{
+    for (int i = 0; i < k->nw; i++)
+        if (!strcmp(k->w[i].m.name, name))
+            return true;
+    return false;
+}
+
+/* A reject for the hello in k->msg, and a log line ("turned away worker
+ * NAME from ..." or, when the name is the problem, "a worker"). */
+static int turn_away(struct coord *k, const struct rt_member *m, const char *from, bool named,
+                     const char *why)
+{
+    (void)coord_send_reject(k, rt_zframe_data(&k->fr, 0), rt_zframe_size(&k->fr, 0), m->name,
+                            why);
+    if (named)
+        coord_note("turned away worker %s from %s: %s", m->name, from, why);
+    else
+        coord_note("turned away a worker from %s: %s", from, why);
+    return RT_OK;
+}
+
+static void add_member(struct coord *k, const struct rt_member *m, const char *peer)
+{
+    struct coord_worker *n = &k->w[k->nw++];
+    memset(n, 0, sizeof *n);
+    n->rid_len = rt_zframe_size(&k->fr, 0);
+    memcpy(n->rid, rt_zframe_data(&k->fr, 0), n->rid_len);
+    n->m = *m;
+    snprintf(n->peer, sizeof n->peer, "%s", peer);
+    n->last_seen = rt_now();
+    n->rank = -1;
+    coord_note("worker %s joined from %s (%s, %s) [%d/%d]", m->name, peer[0] ? peer : m->host,
+               m->host, m->endpoint, k->nw, k->o->workers);
+}
+
+/* A hello from w (NULL: a new route). A worker says hello every second
+ * until its job comes: the same member on the same route is no news. The
+ * same member id on another route is someone else (or a stale copy):
+ * refused, and the member keeps its route. open: the join phase. */
+int coord_hello(struct coord *k, struct coord_worker *w, bool open)
+{
+    struct rt_member m;
+    rt_wire_map mm;
+    char peer[64], why[200];
+    rt_zframes_peer(&k->fr, 1, peer, sizeof peer);
+    if (rt_wire_get_map(rt_wire_root(&k->msg), "member", &mm) < 0 || rt_member_get(mm, &m) < 0) {
+        rt_wire_drop(&k->drops, peer, rt_error_detail());
+        return RT_OK;
+    }
+    if (rt_zframe_size(&k->fr, 0) > sizeof k->w[0].rid) {
+        rt_wire_drop(&k->drops, peer, "a routing id longer than 256 bytes");
+        return RT_OK;
+    }
+    const char *from = peer[0] ? peer : m.host;
+    struct coord_worker *same = find_id(k, m.id);
+    if (w) {
+        if (w != same)
+            rt_wire_drop(&k->drops, w->m.name, "a hello with another worker id");
+        return RT_OK;
+    }
+    if (same) {
+        snprintf(why, sizeof why, "worker id %s already joined as %s", m.id, same->m.name);
+        return turn_away(k, &m, from, true, why);
+    }
+    if (!open || k->nw >= k->o->workers) {
+        snprintf(why, sizeof why, "run %.8s already has its %d workers", k->run, k->nw);
+        return turn_away(k, &m, from, true, why);
+    }
+    if (name_taken(k, m.name)) {
+        snprintf(why, sizeof why, "a worker named %s already joined (give --name)", m.name);
+        return turn_away(k, &m, from, false, why);
+    }
+    add_member(k, &m, peer);
+    return RT_OK;
+}
+
+static int cmp_workers(const void *a, const void *b)
+{
+    const struct coord_worker *x = *(const struct coord_worker *const *)a;
+    const struct coord_worker *y = *(const struct coord_worker *const *)b;
+    int c = strcmp(x->m.name, y->m.name);
+    return c ? c : strcmp(x->m.id, y->m.id);
+}
+
+/* The members by name (start order never matters). */
+static void sort_members(struct coord *k, struct coord_worker **order)
+{
+    for (int i = 0; i < k->nw; i++)
+        order[i] = &k->w[i];
+    qsort(order, (size_t)k->nw, sizeof order[0], cmp_workers);
+}
+
+void coord_assign_ranks(struct coord *k)
+{
+    struct coord_worker *order[RT_MAX_WORKERS];
+    sort_members(k, order);
+    k->ms.gen = 1;
+    k->ms.n = k->nw;
+    for (int r = 0; r < k->nw; r++) {
+        order[r]->rank = r;
+        k->by_rank[r] = (int)(order[r] - k->w);
+        k->ms.m[r] = order[r]->m;
+    }
+}
+
+static void append(char *list, size_t cap, size_t *used, const char *fmt, const char *a,
+                   const char *b) __attribute__((format(printf, 4, 0)));
+static void append(char *list, size_t cap, size_t *used, const char *fmt, const char *a,
+                   const char *b)
+{
+    int n = snprintf(list + *used, cap - *used, fmt, *used ? ", " : "", a, b);
+    if (n > 0 && (size_t)n < cap - *used)
+        *used += (size_t)n;
+}
+
+int coord_join_timeout(struct coord *k)
+{
+    const struct rt_coord_options *o = k->o;
+    if (o->min_workers > 0 && k->nw >= o->min_workers) {
+        coord_note("--join-timeout %.0f s: starting with the %d of %d workers that joined "
+                   "(--min-workers %d)", o->join_timeout, k->nw, o->workers, o->min_workers);
+        return 1;
+    }
+    char list[2048] = "", missing[1024] = "";
+    size_t used = 0;
+    struct coord_worker *sorted[RT_MAX_WORKERS];
+    sort_members(k, sorted);
+    for (int i = 0; i < k->nw; i++)
+        append(list, sizeof list, &used, "%s%s (%s)", sorted[i]->m.name,
+               sorted[i]->peer[0] ? sorted[i]->peer : sorted[i]->m.host);
+    if (o->spawn_local)
+        coord_local_missing(k, missing, sizeof missing);
+    else
+        snprintf(missing, sizeof missing, "%d more", o->workers - k->nw);
+    return rt_error(RT_ERR_TIMEOUT,
+                    "only %d of %d workers joined within --join-timeout %.0f s; "
+                    "joined: %s; missing: %s",
+                    k->nw, o->workers, o->join_timeout, k->nw ? list : "none", missing);
+}
+
+int coord_setup_timeout(struct coord *k)
+{
+    char list[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < k->nw; i++)
+        if (!k->w[i].ready)
+            append(list, sizeof list, &used, "%s%s%s", k->w[i].m.name, "");
+    return rt_error(RT_ERR_TIMEOUT, "workers not ready after %.0f s: %s", k->o->setup_timeout,
+                    list);
+}
+
+/* Every worker still training was heard from within --worker-timeout. */
+int coord_check_alive(struct coord *k)
+{
+    double now = rt_now();
+    for (int i = 0; i < k->nw; i++) {
+        struct coord_worker *w = &k->w[i];
+        if (!w->done && now - w->last_seen > k->o->worker_timeout)
+            return rt_error(RT_ERR_NET, "lost worker %s (rank %d, %s): nothing heard from it "
+                                        "for %.0f s", w->m.name, w->rank, w->m.host,
+                            now - w->last_seen);
+    }
+    return RT_OK;
+}
+
+/* "ready": the worker built its model and data and measured its speed;
+ * rank 0 also says what it trains (the summary line). */
+int coord_ready(struct coord *k, struct coord_worker *w)
+{
+    uint64_t rank;
+    double ips;
+    rt_wire_map r = rt_wire_root(&k->msg);
+    if (rt_wire_get_uint(r, "rank", 0, RT_MAX_WORKERS, &rank) < 0 ||
+        rt_wire_get_f64(r, "ips", 0, 1e12, &ips) < 0 || (int)rank != w->rank) {
+        rt_wire_drop(&k->drops, w->m.name, "a bad 'ready'");
+        return RT_OK;
+    }
+    if (!w->ready)
+        k->nready++;
+    w->ready = true;
+    w->ips = ips;
+    k->ms.m[w->rank].images_per_s = ips;
+    if (w->rank == 0 && rt_wire_get_str(r, "summary", 0, k->summary, sizeof k->summary) == 0)
+        coord_sanitize(k->summary);
+    return RT_OK;
+}

@@ -1,0 +1,166 @@
+/* coord_socket.c — the coordinator's one ROUTER socket: every message in
+ * is checked here (envelope, run id, known sender) before any action sees
+ * it; every message out goes to one worker's route. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coord-impl.h"
+#include "status.h"
+
+static int set_option(struct coord *k, int option, const char *name, int value)
+{
+    if (zmq_setsockopt(k->router, option, &value, sizeof value) != 0)
+        return rt_error(RT_ERR_NET, "coordinator socket: cannot set %s: %s", name,
+                        zmq_strerror(errno));
+    return RT_OK;
+}
+
+int coord_socket_open(struct coord *k)
+{
+    if (!(k->zctx = zmq_ctx_new()))
+        return rt_error(RT_ERR_NET, "cannot start ZeroMQ: %s", zmq_strerror(errno));
+    /* Workers send checkpoints: the largest frame is the parameters. */
+    int64_t max = (int64_t)(k->ck.np + 1024) * (int64_t)sizeof(float) + ((int64_t)1 << 20);
+    if (!(k->router = rt_zsock_new(k->zctx, ZMQ_ROUTER, max, 0)))
+        return RT_ERR_NET;
+    RT_TRY(set_option(k, ZMQ_ROUTER_MANDATORY, "ZMQ_ROUTER_MANDATORY", 1));
+    RT_TRY(set_option(k, ZMQ_ROUTER_HANDOVER, "ZMQ_ROUTER_HANDOVER", 1));
+    const char *ep = k->o->listen[0] ? k->o->listen : "tcp://127.0.0.1:*";
+    return rt_zsock_bind(k->router, ep, k->endpoint, sizeof k->endpoint);
+}
+
+void coord_socket_close(struct coord *k, int rc)
+{
+    if (k->router) {
+        /* Keep the error detail: a failed option sets its own. */
+        char keep[1024];
+        snprintf(keep, sizeof keep, "%s", rt_error_detail());
+        if (set_option(k, ZMQ_LINGER, "ZMQ_LINGER", rc < 0 ? 2000 : 0) < 0) {
+            coord_note("%s", rt_error_detail());
+            rt_error(rc < 0 ? rc : RT_ERR_NET, "%s", keep);
+        }
+    }
+    rt_zsock_close(&k->router);
+    if (k->zctx)
+        zmq_ctx_term(k->zctx);
+    k->zctx = NULL;
+}
+
+static int send_rid(struct coord *k, const void *rid, size_t rid_len, const char *name,
+                    const void *const *frames, const size_t *sizes, int n)
+{
+    if (zmq_send(k->router, rid, rid_len, ZMQ_SNDMORE) < 0 ||
+        rt_zsend_msg(k->router, &k->wr, frames, sizes, n) < 0)
+        return rt_error(RT_ERR_NET, "cannot reach worker %s: %s", name, zmq_strerror(errno));
+    return RT_OK;
+}
+
+int coord_send(struct coord *k, struct coord_worker *w, const void *const *frames,
+               const size_t *sizes, int n)
+{
+    return send_rid(k, w->rid, w->rid_len, w->m.name, frames, sizes, n);
+}
+
+void coord_send_simple(struct coord *k, struct coord_worker *w, const char *type,
+                       const char *reason)
+{
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", rt_error_detail());
+    rt_wire_begin(&k->wr, k->run, type, reason ? 1 : 0);
+    if (reason)
+        rt_wire_put_str(&k->wr, "reason", reason);
+    if (rt_wire_end(&k->wr) == RT_OK && coord_send(k, w, NULL, NULL, 0) < 0)
+        rt_error(RT_ERR_NET, "%s", keep);
+}
+
+void coord_send_all(struct coord *k, const char *type, const char *reason)
+{
+    for (int i = 0; i < k->nw; i++)
+        coord_send_simple(k, &k->w[i], type, reason);
+}
+
+void coord_heartbeat(struct coord *k)
+{
+    double now = rt_now();
+    if (now - k->last_hb < 1.0)
+        return;
+    k->last_hb = now;
+    coord_send_all(k, "hb", NULL);
+}
+
+static struct coord_worker *find_rid(struct coord *k, const void *rid, size_t n)
+{
+    for (int i = 0; i < k->nw; i++)
+        if (k->w[i].rid_len == n && !memcmp(k->w[i].rid, rid, n))
+            return &k->w[i];
+    return NULL;
+}
+
+/* Why the message in k->msg from w (NULL: a stranger) is not taken, or
+ * NULL when it is. */
+static const char *refusal(struct coord *k, struct coord_worker *w, char *why, size_t cap)
+{
+    bool hello = !strcmp(k->msg.type, "hello");
+    /* A hello may come without the run id (the worker does not know it
+     * yet); everything else must carry ours. */
+    if (!k->msg.run[0] && !hello)
+        return "a message without a run id";
+    if (!w && !hello) {
+        snprintf(why, cap, "a '%s' message from a worker that never said hello", k->msg.type);
+        return why;
+    }
+    return NULL;
+}
+
+/* One message: 1 with k->msg parsed and *from its sender (NULL for a
+ * stranger, who may only say hello), 0 when nothing came in timeout_ms.
+ * Bad messages are logged and dropped here. */
+int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from)
+{
+    zmq_pollitem_t it = {.socket = k->router, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, timeout_ms) <= 0 || !(it.revents & ZMQ_POLLIN))
+        return 0;
+    if (rt_zframes_recv(k->router, &k->fr, ZMQ_DONTWAIT) <= 0)
+        return 0;
+    char peer[64], why[96];
+    rt_zframes_peer(&k->fr, 1, peer, sizeof peer);
+    if (k->fr.n < 2 || k->fr.truncated) {
+        rt_wire_drop(&k->drops, peer, "a message of the wrong number of frames");
+        return 0;
+    }
+    struct coord_worker *w = find_rid(k, rt_zframe_data(&k->fr, 0), rt_zframe_size(&k->fr, 0));
+    if (rt_wire_parse(&k->msg, rt_zframe_data(&k->fr, 1), rt_zframe_size(&k->fr, 1), k->run,
+                      true) < 0) {
+        rt_wire_drop(&k->drops, peer, rt_error_detail());
+        return 0;
+    }
+    const char *no = refusal(k, w, why, sizeof why);
+    if (no) {
+        rt_wire_drop(&k->drops, peer, no);
+        return 0;
+    }
+    if (w)
+        w->last_seen = rt_now();
+    *from = w;
+    return 1;
+}
+
+void coord_drop_unexpected(struct coord *k, struct coord_worker *w)
+{
+    char why[96];
+    snprintf(why, sizeof why, "an unexpected '%s' message", k->msg.type);
+    rt_wire_drop(&k->drops, w ? w->m.name : "a stranger", why);
+}
+
+int coord_send_reject(struct coord *k, const void *rid, size_t rid_len, const char *name,
+                      const char *why)
+{
+    rt_wire_begin(&k->wr, "", "reject", 1);
+    rt_wire_put_str(&k->wr, "reason", why);
+    RT_TRY(rt_wire_end(&k->wr));
+    return send_rid(k, rid, rid_len, name, NULL, NULL, 0);
+}
