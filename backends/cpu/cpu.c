@@ -338,7 +338,7 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
 #endif
 }
 
-static int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
+int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
                     int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
     /* With k == 0 the wrapper has not checked a and b: do not touch them. */
@@ -357,7 +357,7 @@ static int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha,
 #define CPU_PAR_FOR
 #endif
 
-static int cpu_mul(rt_dev *d, size_t n, rt_view av, rt_view bv, rt_view yv)
+int cpu_mul(rt_dev *d, size_t n, rt_view av, rt_view bv, rt_view yv)
 {
     const float *a = cpu_f(av), *b = cpu_f(bv);
     float *y = cpu_f(yv);
@@ -369,7 +369,7 @@ static int cpu_mul(rt_dev *d, size_t n, rt_view av, rt_view bv, rt_view yv)
     return RT_OK;
 }
 
-static int cpu_axpy(rt_dev *d, size_t n, float alpha, rt_view xv, rt_view yv)
+int cpu_axpy(rt_dev *d, size_t n, float alpha, rt_view xv, rt_view yv)
 {
     const float *x = cpu_f(xv);
     float *y = cpu_f(yv);
@@ -381,7 +381,7 @@ static int cpu_axpy(rt_dev *d, size_t n, float alpha, rt_view xv, rt_view yv)
     return RT_OK;
 }
 
-static int cpu_scale(rt_dev *d, size_t n, float alpha, rt_view xv)
+int cpu_scale(rt_dev *d, size_t n, float alpha, rt_view xv)
 {
     float *x = cpu_f(xv);
     int nt = cpu_nt(d);
@@ -392,7 +392,7 @@ static int cpu_scale(rt_dev *d, size_t n, float alpha, rt_view xv)
     return RT_OK;
 }
 
-static int cpu_fill(rt_dev *d, size_t n, float value, rt_view xv)
+int cpu_fill(rt_dev *d, size_t n, float value, rt_view xv)
 {
     float *x = cpu_f(xv);
     int nt = cpu_nt(d);
@@ -406,7 +406,7 @@ static int cpu_fill(rt_dev *d, size_t n, float value, rt_view xv)
 /* Sum of squares in double. The range is cut into nt fixed blocks whatever
  * the team size, and the block sums are added in block order, so the result
  * depends only on the device's thread count. */
-static int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
+int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
 {
     const float *x = cpu_f(xv);
     int nb = n > CPU_PAR_MIN ? cpu_nt(d) : 1;
@@ -441,7 +441,7 @@ static int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
 
 /* ---- optimiser steps ------------------------------------------------------------ */
 
-static int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view wv,
+int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view wv,
                         rt_view gv, rt_view vv)
 {
     float *w = cpu_f(wv), *v = cpu_f_or_null(vv);
@@ -474,7 +474,7 @@ static int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_v
 
 /* Adam, AdamW and Nadam as written in backend.h. The per-step scalars are
  * computed once in double; the element loop is float. */
-static int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view wv,
+int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view wv,
                          rt_view gv, rt_view mv, rt_view vv)
 {
     float *w = cpu_f(wv), *m = cpu_f(mv), *v = cpu_f(vv);
@@ -528,27 +528,7 @@ const struct rt_backend_ops rt_cpu_backend = {
     .sync = cpu_sync,
     .conv2d_workspace = cpu_conv2d_workspace,
     .host_memory = true,
-    .gemm = cpu_gemm,
-    .conv2d_fwd = cpu_conv2d_fwd,
-    .conv2d_bwd_data = cpu_conv2d_bwd_data,
-    .conv2d_bwd_filter = cpu_conv2d_bwd_filter,
-    .bias_add = cpu_bias_add,
-    .bias_grad = cpu_bias_grad,
-    .pool_fwd = cpu_pool_fwd,
-    .pool_bwd = cpu_pool_bwd,
-    .act_fwd = cpu_act_fwd,
-    .act_bwd = cpu_act_bwd,
-    .softmax_xent_fwd = cpu_softmax_xent_fwd,
-    .softmax_xent_bwd = cpu_softmax_xent_bwd,
-    .bn_fwd_train = cpu_bn_fwd_train,
-    .bn_fwd_infer = cpu_bn_fwd_infer,
-    .bn_bwd = cpu_bn_bwd,
-    .dropout_fwd = cpu_dropout_fwd,
-    .mul = cpu_mul,
-    .axpy = cpu_axpy,
-    .scale = cpu_scale,
-    .fill = cpu_fill,
-    .sumsq = cpu_sumsq,
-    .sgd_step = cpu_sgd_step,
-    .adam_step = cpu_adam_step,
+#define RT_OP(name, params) .name = cpu_##name,
+#include "ops.def"
+#undef RT_OP
 };

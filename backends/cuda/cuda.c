@@ -413,7 +413,7 @@ int cu_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, cons
     return cu_blas_status(st, "SGEMM");
 }
 
-static int cu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
+int cu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
                    int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
     RT_TRY(cu_enter(d));
@@ -424,22 +424,22 @@ static int cu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, 
 
 /* ---- elementwise ------------------------------------------------------------------------ */
 
-static int cu_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
+int cu_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
 {
     CU_LAUNCH(d, "mul", rtcu_mul(cu(d)->stream, n, cu_f(a), cu_f(b), cu_f(y)));
 }
 
-static int cu_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
+int cu_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
 {
     CU_LAUNCH(d, "axpy", rtcu_axpy(cu(d)->stream, n, alpha, cu_f(x), cu_f(y)));
 }
 
-static int cu_scale(rt_dev *d, size_t n, float alpha, rt_view x)
+int cu_scale(rt_dev *d, size_t n, float alpha, rt_view x)
 {
     CU_LAUNCH(d, "scale", rtcu_scale(cu(d)->stream, n, alpha, cu_f(x)));
 }
 
-static int cu_fill(rt_dev *d, size_t n, float value, rt_view x)
+int cu_fill(rt_dev *d, size_t n, float value, rt_view x)
 {
     CU_LAUNCH(d, "fill", rtcu_fill(cu(d)->stream, n, value, cu_f(x)));
 }
@@ -447,7 +447,7 @@ static int cu_fill(rt_dev *d, size_t n, float value, rt_view x)
 /* Two stages: up to RTCU_SUMSQ_BLOCKS blocks each sum a contiguous slice in
  * double, then the host adds the partial sums in block order. The launch
  * shape depends on n only, so a run repeats exactly. */
-static int cu_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
+int cu_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 {
     struct cu_dev *o = cu(d);
     RT_TRY(cu_enter(d));
@@ -469,7 +469,7 @@ static int cu_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 
 /* ---- optimiser steps ---------------------------------------------------------------------- */
 
-static int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
+int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
                        rt_view v)
 {
     const int mode = p->momentum == 0.0f ? 0 : p->nesterov ? 2 : 1;
@@ -480,7 +480,7 @@ static int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_vi
 }
 
 /* The per-step scalars exactly as backends/cpu/cpu.c computes them. */
-static int cu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w, rt_view g,
+int cu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w, rt_view g,
                         rt_view m, rt_view v)
 {
     const double t = (double)p->step;
@@ -519,29 +519,9 @@ static const struct rt_backend_ops cu_backend = {
     .sync = cu_sync,
     .conv2d_workspace = cu_conv2d_workspace,
     .host_memory = false,
-    .gemm = cu_gemm,
-    .conv2d_fwd = cu_conv2d_fwd,
-    .conv2d_bwd_data = cu_conv2d_bwd_data,
-    .conv2d_bwd_filter = cu_conv2d_bwd_filter,
-    .bias_add = cu_bias_add,
-    .bias_grad = cu_bias_grad,
-    .pool_fwd = cu_pool_fwd,
-    .pool_bwd = cu_pool_bwd,
-    .act_fwd = cu_act_fwd,
-    .act_bwd = cu_act_bwd,
-    .softmax_xent_fwd = cu_softmax_xent_fwd,
-    .softmax_xent_bwd = cu_softmax_xent_bwd,
-    .bn_fwd_train = cu_bn_fwd_train,
-    .bn_fwd_infer = cu_bn_fwd_infer,
-    .bn_bwd = cu_bn_bwd,
-    .dropout_fwd = cu_dropout_fwd,
-    .mul = cu_mul,
-    .axpy = cu_axpy,
-    .scale = cu_scale,
-    .fill = cu_fill,
-    .sumsq = cu_sumsq,
-    .sgd_step = cu_sgd_step,
-    .adam_step = cu_adam_step,
+#define RT_OP(name, params) .name = cu_##name,
+#include "ops.def"
+#undef RT_OP
 };
 
 /* The module's one exported symbol (see backend-impl.h). */

@@ -828,7 +828,7 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
     return ocl_blast_status(st, "CLBlast SGEMM");
 }
 
-static int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
+int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
                     int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
     return ocl_sgemm(d, ta != 0, tb != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -836,22 +836,22 @@ static int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha,
 
 /* ---- elementwise ----------------------------------------------------------------------- */
 
-static int ocl_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
+int ocl_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
 {
     return ocl_run_n(d, OCL_K_mul, n, "lvvv", n, a, b, y);
 }
 
-static int ocl_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
+int ocl_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
 {
     return ocl_run_n(d, OCL_K_axpy, n, "lfvv", n, (double)alpha, x, y);
 }
 
-static int ocl_scale(rt_dev *d, size_t n, float alpha, rt_view x)
+int ocl_scale(rt_dev *d, size_t n, float alpha, rt_view x)
 {
     return ocl_run_n(d, OCL_K_scale, n, "lfv", n, (double)alpha, x);
 }
 
-static int ocl_fill(rt_dev *d, size_t n, float value, rt_view x)
+int ocl_fill(rt_dev *d, size_t n, float value, rt_view x)
 {
     return ocl_run_n(d, OCL_K_fill, n, "lfv", n, (double)value, x);
 }
@@ -859,7 +859,7 @@ static int ocl_fill(rt_dev *d, size_t n, float value, rt_view x)
 /* Two stages: OCL_SUMSQ_GROUPS work-groups each sum a grid-stride share
  * (double when the device has it), then the host adds the partials in
  * group order. The launch shape is fixed, so a run repeats exactly. */
-static int ocl_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
+int ocl_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 {
     struct ocl_dev *o = ocl(d);
     size_t groups = (n + o->wg[OCL_K_sumsq_part] - 1) / o->wg[OCL_K_sumsq_part];
@@ -883,7 +883,7 @@ static int ocl_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 
 /* ---- optimiser steps -------------------------------------------------------------------- */
 
-static int ocl_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
+int ocl_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
                         rt_view v)
 {
     int mode = p->momentum == 0.0f ? 0 : p->nesterov ? 2 : 1;
@@ -892,7 +892,7 @@ static int ocl_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_v
 }
 
 /* The per-step scalars exactly as backends/cpu/cpu.c computes them. */
-static int ocl_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w,
+int ocl_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w,
                          rt_view g, rt_view m, rt_view v)
 {
     const double t = (double)p->step;
@@ -931,29 +931,9 @@ static const struct rt_backend_ops ocl_backend = {
     .sync = ocl_sync,
     .conv2d_workspace = ocl_conv2d_workspace,
     .host_memory = false,
-    .gemm = ocl_gemm,
-    .conv2d_fwd = ocl_conv2d_fwd,
-    .conv2d_bwd_data = ocl_conv2d_bwd_data,
-    .conv2d_bwd_filter = ocl_conv2d_bwd_filter,
-    .bias_add = ocl_bias_add,
-    .bias_grad = ocl_bias_grad,
-    .pool_fwd = ocl_pool_fwd,
-    .pool_bwd = ocl_pool_bwd,
-    .act_fwd = ocl_act_fwd,
-    .act_bwd = ocl_act_bwd,
-    .softmax_xent_fwd = ocl_softmax_xent_fwd,
-    .softmax_xent_bwd = ocl_softmax_xent_bwd,
-    .bn_fwd_train = ocl_bn_fwd_train,
-    .bn_fwd_infer = ocl_bn_fwd_infer,
-    .bn_bwd = ocl_bn_bwd,
-    .dropout_fwd = ocl_dropout_fwd,
-    .mul = ocl_mul,
-    .axpy = ocl_axpy,
-    .scale = ocl_scale,
-    .fill = ocl_fill,
-    .sumsq = ocl_sumsq,
-    .sgd_step = ocl_sgd_step,
-    .adam_step = ocl_adam_step,
+#define RT_OP(name, params) .name = ocl_##name,
+#include "ops.def"
+#undef RT_OP
 };
 
 /* The module's one exported symbol (see backend-impl.h). */
