@@ -472,28 +472,15 @@ int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view wv,
     return RT_OK;
 }
 
-/* Adam, AdamW and Nadam as written in backend.h. The per-step scalars are
- * computed once in double; the element loop is float. */
-int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view wv,
-                         rt_view gv, rt_view mv, rt_view vv)
+/* Adam, AdamW and Nadam as written in backend.h: the step's scalars come
+ * from the core, the element loop is float. */
+int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view wv, rt_view gv,
+                  rt_view mv, rt_view vv)
 {
     float *w = cpu_f(wv), *m = cpu_f(mv), *v = cpu_f(vv);
     const float *g = cpu_f(gv);
-    const double t = (double)p->step;
-    const double bc1 = 1.0 - pow(p->beta1, t), bc2 = 1.0 - pow(p->beta2, t);
     const float b1 = p->beta1, b2 = p->beta2, eps = p->eps, lr = p->lr;
-    const float l2 = p->decoupled ? 0.0f : p->weight_decay;
-    const float decay = p->decoupled ? p->lr * p->weight_decay : 0.0f;
-    const float inv_bc2 = (float)(1.0 / bc2);
-    /* m_hat = cm * m + cg * g' */
-    float cm, cg;
-    if (p->nesterov) {
-        cm = (float)(p->beta1 / (1.0 - pow(p->beta1, t + 1.0)));
-        cg = (float)((1.0 - p->beta1) / bc1);
-    } else {
-        cm = (float)(1.0 / bc1);
-        cg = 0.0f;
-    }
+    const float l2 = p->l2, decay = p->decay, inv_bc2 = p->inv_bc2, cm = p->cm, cg = p->cg;
     int nt = cpu_nt(d);
     (void)nt;
     CPU_PAR_FOR

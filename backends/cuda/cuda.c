@@ -479,26 +479,14 @@ int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, r
                             cu_f(g), vp));
 }
 
-/* The per-step scalars exactly as backends/cpu/cpu.c computes them. */
-int cu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w, rt_view g,
-                        rt_view m, rt_view v)
+/* The step's scalars come from the core, as on every backend. */
+int cu_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view w, rt_view g,
+                 rt_view m, rt_view v)
 {
-    const double t = (double)p->step;
-    const double bc1 = 1.0 - pow(p->beta1, t), bc2 = 1.0 - pow(p->beta2, t);
-    const float l2 = p->decoupled ? 0.0f : p->weight_decay;
-    const float decay = p->decoupled ? p->lr * p->weight_decay : 0.0f;
-    const float inv_bc2 = (float)(1.0 / bc2);
-    float cm, cg;
-    if (p->nesterov) {
-        cm = (float)(p->beta1 / (1.0 - pow(p->beta1, t + 1.0)));
-        cg = (float)((1.0 - p->beta1) / bc1);
-    } else {
-        cm = (float)(1.0 / bc1);
-        cg = 0.0f;
-    }
     CU_LAUNCH(d, "adam_step",
-              rtcu_adam_step(cu(d)->stream, n, p->lr, p->beta1, p->beta2, p->eps, l2, decay,
-                             inv_bc2, cm, cg, cu_f(w), cu_f(g), cu_f(m), cu_f(v)));
+              rtcu_adam_step(cu(d)->stream, n, p->lr, p->beta1, p->beta2, p->eps, p->l2,
+                             p->decay, p->inv_bc2, p->cm, p->cg, cu_f(w), cu_f(g), cu_f(m),
+                             cu_f(v)));
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

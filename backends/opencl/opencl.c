@@ -891,26 +891,14 @@ int ocl_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, 
                      (double)p->weight_decay, mode, w, g, v);
 }
 
-/* The per-step scalars exactly as backends/cpu/cpu.c computes them. */
-int ocl_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w,
-                         rt_view g, rt_view m, rt_view v)
+/* The step's scalars come from the core, as on every backend. */
+int ocl_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view w, rt_view g,
+                  rt_view m, rt_view v)
 {
-    const double t = (double)p->step;
-    const double bc1 = 1.0 - pow(p->beta1, t), bc2 = 1.0 - pow(p->beta2, t);
-    const float l2 = p->decoupled ? 0.0f : p->weight_decay;
-    const float decay = p->decoupled ? p->lr * p->weight_decay : 0.0f;
-    const float inv_bc2 = (float)(1.0 / bc2);
-    float cm, cg;
-    if (p->nesterov) {
-        cm = (float)(p->beta1 / (1.0 - pow(p->beta1, t + 1.0)));
-        cg = (float)((1.0 - p->beta1) / bc1);
-    } else {
-        cm = (float)(1.0 / bc1);
-        cg = 0.0f;
-    }
     return ocl_run_n(d, OCL_K_adam_step, n, "lfffffffffvvvv", n, (double)p->lr,
-                     (double)p->beta1, (double)p->beta2, (double)p->eps, (double)l2,
-                     (double)decay, (double)inv_bc2, (double)cm, (double)cg, w, g, m, v);
+                     (double)p->beta1, (double)p->beta2, (double)p->eps, (double)p->l2,
+                     (double)p->decay, (double)p->inv_bc2, (double)p->cm, (double)p->cg, w, g,
+                     m, v);
 }
 
 /* ---- the table -------------------------------------------------------------------------- */
