@@ -339,7 +339,7 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
 }
 
 int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
-                    int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
+             int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
     /* With k == 0 the wrapper has not checked a and b: do not touch them. */
     const float *ap = k > 0 ? cpu_f(a) : NULL, *bp = k > 0 ? cpu_f(b) : NULL;
@@ -442,7 +442,7 @@ int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
 /* ---- optimiser steps ------------------------------------------------------------ */
 
 int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view wv,
-                        rt_view gv, rt_view vv)
+                 rt_view gv, rt_view vv)
 {
     float *w = cpu_f(wv), *v = cpu_f_or_null(vv);
     const float *g = cpu_f(gv);

@@ -414,7 +414,7 @@ int cu_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, cons
 }
 
 int cu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
-                   int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
+            int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
     RT_TRY(cu_enter(d));
     /* With k == 0 the wrapper has not checked a and b: do not touch them. */
@@ -470,7 +470,7 @@ int cu_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 /* ---- optimiser steps ---------------------------------------------------------------------- */
 
 int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
-                       rt_view v)
+                rt_view v)
 {
     const int mode = p->momentum == 0.0f ? 0 : p->nesterov ? 2 : 1;
     float *vp = mode ? cu_f(v) : NULL; /* no velocity buffer without momentum */

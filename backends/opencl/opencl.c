@@ -829,7 +829,7 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
 }
 
 int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
-                    int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
+             int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
     return ocl_sgemm(d, ta != 0, tb != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -884,7 +884,7 @@ int ocl_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 /* ---- optimiser steps -------------------------------------------------------------------- */
 
 int ocl_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
-                        rt_view v)
+                 rt_view v)
 {
     int mode = p->momentum == 0.0f ? 0 : p->nesterov ? 2 : 1;
     return ocl_run_n(d, OCL_K_sgd_step, n, "lfffivvv", n, (double)p->lr, (double)p->momentum,
