@@ -48,7 +48,7 @@ for k in kernels-elementwise kernels-nn kernels-conv; do
   objs="$objs $tmp/$k.o"
 done
 $CXX -std=c++20 -O1 -fPIC $CUDA_CFLAGS -c "$emu/emu.cpp" -o "$tmp/emu.o" || fail "compiling emu.cpp"
-for c in cuda conv nn; do
+for c in cuda errors gemm conv nn; do
   $CC -std=c11 -D_GNU_SOURCE -O1 -fPIC -I"$top_builddir" -I"$top_srcdir/src" \
     -I"$top_srcdir/backends" -I"$src" $CUDA_CFLAGS -c "$src/$c.c" -o "$tmp/$c.o" ||
     fail "compiling $c.c"

@@ -1,4 +1,5 @@
-/* cuda-impl.h — private to the cuda backend (cuda.c, conv.c, nn.c).
+/* cuda-impl.h — private to the cuda backend (cuda.c, errors.c, gemm.c,
+ * conv.c, nn.c).
  *
  * The cuda backend is a loadable module (ragtag-cuda.so) linking the CUDA
  * runtime, cuBLAS and cuDNN 9; the ragtag binary links none of them, so it
@@ -94,7 +95,7 @@ int cu_enter(rt_dev *d);
         return cu_status((call), "launching " name);                                         \
     } while (0)
 
-/* cuda.c: the GEMM, for conv.c too (row-major, backend.h's contract) */
+/* gemm.c: the GEMM, for conv.c too (row-major, backend.h's contract) */
 int cu_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
              int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
@@ -102,7 +103,7 @@ int cu_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, cons
 size_t cu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s);
 void cu_conv_cache_free(struct cu_dev *o);
 
-/* Every op of ops.def, as cu_<op> (cuda.c, conv.c, nn.c): generated, so adding an op
+/* Every op of ops.def, as cu_<op> (cuda.c, gemm.c, conv.c, nn.c): generated, so adding an op
  * touches ops.def and the code that implements it, nothing else. */
 #define RT_OP(name, params) int cu_##name params;
 #include "ops.def"

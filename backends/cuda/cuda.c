@@ -1,10 +1,10 @@
-/* cuda.c — the cuda backend: devices, contexts, memory, errors, GEMM
- * (cuBLAS), elementwise ops, sumsq and the optimiser steps. Convolutions
- * live in conv.c, the other layer ops in nn.c, the kernels in kernels-*.cu.
+/* cuda.c — the cuda backend: devices, contexts, memory, elementwise ops,
+ * sumsq, the optimiser steps and the table. The files below it, which it
+ * uses and which never call back into it: errors.c (vendor statuses),
+ * gemm.c (cuBLAS), conv.c (convolutions), nn.c (the other layer ops) and
+ * the kernels in kernels-*.cu.
  *
- * Nothing here aborts on a device error: every CUDA, cuBLAS and cuDNN
- * status becomes an rt_status carrying the vendor's name and message. A
- * machine without a driver or a GPU is not an error of the module: the
+ * A machine without a driver or a GPU is not an error of the module: the
  * backend reports no devices, with the reason in one line, and `ragtag
  * devices` shows it as unavailable. */
 #include "config.h"
@@ -17,40 +17,6 @@
 
 #include "cuda-impl.h"
 #include "status.h"
-
-/* ---- errors ------------------------------------------------------------------------ */
-
-int cu_status(cudaError_t err, const char *what)
-{
-    if (err == cudaSuccess)
-        return RT_OK;
-    cudaGetLastError(); /* reported now: a later launch check must not see it again */
-    return rt_error(err == cudaErrorMemoryAllocation ? RT_ERR_NOMEM : RT_ERR_DEVICE,
-                    "cuda: %s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-}
-
-int cu_blas_status(cublasStatus_t st, const char *what)
-{
-    if (st == CUBLAS_STATUS_SUCCESS)
-        return RT_OK;
-    return rt_error(st == CUBLAS_STATUS_ALLOC_FAILED ? RT_ERR_NOMEM : RT_ERR_DEVICE,
-                    "cuBLAS: %s: %s (%s)", what, cublasGetStatusString(st),
-                    cublasGetStatusName(st));
-}
-
-int cu_dnn_status(cudnnStatus_t st, const char *what)
-{
-    if (st == CUDNN_STATUS_SUCCESS)
-        return RT_OK;
-    /* cuDNN 9 keeps a message of its own for the last failure: say it too. */
-    char last[384] = "";
-    cudnnGetLastErrorString(last, sizeof last);
-    last[sizeof last - 1] = '\0';
-    const bool nomem = st == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
-                       st == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
-    return rt_error(nomem ? RT_ERR_NOMEM : RT_ERR_DEVICE, "cuDNN: %s: %s (%d)%s%s", what,
-                    cudnnGetErrorString(st), (int)st, last[0] ? ": " : "", last);
-}
 
 /* ---- devices ------------------------------------------------------------------------ */
 
@@ -141,11 +107,6 @@ static int cu_device_info(int device, struct rt_device_info *out)
     out->mem_bytes = p.totalGlobalMem;
     out->compute_units = p.multiProcessorCount;
     return RT_OK;
-}
-
-int cu_enter(rt_dev *d)
-{
-    return cu_status(cudaSetDevice(cu(d)->ordinal), "making the device current");
 }
 
 /* ---- opening a device ---------------------------------------------------------------- */
@@ -386,40 +347,6 @@ static int cu_sync(rt_dev *d)
 {
     RT_TRY(cu_enter(d));
     return cu_status(cudaStreamSynchronize(cu(d)->stream), "finishing queued work");
-}
-
-/* ---- GEMM ---------------------------------------------------------------------------- */
-
-/* Row-major C = alpha*op(A)*op(B) + beta*C is column-major
- * C^T = alpha*op(B)^T*op(A)^T + beta*C^T: the same memory, so cuBLAS gets
- * B first, A second, and the sizes n, m. Offsets are already in the
- * pointers. cuBLAS does not read C when beta == 0 (NaNs vanish), as the
- * contract asks; k == 0 or alpha == 0 only scales C, which cuBLAS would
- * not do with beta == 0 writing zeros everywhere, so a kernel does it. */
-int cu_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
-             int lda, const float *b, int ldb, float beta, float *c, int ldc)
-{
-    struct cu_dev *o = cu(d);
-    if (m <= 0 || n <= 0)
-        return RT_OK;
-    if (k <= 0 || alpha == 0.0f) {
-        if (beta == 1.0f)
-            return RT_OK;
-        return cu_status(rtcu_scale_block(o->stream, m, n, ldc, beta, c), "launching scale_block");
-    }
-    cublasStatus_t st = cublasSgemm(o->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
-                                    lda, &beta, c, ldc);
-    return cu_blas_status(st, "SGEMM");
-}
-
-int cu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
-            int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
-{
-    RT_TRY(cu_enter(d));
-    /* With k == 0 the wrapper has not checked a and b: do not touch them. */
-    const float *ap = k > 0 ? cu_f(a) : NULL, *bp = k > 0 ? cu_f(b) : NULL;
-    return cu_sgemm(d, ta != 0, tb != 0, m, n, k, alpha, ap, lda, bp, ldb, beta, cu_f(c), ldc);
 }
 
 /* ---- elementwise ------------------------------------------------------------------------ */
