@@ -16,17 +16,13 @@
 #include <string.h>
 
 #include "cuda-impl.h"
+#include "module-util.h"
 #include "status.h"
 
 /* ---- devices ------------------------------------------------------------------------ */
 
 /* The devices, counted once per process. */
-static struct {
-    pthread_once_t once;
-    int status; /* < 0: no usable CUDA; why holds the reason */
-    char why[512];
-    int n;
-} cu_devices = {.once = PTHREAD_ONCE_INIT};
+static struct mod_devices cu_devices = MOD_DEVICES_INIT;
 
 static void cu_version(int v, int *major, int *minor)
 {
@@ -50,45 +46,29 @@ static void cu_enumerate(void)
     cudaRuntimeGetVersion(&rtv);
     cu_version(drv, &dmaj, &dmin);
     cu_version(rtv, &rmaj, &rmin);
-    cu_devices.status = RT_ERR_NOTFOUND;
     if (err == cudaSuccess || err == cudaErrorNoDevice)
-        snprintf(cu_devices.why, sizeof cu_devices.why,
-                 "no CUDA device (the NVIDIA driver, CUDA %d.%d, sees no GPU)", dmaj, dmin);
+        mod_devices_fail(&cu_devices, RT_ERR_NOTFOUND,
+                         "no CUDA device (the NVIDIA driver, CUDA %d.%d, sees no GPU)", dmaj, dmin);
     else if (err == cudaErrorInsufficientDriver && drv == 0)
-        snprintf(cu_devices.why, sizeof cu_devices.why,
-                 "no NVIDIA driver (libcuda.so.1 not found): no CUDA device can be used");
+        mod_devices_fail(&cu_devices, RT_ERR_NOTFOUND,
+                         "no NVIDIA driver (libcuda.so.1 not found): no CUDA device can be used");
     else if (err == cudaErrorInsufficientDriver)
-        snprintf(cu_devices.why, sizeof cu_devices.why,
-                 "the NVIDIA driver supports CUDA %d.%d, older than this module's CUDA runtime "
-                 "%d.%d: update the driver",
-                 dmaj, dmin, rmaj, rmin);
-    else {
-        cu_devices.status = RT_ERR_DEVICE;
-        snprintf(cu_devices.why, sizeof cu_devices.why, "no usable CUDA device: %s (%s)",
-                 cudaGetErrorString(err), cudaGetErrorName(err));
-    }
+        mod_devices_fail(&cu_devices, RT_ERR_NOTFOUND,
+                         "the NVIDIA driver supports CUDA %d.%d, older than this module's CUDA "
+                         "runtime %d.%d: update the driver",
+                         dmaj, dmin, rmaj, rmin);
+    else
+        mod_devices_fail(&cu_devices, RT_ERR_DEVICE, "no usable CUDA device: %s (%s)",
+                         cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
-static int cu_init(void)
-{
-    pthread_once(&cu_devices.once, cu_enumerate);
-    if (cu_devices.status < 0)
-        return rt_error(cu_devices.status, "%s", cu_devices.why);
-    return RT_OK;
-}
+static int cu_init(void) { return mod_devices_init(&cu_devices, cu_enumerate); }
 
-static int cu_device_count(void)
-{
-    RT_TRY(cu_init());
-    return cu_devices.n;
-}
+static int cu_device_count(void) { return mod_devices_count(&cu_devices, cu_enumerate); }
 
 static int cu_device_info(int device, struct rt_device_info *out)
 {
-    RT_TRY(cu_init());
-    if (device < 0 || device >= cu_devices.n)
-        return rt_error(RT_ERR_NOTFOUND, "cuda: %d device(s); device %d does not exist",
-                        cu_devices.n, device);
+    RT_TRY(mod_devices_check(&cu_devices, cu_enumerate, "cuda", device));
     struct cudaDeviceProp p;
     RT_TRY(cu_status(cudaGetDeviceProperties(&p, device), "reading the device's properties"));
     int drv = 0, rtv = 0, dmaj, dmin, rmaj, rmin;
@@ -264,7 +244,7 @@ static int cu_buf_alloc(rt_dev *d, rt_buf *b)
     struct cu_dev *o = cu(d);
     RT_TRY(cu_enter(d));
     void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, b->bytes ? b->bytes : 4);
+    cudaError_t err = cudaMalloc(&p, mod_buf_bytes(b));
     if (err == cudaErrorMemoryAllocation) {
         size_t free_b = 0, total = 0;
         cudaGetLastError();
@@ -279,8 +259,7 @@ static int cu_buf_alloc(rt_dev *d, rt_buf *b)
     }
     if (err != cudaSuccess) {
         char what[96];
-        snprintf(what, sizeof what, "allocating %zu bytes", b->bytes);
-        return cu_status(err, what);
+        return cu_status(err, mod_buf_what(b, what, sizeof what));
     }
     b->handle = p;
     return RT_OK;
@@ -325,11 +304,12 @@ static int cu_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 {
     struct cu_dev *o = cu(d);
     float *s = cu_f(src), *t = cu_f(dst);
-    if (s == t)
+    const enum mod_copy kind = mod_copy_kind(dst, src, n);
+    if (kind == MOD_COPY_SAME)
         return RT_OK;
     RT_TRY(cu_enter(d));
     const size_t bytes = n * sizeof(float);
-    if (src.buf == dst.buf && s < t + n && t < s + n) {
+    if (kind == MOD_COPY_OVERLAP) {
         void *tmp = NULL;
         RT_TRY(cu_status(cudaMalloc(&tmp, bytes), "allocating a copy's bounce buffer"));
         cudaError_t err = cudaMemcpyAsync(tmp, s, bytes, cudaMemcpyDeviceToDevice, o->stream);

@@ -20,6 +20,7 @@
 
 #include <clblast_c.h>
 
+#include "module-util.h"
 #include "ocl-impl.h"
 #include "status.h"
 
@@ -87,13 +88,8 @@ int ocl_status(cl_int err, const char *what)
 /* ---- devices ------------------------------------------------------------------ */
 
 /* Every device of every platform, found once per process. */
-static struct {
-    pthread_once_t once;
-    int status;        /* < 0: no usable OpenCL; why holds the reason */
-    char why[512];
-    int n;
-    struct ocl_shared *dev;
-} ocl_devices = {.once = PTHREAD_ONCE_INIT};
+static struct mod_devices ocl_list = MOD_DEVICES_INIT;
+static struct ocl_shared *ocl_dev_list; /* ocl_list.n of them */
 
 static int mkdir_p(char *path)
 {
@@ -175,10 +171,9 @@ static void ocl_enumerate(void)
     ocl_pocl_cache();
     cl_int err = clGetPlatformIDs(0, NULL, &np);
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && np == 0)) {
-        ocl_devices.status = RT_ERR_NOTFOUND;
-        snprintf(ocl_devices.why, sizeof ocl_devices.why,
-                 "no OpenCL platform: no ICD is installed (e.ocl_devices. pocl-opencl-icd for CPUs, "
-                 "or a GPU vendor's driver)");
+        mod_devices_fail(&ocl_list, RT_ERR_NOTFOUND,
+                         "no OpenCL platform: no ICD is installed (e.g. pocl-opencl-icd for "
+                         "CPUs, or a GPU vendor's driver)");
         return;
     }
     if (err != CL_SUCCESS)
@@ -199,8 +194,8 @@ static void ocl_enumerate(void)
                 if (!ids)
                     goto nomem;
                 if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, ids, NULL) == CL_SUCCESS)
-                    for (cl_uint i = 0; i < nd && n + (int)i < ocl_devices.n; i++) {
-                        struct ocl_shared *sh = &ocl_devices.dev[n + i];
+                    for (cl_uint i = 0; i < nd && n + (int)i < ocl_list.n; i++) {
+                        struct ocl_shared *sh = &ocl_dev_list[n + i];
                         sh->platform = plats[p];
                         sh->device = ids[i];
                         pthread_mutex_init(&sh->lock, NULL);
@@ -212,52 +207,36 @@ static void ocl_enumerate(void)
         }
         if (pass == 0) {
             if (n == 0) {
-                ocl_devices.status = RT_ERR_NOTFOUND;
-                snprintf(ocl_devices.why, sizeof ocl_devices.why, "%u OpenCL platform(s) but no device", np);
+                mod_devices_fail(&ocl_list, RT_ERR_NOTFOUND,
+                                 "%u OpenCL platform(s) but no device", np);
                 goto out;
             }
-            ocl_devices.n = n;
-            if (!(ocl_devices.dev = calloc((size_t)n, sizeof *ocl_devices.dev)))
+            ocl_list.n = n;
+            if (!(ocl_dev_list = calloc((size_t)n, sizeof *ocl_dev_list)))
                 goto nomem;
         }
     }
-    ocl_devices.status = RT_OK;
+    ocl_list.status = RT_OK;
     goto out;
 
 cl_fail:
-    ocl_devices.status = RT_ERR_DEVICE;
-    snprintf(ocl_devices.why, sizeof ocl_devices.why, "listing OpenCL platforms failed: %s (%d)", ocl_err_name(err),
-             (int)err);
+    mod_devices_fail(&ocl_list, RT_ERR_DEVICE, "listing OpenCL platforms failed: %s (%d)",
+                     ocl_err_name(err), (int)err);
     goto out;
 nomem:
-    ocl_devices.status = RT_ERR_NOMEM;
-    ocl_devices.n = 0;
-    snprintf(ocl_devices.why, sizeof ocl_devices.why, "out of memory listing OpenCL devices");
+    mod_devices_fail(&ocl_list, RT_ERR_NOMEM, "out of memory listing OpenCL devices");
 out:
     free(plats);
 }
 
-static int ocl_init(void)
-{
-    pthread_once(&ocl_devices.once, ocl_enumerate);
-    if (ocl_devices.status < 0)
-        return rt_error(ocl_devices.status, "%s", ocl_devices.why);
-    return RT_OK;
-}
+static int ocl_init(void) { return mod_devices_init(&ocl_list, ocl_enumerate); }
 
-static int ocl_device_count(void)
-{
-    RT_TRY(ocl_init());
-    return ocl_devices.n;
-}
+static int ocl_device_count(void) { return mod_devices_count(&ocl_list, ocl_enumerate); }
 
 static int ocl_device_info(int device, struct rt_device_info *out)
 {
-    RT_TRY(ocl_init());
-    if (device < 0 || device >= ocl_devices.n)
-        return rt_error(RT_ERR_NOTFOUND, "opencl: %d device(s); device %d does not exist", ocl_devices.n,
-                        device);
-    const struct ocl_shared *sh = &ocl_devices.dev[device];
+    RT_TRY(mod_devices_check(&ocl_list, ocl_enumerate, "opencl", device));
+    const struct ocl_shared *sh = &ocl_dev_list[device];
     snprintf(out->name, sizeof out->name, "%s", sh->name);
     snprintf(out->platform, sizeof out->platform, "%s", sh->platform_name);
     out->mem_bytes = sh->mem_bytes;
@@ -536,7 +515,7 @@ static void ocl_dev_free(struct ocl_dev *o)
 static int ocl_dev_open(rt_dev *d)
 {
     RT_TRY(ocl_init());
-    struct ocl_shared *sh = &ocl_devices.dev[d->device];
+    struct ocl_shared *sh = &ocl_dev_list[d->device];
     RT_TRY(ocl_shared_ready(sh));
     struct ocl_dev *o = calloc(1, sizeof *o);
     if (!o)
@@ -688,11 +667,10 @@ static int ocl_buf_alloc(rt_dev *d, rt_buf *b)
                         "allocation (%zu bytes)",
                         b->bytes, o->sh->name, o->sh->max_alloc);
     cl_int err;
-    cl_mem m = clCreateBuffer(o->sh->context, CL_MEM_READ_WRITE, b->bytes ? b->bytes : 4, NULL, &err);
+    cl_mem m = clCreateBuffer(o->sh->context, CL_MEM_READ_WRITE, mod_buf_bytes(b), NULL, &err);
     if (!m) {
         char what[96];
-        snprintf(what, sizeof what, "allocating %zu bytes", b->bytes);
-        return ocl_status(err, what);
+        return ocl_status(err, mod_buf_what(b, what, sizeof what));
     }
     b->handle = m;
     return RT_OK;
@@ -726,10 +704,11 @@ static int ocl_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 {
     struct ocl_dev *o = ocl(d);
     cl_mem s = ocl_mem(src), t = ocl_mem(dst);
-    if (s == t && src.off == dst.off)
+    const enum mod_copy kind = mod_copy_kind(dst, src, n);
+    if (kind == MOD_COPY_SAME)
         return RT_OK;
     cl_int err;
-    if (s == t && src.off < dst.off + n && dst.off < src.off + n) {
+    if (kind == MOD_COPY_OVERLAP) {
         cl_mem tmp = clCreateBuffer(o->sh->context, CL_MEM_READ_WRITE, n * 4, NULL, &err);
         if (!tmp)
             return ocl_status(err, "allocating a copy's bounce buffer");
