@@ -16,18 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef RT_HAVE_CBLAS
-#ifdef RT_BLAS_BLIS
-/* blis.h defines many static inline helpers it does not use */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wtype-limits"
-#include <blis.h>
-#pragma GCC diagnostic pop
-#else
-#include <cblas.h>
-#endif
-#endif
+#include "cpu-blas.h"
 
 #include "cpu-impl.h"
 #include "status.h"
