@@ -736,10 +736,10 @@ int rt_op_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w
     return n ? d->ops->sgd_step(d, n, p, w, g, v) : RT_OK;
 }
 
-int rt_op_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w, rt_view g,
+int rt_op_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view w, rt_view g,
                     rt_view m, rt_view v)
 {
-    RT_ASSERT(p->step >= 1);
+    RT_ASSERT(p);
     CHECK(w, n);
     CHECK(g, n);
     CHECK(m, n);

@@ -43,13 +43,12 @@
  *  fill           x = value.             sumsq  *out = sum x^2 (double).
  *  sgd_step       PyTorch SGD: g' = g + wd*w; if momentum: v = mu*v + g',
  *                 g' = nesterov ? g' + mu*v : v; w -= lr*g'.
- *  adam_step      t = p->step (1-based), bias corrections bc1 = 1-b1^t,
- *                 bc2 = 1-b2^t. Adam: g' = g + wd*w (L2). AdamW
- *                 (decoupled): w -= lr*wd*w first, g' = g.
- *                 m = b1*m + (1-b1)g'; v = b2*v + (1-b2)g'^2;
- *                 Adam/AdamW: w -= lr * (m/bc1) / (sqrt(v/bc2) + eps);
- *                 Nadam (nesterov): m_hat = b1*m/(1-b1^(t+1))
- *                   + (1-b1)*g'/bc1, w -= lr * m_hat / (sqrt(v/bc2) + eps).
+ *  adam_step      Adam, AdamW, Nadam with the step's scalars p computed once
+ *                 by the core (src/optim.c), so that every backend applies
+ *                 the same bits; in float, per element:
+ *                 w' = w - decay*w; g' = g + l2*w';
+ *                 m = b1*m + (1-b1)*g'; v = b2*v + (1-b2)*g'*g';
+ *                 w = w' - lr*(cm*m + cg*g') / (sqrt(v*inv_bc2) + eps).
  */
 #ifndef RT_BACKEND_H
 #define RT_BACKEND_H
@@ -58,7 +57,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RT_BACKEND_ABI_VERSION 1
+/* 2: adam_step takes the step's scalars (struct rt_adam_scalars) */
+#define RT_BACKEND_ABI_VERSION 2
 
 typedef struct rt_dev rt_dev; /* an opened device context */
 typedef struct rt_buf rt_buf; /* a block of device memory */
@@ -102,11 +102,14 @@ struct rt_sgd_params {
     bool nesterov;
 };
 
-struct rt_adam_params {
-    float lr, beta1, beta2, eps, weight_decay;
-    bool decoupled; /* AdamW */
-    bool nesterov;  /* Nadam */
-    long step;      /* 1-based step count of this update */
+/* One Adam/AdamW/Nadam step's scalars (adam_step); rt_optim_adam_scalars
+ * (src/optim.h) derives them from the hyper-parameters and the step count. */
+struct rt_adam_scalars {
+    float lr, beta1, beta2, eps;
+    float l2;      /* L2 decay added to the gradient (Adam, Nadam), else 0 */
+    float decay;   /* lr * decoupled decay taken off w first (AdamW), else 0 */
+    float inv_bc2; /* 1 / (1 - beta2^t) */
+    float cm, cg;  /* the bias-corrected moment: m_hat = cm*m + cg*g' */
 };
 
 struct rt_device_info {

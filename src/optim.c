@@ -3,7 +3,8 @@
  *
  * The maths lives in the kernel table (sgd_step / adam_step, specified in
  * backend.h) so that every backend updates bit-compatibly; this file only
- * owns the state buffers, the step counter, the schedule and clipping. State
+ * owns the state buffers, the step counter, the schedule, clipping and
+ * Adam's per-step scalars (computed once here for every backend). State
  * stays on the parameters' device: the update never copies to the host. */
 #include "config.h"
 
@@ -187,6 +188,33 @@ void rt_optim_destroy(rt_optim **op)
     *op = NULL;
 }
 
+/* Bias corrections bc1 = 1-b1^t, bc2 = 1-b2^t in double. Adam: L2 on the
+ * gradient; AdamW: w -= lr*wd*w first. Adam/AdamW: m_hat = m/bc1; Nadam:
+ * m_hat = b1*m/(1-b1^(t+1)) + (1-b1)*g'/bc1. */
+void rt_optim_adam_scalars(const struct rt_optim_config *c, float lr, long step,
+                           struct rt_adam_scalars *out)
+{
+    RT_ASSERT(step >= 1 && c->kind != RT_OPT_SGD);
+    const bool decoupled = c->kind == RT_OPT_ADAMW;
+    const double t = (double)step;
+    const double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
+    *out = (struct rt_adam_scalars){
+        .lr = lr,
+        .beta1 = c->beta1,
+        .beta2 = c->beta2,
+        .eps = c->eps,
+        .l2 = decoupled ? 0.0f : c->weight_decay,
+        .decay = decoupled ? lr * c->weight_decay : 0.0f,
+        .inv_bc2 = (float)(1.0 / bc2),
+        .cm = (float)(1.0 / bc1),
+        .cg = 0.0f,
+    };
+    if (c->kind == RT_OPT_NADAM) {
+        out->cm = (float)(c->beta1 / (1.0 - pow(c->beta1, t + 1.0)));
+        out->cg = (float)((1.0 - c->beta1) / bc1);
+    }
+}
+
 /* The gradient norm is always measured (one reduction, one double to the
  * host) so that the trainer can report it and catch a non-finite gradient;
  * clipping only happens when asked and the norm is finite: scaling by
@@ -222,16 +250,8 @@ int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm)
             v = rt_buf_view(o->state[0]);
         RT_TRY(rt_op_sgd_step(d, o->n, &p, w, g, v));
     } else {
-        struct rt_adam_params p = {
-            .lr = lr,
-            .beta1 = c->beta1,
-            .beta2 = c->beta2,
-            .eps = c->eps,
-            .weight_decay = c->weight_decay,
-            .decoupled = c->kind == RT_OPT_ADAMW,
-            .nesterov = c->kind == RT_OPT_NADAM,
-            .step = o->steps + 1,
-        };
+        struct rt_adam_scalars p;
+        rt_optim_adam_scalars(c, lr, o->steps + 1, &p);
         RT_TRY(rt_op_adam_step(d, o->n, &p, w, g, rt_buf_view(o->state[0]),
                                rt_buf_view(o->state[1])));
     }

@@ -40,6 +40,12 @@ const char *rt_sched_kind_name(enum rt_sched_kind k);
 /* The learning rate of step `step` (0-based). Pure function. */
 float rt_schedule_lr(const struct rt_optim_config *c, long step);
 
+/* The scalars of Adam/AdamW/Nadam step `step` (1-based) at learning rate
+ * lr, for the kernel table's adam_step: computed here, once, in double
+ * where it matters, so every backend applies the same bits. */
+void rt_optim_adam_scalars(const struct rt_optim_config *c, float lr, long step,
+                           struct rt_adam_scalars *out);
+
 typedef struct rt_optim rt_optim;
 
 /* State for n parameters on device d (momentum, or Adam's m and v), zeroed. */

@@ -21,6 +21,7 @@
 #include "testutil.h"
 
 #include "backend.h"
+#include "optim.h"
 #include "status.h"
 
 #define SENTINEL 0x7fa5a5a5u /* a NaN no op produces: the guard word */
@@ -874,13 +875,18 @@ static void test_adam_step(void **state)
 {
     for (int i = 0; i < 6 + TRIALS; i++) {
         size_t n = elem_count(i);
-        struct rt_adam_params p = {frand(1e-4f, 1e-2f), 0.9f, 0.999f, 1e-8f,
-                                   irand(0, 1) ? 0.0f : 0.01f, i % 3 == 1, i % 3 == 2,
-                                   irand(0, 1) ? 1 : irand(2, 2000)};
+        struct rt_optim_config c;
+        rt_optim_config_defaults(&c);
+        c.kind = i % 3 == 1 ? RT_OPT_ADAMW : i % 3 == 2 ? RT_OPT_NADAM : RT_OPT_ADAM;
+        const float lr = frand(1e-4f, 1e-2f);
+        c.weight_decay = irand(0, 1) ? 0.0f : 0.01f;
+        const long step = irand(0, 1) ? 1 : irand(2, 2000);
+        struct rt_adam_scalars p;
+        rt_optim_adam_scalars(&c, lr, step, &p);
         struct trial t;
         trial_begin(&t, COL(state), "adam_step", 1e-5, 1e-2);
-        trial_shape(&t, "n %zu lr %g wd %g step %ld%s", n, p.lr, p.weight_decay, p.step,
-                    p.decoupled ? " adamw" : p.nesterov ? " nadam" : " adam");
+        trial_shape(&t, "n %zu lr %g wd %g step %ld %s", n, lr, c.weight_decay, step,
+                    rt_optim_kind_name(c.kind));
         struct arg *w = arg_rand(&t, "w", INOUT, n, -1, 1);
         struct arg *g = arg_rand(&t, "g", IN, n, -1, 1);
         struct arg *m = arg_rand(&t, "m", INOUT, n, -0.1f, 0.1f);

@@ -12,6 +12,7 @@
 #include "testutil.h"
 
 #include "backend.h"
+#include "optim.h"
 #include "status.h"
 
 #define GUARD 16 /* floats of guard on each side of a view */
@@ -1067,15 +1068,20 @@ static void test_adam(void **state)
          {0.000129077961, 0.000259457435, 4.89727174e-06}},
     };
     for (size_t ci = 0; ci < 3; ci++) {
-        struct rt_adam_params p = {0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, cases[ci].decoupled,
-                                   cases[ci].nesterov, 1};
+        struct rt_optim_config c;
+        rt_optim_config_defaults(&c);
+        c.kind = cases[ci].decoupled ? RT_OPT_ADAMW : cases[ci].nesterov ? RT_OPT_NADAM
+                                                                          : RT_OPT_ADAM;
+        c.weight_decay = 0.1f;
+        struct rt_adam_scalars p;
+        rt_optim_adam_scalars(&c, 0.01f, 1, &p);
         tb W = tb_new(d, 3), G = tb_new(d, 3), M = tb_new(d, 3), V = tb_new(d, 3);
         tb_set(&W, w0);
         tb_set(&M, (float[]){0, 0, 0});
         tb_set(&V, (float[]){0, 0, 0});
         tb_set(&G, g1);
         assert_int_equal(rt_op_adam_step(d, 3, &p, W.v, G.v, M.v, V.v), 0);
-        p.step = 2;
+        rt_optim_adam_scalars(&c, 0.01f, 2, &p);
         tb_set(&G, g2);
         assert_int_equal(rt_op_adam_step(d, 3, &p, W.v, G.v, M.v, V.v), 0);
         check3(&W, cases[ci].w, 1e-6, "adam w");
@@ -1108,7 +1114,12 @@ static void test_optim_threads(void **state)
                     struct rt_sgd_params p = {0.05f, 0.9f, 1e-4f, true};
                     assert_int_equal(rt_op_sgd_step(d, n, &p, W.v, G.v, V.v), 0);
                 } else {
-                    struct rt_adam_params p = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, true, false, step};
+                    struct rt_optim_config c;
+                    rt_optim_config_defaults(&c);
+                    c.kind = RT_OPT_ADAMW;
+                    c.weight_decay = 0.01f;
+                    struct rt_adam_scalars p;
+                    rt_optim_adam_scalars(&c, 1e-3f, step, &p);
                     assert_int_equal(rt_op_adam_step(d, n, &p, W.v, G.v, M.v, V.v), 0);
                 }
             }

@@ -48,12 +48,15 @@ for k in kernels-elementwise kernels-nn kernels-conv; do
   objs="$objs $tmp/$k.o"
 done
 $CXX -std=c++20 -O1 -fPIC $CUDA_CFLAGS -c "$emu/emu.cpp" -o "$tmp/emu.o" || fail "compiling emu.cpp"
-for c in cuda conv nn; do
-  $CC -std=c11 -D_GNU_SOURCE -O1 -fPIC -I"$top_builddir" -I"$top_srcdir/src" \
+for c in cuda errors gemm conv nn; do
+  $CC -std=c11 -D_GNU_SOURCE -O1 -fPIC -I"$top_builddir" -I"$top_srcdir/base" \
     -I"$top_srcdir/backends" -I"$src" $CUDA_CFLAGS -c "$src/$c.c" -o "$tmp/$c.o" ||
     fail "compiling $c.c"
   objs="$objs $tmp/$c.o"
 done
+$CC -std=c11 -D_GNU_SOURCE -O1 -fPIC -I"$top_builddir" -I"$top_srcdir/base" -I"$top_srcdir/backends" \
+  -c "$top_srcdir/backends/module-util.c" -o "$tmp/module-util.o" || fail "compiling module-util.c"
+objs="$objs $tmp/module-util.o"
 $CC -std=c11 -fPIC $CUDA_CFLAGS -c "$emu/mock.c" -o "$tmp/mock.o" || fail "compiling mock.c"
 mkdir -p "$tmp/mod"
 $CXX -shared -o "$tmp/mod/ragtag-cuda.so" $objs "$tmp/emu.o" "$tmp/mock.o" -pthread -lm ||

@@ -18,18 +18,7 @@
 
 #include <string.h>
 
-#ifdef RT_HAVE_CBLAS
-#ifdef RT_BLAS_BLIS
-/* blis.h defines many static inline helpers it does not use */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wtype-limits"
-#include <blis.h>
-#pragma GCC diagnostic pop
-#else
-#include <cblas.h>
-#endif
-#endif
+#include "cpu-blas.h"
 
 #include "cpu-impl.h"
 #include "status.h"
@@ -813,37 +802,37 @@ static void wino_dy_chunk(const struct rt_conv_shape *s, const struct wino_layou
                     sl + l->off_tmp);
 }
 
-static void wino_fwd_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
-                           const float *x, const float *U, float *y, int i0, int i1, float *sl)
+/* Forward and backward-data over the tiles of images [i0, i1), one
+ * routine with the roles swapped (bwd):
+ *   forward    V = B^T x B,  M = U V    (16 GEMMs),  y = A^T M A;
+ *   bwd-data   M = A dy A^T, V = U^T M  (U stored transposed), dx = the
+ *              patches B V B^T added up (wino_scatter). */
+static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_layout *l, bool bwd,
+                            const float *in, const float *U, float *out, int i0, int i1,
+                            float *sl)
 {
     const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
-    const size_t ysz = (size_t)s->oh * s->ow;
+    const int rows = bwd ? C : K, inner = bwd ? K : C;
+    const size_t xsz = (size_t)s->h * s->w, ysz = (size_t)s->oh * s->ow;
     float *V = sl, *M = sl + l->off_m;
-    wino_in_chunk(s, l, x, i0, i1, V, sl);
+    float *src = bwd ? M : V, *dst = bwd ? V : M;
+    const size_t src_xs = bwd ? l->mxs : l->vxs, dst_xs = bwd ? l->vxs : l->mxs;
+    if (bwd)
+        wino_dy_chunk(s, l, in, i0, i1, M, sl);
+    else
+        wino_in_chunk(s, l, in, i0, i1, V, sl);
     for (int e = 0; e < 16; e++)
-        cpu_sgemm(1, false, false, K, T, C, 1.0f, U + (size_t)e * K * C, C,
-                  V + e * l->vxs, ld, 0.0f, M + e * l->mxs, ld);
+        cpu_sgemm(1, false, false, rows, T, inner, 1.0f, U + (size_t)e * K * C, inner,
+                  src + e * src_xs, ld, 0.0f, dst + e * dst_xs, ld);
     for (int i = i0; i < i1; i++)
-        for (int k = 0; k < K; k++)
-            wino_out(s, l, M + (size_t)k * ld + (size_t)(i - i0) * l->tpi, l->mxs,
-                     y + ((size_t)i * K + k) * ysz, sl + l->off_tmp);
-}
-
-static void wino_bwd_data_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
-                                const float *dy, const float *U, float *dx, int i0, int i1,
-                                float *sl)
-{
-    const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
-    const size_t xsz = (size_t)s->h * s->w;
-    float *V = sl, *M = sl + l->off_m;
-    wino_dy_chunk(s, l, dy, i0, i1, M, sl);
-    for (int e = 0; e < 16; e++)
-        cpu_sgemm(1, false, false, C, T, K, 1.0f, U + (size_t)e * K * C, K,
-                  M + e * l->mxs, ld, 0.0f, V + e * l->vxs, ld);
-    for (int i = i0; i < i1; i++)
-        for (int c = 0; c < C; c++)
-            wino_scatter(s, l, V + (size_t)c * ld + (size_t)(i - i0) * l->tpi, l->vxs,
-                         dx + ((size_t)i * C + c) * xsz, sl + l->off_pad, sl + l->off_tmp);
+        for (int p = 0; p < rows; p++) {
+            const float *tiles = dst + (size_t)p * ld + (size_t)(i - i0) * l->tpi;
+            if (bwd)
+                wino_scatter(s, l, tiles, dst_xs, out + ((size_t)i * C + p) * xsz,
+                             sl + l->off_pad, sl + l->off_tmp);
+            else
+                wino_out(s, l, tiles, dst_xs, out + ((size_t)i * K + p) * ysz, sl + l->off_tmp);
+        }
 }
 
 /* dU (+)= dM V^T over the tiles of images [i0, i1). */
@@ -865,8 +854,10 @@ static int wino_chunks(const struct rt_conv_shape *s, const struct wino_layout *
     return (s->n + l->ipc - 1) / l->ipc;
 }
 
-static void wino_fwd(int nt, const struct rt_conv_shape *s, const float *x, const float *w,
-                     float *y, float *ws)
+/* Forward (x -> y) or backward-data (dy -> dx): U from the filters, then
+ * the chunks of images spread over the threads. */
+static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const float *in,
+                      const float *w, float *out, float *ws)
 {
     const struct wino_layout l = wino_layout(s);
     float *U = ws, *slices = ws + align16(l.u);
@@ -877,38 +868,14 @@ static void wino_fwd(int nt, const struct rt_conv_shape *s, const float *x, cons
 #endif
     {
         const int t = cpu_thread_num(), tn = cpu_num_threads();
-        wino_filter(s, w, U, s->k * t / tn, s->k * (t + 1) / tn, false);
+        wino_filter(s, w, U, s->k * t / tn, s->k * (t + 1) / tn, bwd);
 #ifdef _OPENMP
 #pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (int ch = 0; ch < chunks; ch++) {
             const int i0 = ch * l.ipc, i1 = i0 + l.ipc < s->n ? i0 + l.ipc : s->n;
-            wino_fwd_chunk(s, &l, x, U, y, i0, i1, slices + (size_t)t * l.slice);
-        }
-    }
-}
-
-static void wino_bwd_data(int nt, const struct rt_conv_shape *s, const float *dy,
-                          const float *w, float *dx, float *ws)
-{
-    const struct wino_layout l = wino_layout(s);
-    float *U = ws, *slices = ws + align16(l.u);
-    const int chunks = wino_chunks(s, &l);
-    cpu_blas_before_parallel();
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1)
-#endif
-    {
-        const int t = cpu_thread_num(), tn = cpu_num_threads();
-        wino_filter(s, w, U, s->k * t / tn, s->k * (t + 1) / tn, true);
-#ifdef _OPENMP
-#pragma omp barrier
-#pragma omp for schedule(dynamic, 1)
-#endif
-        for (int ch = 0; ch < chunks; ch++) {
-            const int i0 = ch * l.ipc, i1 = i0 + l.ipc < s->n ? i0 + l.ipc : s->n;
-            wino_bwd_data_chunk(s, &l, dy, U, dx, i0, i1, slices + (size_t)t * l.slice);
+            wino_data_chunk(s, &l, bwd, in, U, out, i0, i1, slices + (size_t)t * l.slice);
         }
     }
 }
@@ -949,21 +916,29 @@ static void wino_bwd_filter(int nt, const struct rt_conv_shape *s, const float *
     }
 }
 
-int cpu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view wv, rt_view yv,
-                   rt_view wsv)
+/* fwd_one or bwd_data_one: one image's in (x or dy) to out (y or dx). */
+typedef void (*conv_one_fn)(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
+                            const float *in, const float *w, float *out, float *sl);
+
+/* Forward and backward-data share their driver: Winograd where it applies,
+ * else im2col + GEMM an image at a time, over the batch or inside the BLAS. */
+static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd, rt_view inv, rt_view wv,
+                     rt_view outv, rt_view wsv)
 {
     const struct conv_layout l = conv_layout(s);
-    const float *x = cpu_f(xv), *w = cpu_f(wv);
-    float *y = cpu_f(yv), *ws = cpu_f(wsv);
+    const float *in = cpu_f(inv), *w = cpu_f(wv);
+    float *out = cpu_f(outv), *ws = cpu_f(wsv);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
+    const size_t is = bwd ? ys : xs, os = bwd ? xs : ys;
+    const conv_one_fn one = bwd ? bwd_data_one : fwd_one;
     int nt = cpu_nt(d);
     if (wino_ok(nt, s)) {
-        wino_fwd(nt, s, x, w, y, ws);
+        wino_data(nt, s, bwd, in, w, out, ws);
         return RT_OK;
     }
     if (!conv_batch_parallel(nt, s)) {
         for (int i = 0; i < s->n; i++)
-            fwd_one(nt, s, &l, x + i * xs, w, y + i * ys, ws);
+            one(nt, s, &l, in + i * is, w, out + i * os, ws);
         return RT_OK;
     }
     cpu_blas_before_parallel();
@@ -971,35 +946,20 @@ int cpu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
 #endif
     for (int i = 0; i < s->n; i++) /* dynamic: a preempted thread holds up one image */
-        fwd_one(1, s, &l, x + i * xs, w, y + i * ys, ws + (size_t)cpu_thread_num() * l.slice);
+        one(1, s, &l, in + i * is, w, out + i * os, ws + (size_t)cpu_thread_num() * l.slice);
     return RT_OK;
+}
+
+int cpu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view wv, rt_view yv,
+                   rt_view wsv)
+{
+    return conv_data(d, s, false, xv, wv, yv, wsv);
 }
 
 int cpu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dyv, rt_view wv,
                         rt_view dxv, rt_view wsv)
 {
-    const struct conv_layout l = conv_layout(s);
-    const float *dy = cpu_f(dyv), *w = cpu_f(wv);
-    float *dx = cpu_f(dxv), *ws = cpu_f(wsv);
-    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
-    int nt = cpu_nt(d);
-    if (wino_ok(nt, s)) {
-        wino_bwd_data(nt, s, dy, w, dx, ws);
-        return RT_OK;
-    }
-    if (!conv_batch_parallel(nt, s)) {
-        for (int i = 0; i < s->n; i++)
-            bwd_data_one(nt, s, &l, dy + i * ys, w, dx + i * xs, ws);
-        return RT_OK;
-    }
-    cpu_blas_before_parallel();
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-#endif
-    for (int i = 0; i < s->n; i++)
-        bwd_data_one(1, s, &l, dy + i * ys, w, dx + i * xs,
-                     ws + (size_t)cpu_thread_num() * l.slice);
-    return RT_OK;
+    return conv_data(d, s, true, dyv, wv, dxv, wsv);
 }
 
 int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view dyv,

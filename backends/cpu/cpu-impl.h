@@ -56,37 +56,13 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
 /* Call before a parallel region whose threads call cpu_sgemm(1, ...). */
 void cpu_blas_before_parallel(void);
 
-/* conv.c */
+/* conv.c: the workspace a convolution needs */
 size_t cpu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s);
-int cpu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
-                   rt_view ws);
-int cpu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
-                        rt_view dx, rt_view ws);
-int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
-                          rt_view dw, rt_view ws);
 
-/* nn.c */
-int cpu_bias_add(rt_dev *d, int n, int c, int hw, rt_view b, rt_view y);
-int cpu_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db);
-int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y);
-int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y, rt_view dy,
-                 rt_view dx);
-int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y);
-int cpu_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y,
-                rt_view dy, rt_view dx);
-int cpu_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view logits, rt_view labels,
-                         rt_view probs, rt_view losses);
-int cpu_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels, float scale,
-                         rt_view dlogits);
-int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
-                     rt_view beta, rt_view y, rt_view save_mean, rt_view save_invstd,
-                     rt_view run_mean, rt_view run_var);
-int cpu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
-                     rt_view beta, rt_view run_mean, rt_view run_var, rt_view y);
-int cpu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view dy, rt_view gamma,
-               rt_view save_mean, rt_view save_invstd, rt_view dx, rt_view dgamma,
-               rt_view dbeta);
-int cpu_dropout_fwd(rt_dev *d, size_t n, float rate, uint64_t seed, rt_view x, rt_view y,
-                    rt_view mask);
+/* Every op of ops.def, as cpu_<op> (cpu.c, conv.c, nn.c): generated, so adding an op
+ * touches ops.def and the code that implements it, nothing else. */
+#define RT_OP(name, params) int cpu_##name params;
+#include "ops.def"
+#undef RT_OP
 
 #endif

@@ -16,18 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef RT_HAVE_CBLAS
-#ifdef RT_BLAS_BLIS
-/* blis.h defines many static inline helpers it does not use */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wtype-limits"
-#include <blis.h>
-#pragma GCC diagnostic pop
-#else
-#include <cblas.h>
-#endif
-#endif
+#include "cpu-blas.h"
 
 #include "cpu-impl.h"
 #include "status.h"
@@ -338,8 +327,8 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
 #endif
 }
 
-static int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
-                    int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
+int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
+             int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
     /* With k == 0 the wrapper has not checked a and b: do not touch them. */
     const float *ap = k > 0 ? cpu_f(a) : NULL, *bp = k > 0 ? cpu_f(b) : NULL;
@@ -357,7 +346,7 @@ static int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha,
 #define CPU_PAR_FOR
 #endif
 
-static int cpu_mul(rt_dev *d, size_t n, rt_view av, rt_view bv, rt_view yv)
+int cpu_mul(rt_dev *d, size_t n, rt_view av, rt_view bv, rt_view yv)
 {
     const float *a = cpu_f(av), *b = cpu_f(bv);
     float *y = cpu_f(yv);
@@ -369,7 +358,7 @@ static int cpu_mul(rt_dev *d, size_t n, rt_view av, rt_view bv, rt_view yv)
     return RT_OK;
 }
 
-static int cpu_axpy(rt_dev *d, size_t n, float alpha, rt_view xv, rt_view yv)
+int cpu_axpy(rt_dev *d, size_t n, float alpha, rt_view xv, rt_view yv)
 {
     const float *x = cpu_f(xv);
     float *y = cpu_f(yv);
@@ -381,7 +370,7 @@ static int cpu_axpy(rt_dev *d, size_t n, float alpha, rt_view xv, rt_view yv)
     return RT_OK;
 }
 
-static int cpu_scale(rt_dev *d, size_t n, float alpha, rt_view xv)
+int cpu_scale(rt_dev *d, size_t n, float alpha, rt_view xv)
 {
     float *x = cpu_f(xv);
     int nt = cpu_nt(d);
@@ -392,7 +381,7 @@ static int cpu_scale(rt_dev *d, size_t n, float alpha, rt_view xv)
     return RT_OK;
 }
 
-static int cpu_fill(rt_dev *d, size_t n, float value, rt_view xv)
+int cpu_fill(rt_dev *d, size_t n, float value, rt_view xv)
 {
     float *x = cpu_f(xv);
     int nt = cpu_nt(d);
@@ -406,7 +395,7 @@ static int cpu_fill(rt_dev *d, size_t n, float value, rt_view xv)
 /* Sum of squares in double. The range is cut into nt fixed blocks whatever
  * the team size, and the block sums are added in block order, so the result
  * depends only on the device's thread count. */
-static int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
+int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
 {
     const float *x = cpu_f(xv);
     int nb = n > CPU_PAR_MIN ? cpu_nt(d) : 1;
@@ -441,8 +430,8 @@ static int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
 
 /* ---- optimiser steps ------------------------------------------------------------ */
 
-static int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view wv,
-                        rt_view gv, rt_view vv)
+int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view wv,
+                 rt_view gv, rt_view vv)
 {
     float *w = cpu_f(wv), *v = cpu_f_or_null(vv);
     const float *g = cpu_f(gv);
@@ -472,28 +461,15 @@ static int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_v
     return RT_OK;
 }
 
-/* Adam, AdamW and Nadam as written in backend.h. The per-step scalars are
- * computed once in double; the element loop is float. */
-static int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view wv,
-                         rt_view gv, rt_view mv, rt_view vv)
+/* Adam, AdamW and Nadam as written in backend.h: the step's scalars come
+ * from the core, the element loop is float. */
+int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view wv, rt_view gv,
+                  rt_view mv, rt_view vv)
 {
     float *w = cpu_f(wv), *m = cpu_f(mv), *v = cpu_f(vv);
     const float *g = cpu_f(gv);
-    const double t = (double)p->step;
-    const double bc1 = 1.0 - pow(p->beta1, t), bc2 = 1.0 - pow(p->beta2, t);
     const float b1 = p->beta1, b2 = p->beta2, eps = p->eps, lr = p->lr;
-    const float l2 = p->decoupled ? 0.0f : p->weight_decay;
-    const float decay = p->decoupled ? p->lr * p->weight_decay : 0.0f;
-    const float inv_bc2 = (float)(1.0 / bc2);
-    /* m_hat = cm * m + cg * g' */
-    float cm, cg;
-    if (p->nesterov) {
-        cm = (float)(p->beta1 / (1.0 - pow(p->beta1, t + 1.0)));
-        cg = (float)((1.0 - p->beta1) / bc1);
-    } else {
-        cm = (float)(1.0 / bc1);
-        cg = 0.0f;
-    }
+    const float l2 = p->l2, decay = p->decay, inv_bc2 = p->inv_bc2, cm = p->cm, cg = p->cg;
     int nt = cpu_nt(d);
     (void)nt;
     CPU_PAR_FOR
@@ -528,27 +504,7 @@ const struct rt_backend_ops rt_cpu_backend = {
     .sync = cpu_sync,
     .conv2d_workspace = cpu_conv2d_workspace,
     .host_memory = true,
-    .gemm = cpu_gemm,
-    .conv2d_fwd = cpu_conv2d_fwd,
-    .conv2d_bwd_data = cpu_conv2d_bwd_data,
-    .conv2d_bwd_filter = cpu_conv2d_bwd_filter,
-    .bias_add = cpu_bias_add,
-    .bias_grad = cpu_bias_grad,
-    .pool_fwd = cpu_pool_fwd,
-    .pool_bwd = cpu_pool_bwd,
-    .act_fwd = cpu_act_fwd,
-    .act_bwd = cpu_act_bwd,
-    .softmax_xent_fwd = cpu_softmax_xent_fwd,
-    .softmax_xent_bwd = cpu_softmax_xent_bwd,
-    .bn_fwd_train = cpu_bn_fwd_train,
-    .bn_fwd_infer = cpu_bn_fwd_infer,
-    .bn_bwd = cpu_bn_bwd,
-    .dropout_fwd = cpu_dropout_fwd,
-    .mul = cpu_mul,
-    .axpy = cpu_axpy,
-    .scale = cpu_scale,
-    .fill = cpu_fill,
-    .sumsq = cpu_sumsq,
-    .sgd_step = cpu_sgd_step,
-    .adam_step = cpu_adam_step,
+#define RT_OP(name, params) .name = cpu_##name,
+#include "ops.def"
+#undef RT_OP
 };

@@ -206,35 +206,58 @@ static int conv_check_bytes(struct cu_dev *o, struct cu_conv *e, int dir)
     return RT_OK;
 }
 
-/* cuDNN's heuristic ranking for one direction. */
-static int conv_rank(struct cu_dev *o, struct cu_conv *e, int dir, struct cand *c, int *n)
+/* A direction's operands: in and in2 are x and w (forward), dy and w
+ * (backward data), x and dy (backward filter); out is y, dx or dw. */
+struct conv_io {
+    const void *in, *in2;
+    void *out, *ws;
+};
+
+/* cuDNN's ranking of one direction's algorithms: its heuristics, or with
+ * `io` (a call's own buffers and workspace) timed runs (FindEx). */
+static int conv_rank(struct cu_dev *o, struct cu_conv *e, int dir, const struct conv_io *io,
+                     struct cand *c, int *n)
 {
+    const size_t budget = e->ws_floats * sizeof(float);
     cudnnStatus_t st;
     *n = 0;
     switch (dir) {
     case FWD: {
-        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        st = cudnnGetConvolutionForwardAlgorithm_v7(o->dnn, e->x, e->w, e->conv, e->y,
-                                                    CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, perf);
+        enum { NALGO = CUDNN_CONVOLUTION_FWD_ALGO_COUNT };
+        cudnnConvolutionFwdAlgoPerf_t perf[NALGO];
+        st = io ? cudnnFindConvolutionForwardAlgorithmEx(o->dnn, e->x, io->in, e->w, io->in2,
+                                                         e->conv, e->y, io->out, NALGO, n, perf,
+                                                         io->ws, budget)
+                : cudnnGetConvolutionForwardAlgorithm_v7(o->dnn, e->x, e->w, e->conv, e->y, NALGO,
+                                                         n, perf);
         TO_CANDS(perf, *n, c);
         break;
     }
     case BWD_DATA: {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        st = cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            o->dnn, e->w, e->y, e->conv, e->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perf);
+        enum { NALGO = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT };
+        cudnnConvolutionBwdDataAlgoPerf_t perf[NALGO];
+        st = io ? cudnnFindConvolutionBackwardDataAlgorithmEx(o->dnn, e->w, io->in2, e->y, io->in,
+                                                              e->conv, e->x, io->out, NALGO, n,
+                                                              perf, io->ws, budget)
+                : cudnnGetConvolutionBackwardDataAlgorithm_v7(o->dnn, e->w, e->y, e->conv, e->x,
+                                                              NALGO, n, perf);
         TO_CANDS(perf, *n, c);
         break;
     }
     default: {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        st = cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            o->dnn, e->x, e->y, e->conv, e->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, perf);
+        enum { NALGO = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT };
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[NALGO];
+        st = io ? cudnnFindConvolutionBackwardFilterAlgorithmEx(o->dnn, e->x, io->in, e->y,
+                                                                io->in2, e->conv, e->w, io->out,
+                                                                NALGO, n, perf, io->ws, budget)
+                : cudnnGetConvolutionBackwardFilterAlgorithm_v7(o->dnn, e->x, e->y, e->conv,
+                                                                e->w, NALGO, n, perf);
         TO_CANDS(perf, *n, c);
         break;
     }
     }
-    return cu_dnn_status(st, "ranking convolution algorithms");
+    return cu_dnn_status(st, io ? "timing convolution algorithms"
+                                : "ranking convolution algorithms");
 }
 
 #define MAX_CANDS 8 /* at least any direction's ALGO_COUNT */
@@ -288,7 +311,7 @@ static void conv_describe(struct cu_dev *o, struct cu_conv *e)
     for (int dir = 0; dir < NDIR; dir++) {
         struct cand c[MAX_CANDS];
         int n = 0;
-        if (conv_set_math(e, conv_base_math(o)) < 0 || conv_rank(o, e, dir, c, &n) < 0) {
+        if (conv_set_math(e, conv_base_math(o)) < 0 || conv_rank(o, e, dir, NULL, c, &n) < 0) {
             conv_say(o, s, "%s: %s: im2col + cuBLAS", dir_names[dir], rt_error_detail());
             rt_error_clear();
             continue;
@@ -371,52 +394,23 @@ size_t cu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
 /* RAGTAG_CUDA_CONV_FIND=1: time the algorithms once, on this call's own
  * buffers and workspace (FindEx writes the output, which the op then
  * overwrites). On failure the heuristic's choice stays. */
-static void conv_find(struct cu_dev *o, struct cu_conv *e, int dir, const void *in,
-                      const void *in2, void *out, void *ws)
+static void conv_find(struct cu_dev *o, struct cu_conv *e, int dir, const struct conv_io *io)
 {
     struct cand c[MAX_CANDS];
     int n = 0;
-    cudnnStatus_t st;
     const size_t budget = e->ws_floats * sizeof(float);
     e->dir[dir].timed = true;
     if (conv_set_math(e, conv_base_math(o)) < 0) {
         rt_error_clear();
         return;
     }
-    switch (dir) {
-    case FWD: {
-        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        st = cudnnFindConvolutionForwardAlgorithmEx(o->dnn, e->x, in, e->w, in2, e->conv, e->y,
-                                                    out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
-                                                    perf, ws, budget);
-        TO_CANDS(perf, n, c);
-        break;
-    }
-    case BWD_DATA: {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        st = cudnnFindConvolutionBackwardDataAlgorithmEx(
-            o->dnn, e->w, in2, e->y, in, e->conv, e->x, out,
-            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, ws, budget);
-        TO_CANDS(perf, n, c);
-        break;
-    }
-    default: {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        st = cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            o->dnn, e->x, in, e->y, in2, e->conv, e->w, out,
-            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, ws, budget);
-        TO_CANDS(perf, n, c);
-        break;
-    }
-    }
-    struct cu_algo keep = e->dir[dir], got = keep;
-    if (st != CUDNN_STATUS_SUCCESS) {
-        cu_dnn_status(st, "timing convolution algorithms");
+    if (conv_rank(o, e, dir, io, c, &n) < 0) {
         conv_say(o, &e->s, "%s: %s: keeping the heuristic's choice", dir_names[dir],
                  rt_error_detail());
         rt_error_clear();
         return;
     }
+    struct cu_algo keep = e->dir[dir], got = keep;
     if (!conv_pick(c, n < MAX_CANDS ? n : MAX_CANDS, budget, o->tf32, &got))
         return;
     e->dir[dir] = got;
@@ -449,71 +443,48 @@ static struct rtcu_conv conv_geom(const struct rt_conv_shape *s)
                               s->pad_w,    s->oh,       s->ow};
 }
 
-static int im2col_fwd(rt_dev *d, const struct cu_conv *e, const float *x, const float *w,
-                      float *y, float *ws)
+/* Images i0 .. i0+nb-1 of one direction on im2col + cuBLAS, as drawn at
+ * the top of this file; one image needs no permutation. */
+static int im2col_chunk(rt_dev *d, const struct cu_conv *e, int dir, int i0, int nb,
+                        const float *in, const float *in2, float *out, float *ws)
 {
     struct cu_dev *o = cu(d);
     const struct rt_conv_shape *s = &e->s;
     const struct rtcu_conv g = conv_geom(s);
-    const int crs = (int)conv_crs(s), ohw = (int)conv_ohw(s);
+    const int crs = (int)conv_crs(s), ohw = (int)conv_ohw(s), np = nb * ohw;
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * ohw;
-    for (int i0 = 0; i0 < s->n; i0 += e->chunk) {
-        const int nb = s->n - i0 < e->chunk ? s->n - i0 : e->chunk, np = nb * ohw;
-        float *col = ws, *t = ws + (size_t)crs * np, *yc = y + i0 * ys;
-        RT_TRY(cu_status(rtcu_im2col(o->stream, &g, nb, x + i0 * xs, col), "launching im2col"));
-        if (nb == 1) /* one image needs no permutation: T is y itself */
+    float *col = ws, *t = ws + (size_t)crs * np;
+    if (dir != BWD_DATA) /* x's columns */
+        RT_TRY(cu_status(rtcu_im2col(o->stream, &g, nb, in + i0 * xs, col), "launching im2col"));
+    if (dir == FWD) {
+        float *yc = out + i0 * ys;
+        if (nb == 1)
             t = yc;
-        RT_TRY(cu_sgemm(d, false, false, s->k, np, crs, 1.0f, w, crs, col, np, 0.0f, t, np));
+        RT_TRY(cu_sgemm(d, false, false, s->k, np, crs, 1.0f, in2, crs, col, np, 0.0f, t, np));
         if (nb > 1)
             RT_TRY(cu_status(rtcu_knp_to_nkp(o->stream, nb, s->k, ohw, t, yc),
                              "launching knp_to_nkp"));
+        return RT_OK;
     }
-    return RT_OK;
+    const float *dyc = (dir == BWD_DATA ? in : in2) + i0 * ys, *tt = t;
+    if (nb == 1)
+        tt = dyc;
+    else
+        RT_TRY(cu_status(rtcu_nkp_to_knp(o->stream, nb, s->k, ohw, dyc, t),
+                         "launching nkp_to_knp"));
+    if (dir == BWD_DATA) {
+        RT_TRY(cu_sgemm(d, true, false, crs, np, s->k, 1.0f, in2, crs, tt, np, 0.0f, col, np));
+        return cu_status(rtcu_col2im(o->stream, &g, nb, col, out + i0 * xs), "launching col2im");
+    }
+    return cu_sgemm(d, false, true, s->k, crs, np, 1.0f, tt, np, col, np, i0 ? 1.0f : 0.0f, out,
+                    crs);
 }
 
-static int im2col_bwd_data(rt_dev *d, const struct cu_conv *e, const float *dy, const float *w,
-                           float *dx, float *ws)
+static int im2col_run(rt_dev *d, const struct cu_conv *e, int dir, const struct conv_io *io)
 {
-    struct cu_dev *o = cu(d);
-    const struct rt_conv_shape *s = &e->s;
-    const struct rtcu_conv g = conv_geom(s);
-    const int crs = (int)conv_crs(s), ohw = (int)conv_ohw(s);
-    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * ohw;
-    for (int i0 = 0; i0 < s->n; i0 += e->chunk) {
-        const int nb = s->n - i0 < e->chunk ? s->n - i0 : e->chunk, np = nb * ohw;
-        float *col = ws, *t = ws + (size_t)crs * np;
-        const float *dyc = dy + i0 * ys, *tt = t;
-        if (nb == 1)
-            tt = dyc;
-        else
-            RT_TRY(cu_status(rtcu_nkp_to_knp(o->stream, nb, s->k, ohw, dyc, t),
-                             "launching nkp_to_knp"));
-        RT_TRY(cu_sgemm(d, true, false, crs, np, s->k, 1.0f, w, crs, tt, np, 0.0f, col, np));
-        RT_TRY(cu_status(rtcu_col2im(o->stream, &g, nb, col, dx + i0 * xs), "launching col2im"));
-    }
-    return RT_OK;
-}
-
-static int im2col_bwd_filter(rt_dev *d, const struct cu_conv *e, const float *x, const float *dy,
-                             float *dw, float *ws)
-{
-    struct cu_dev *o = cu(d);
-    const struct rt_conv_shape *s = &e->s;
-    const struct rtcu_conv g = conv_geom(s);
-    const int crs = (int)conv_crs(s), ohw = (int)conv_ohw(s);
-    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * ohw;
-    for (int i0 = 0; i0 < s->n; i0 += e->chunk) {
-        const int nb = s->n - i0 < e->chunk ? s->n - i0 : e->chunk, np = nb * ohw;
-        float *col = ws, *t = ws + (size_t)crs * np;
-        const float *dyc = dy + i0 * ys, *tt = t;
-        RT_TRY(cu_status(rtcu_im2col(o->stream, &g, nb, x + i0 * xs, col), "launching im2col"));
-        if (nb == 1)
-            tt = dyc;
-        else
-            RT_TRY(cu_status(rtcu_nkp_to_knp(o->stream, nb, s->k, ohw, dyc, t),
-                             "launching nkp_to_knp"));
-        RT_TRY(cu_sgemm(d, false, true, s->k, crs, np, 1.0f, tt, np, col, np, i0 ? 1.0f : 0.0f,
-                        dw, crs));
+    for (int i0 = 0; i0 < e->s.n; i0 += e->chunk) {
+        const int nb = e->s.n - i0 < e->chunk ? e->s.n - i0 : e->chunk;
+        RT_TRY(im2col_chunk(d, e, dir, i0, nb, io->in, io->in2, io->out, io->ws));
     }
     return RT_OK;
 }
@@ -522,79 +493,76 @@ static int im2col_bwd_filter(rt_dev *d, const struct cu_conv *e, const float *x,
 
 static const float one = 1.0f, zero = 0.0f;
 
-int cu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
-                  rt_view ws)
+/* One direction on its cuDNN algorithm. */
+static cudnnStatus_t conv_dnn(struct cu_dev *o, const struct cu_conv *e, int dir,
+                              const struct conv_io *io)
 {
+    const int algo = e->dir[dir].algo;
+    const size_t bytes = e->ws_floats * sizeof(float);
+    switch (dir) {
+    case FWD:
+        return cudnnConvolutionForward(o->dnn, &one, e->x, io->in, e->w, io->in2, e->conv,
+                                       (cudnnConvolutionFwdAlgo_t)algo, io->ws, bytes, &zero,
+                                       e->y, io->out);
+    case BWD_DATA:
+        return cudnnConvolutionBackwardData(o->dnn, &one, e->w, io->in2, e->y, io->in, e->conv,
+                                            (cudnnConvolutionBwdDataAlgo_t)algo, io->ws, bytes,
+                                            &zero, e->x, io->out);
+    default:
+        return cudnnConvolutionBackwardFilter(o->dnn, &one, e->x, io->in, e->y, io->in2, e->conv,
+                                              (cudnnConvolutionBwdFilterAlgo_t)algo, io->ws,
+                                              bytes, &zero, e->w, io->out);
+    }
+}
+
+/* Every direction: its cached plan, cuDNN when it has an algorithm (timed
+ * first with RAGTAG_CUDA_CONV_FIND=1), else or when cuDNN refuses, im2col
+ * + cuBLAS. */
+static int conv_run(rt_dev *d, const struct rt_conv_shape *s, int dir, rt_view in, rt_view in2,
+                    rt_view out, rt_view ws)
+{
+    static const char *const what[NDIR] = {"convolution forward", "convolution backward data",
+                                           "convolution backward filter"};
     struct cu_dev *o = cu(d);
     RT_TRY(cu_enter(d));
     struct cu_conv *e = conv_get(d, s);
     if (!e)
         return rt_error(RT_ERR_NOMEM, "cuda: out of host memory for a convolution's plan");
-    struct cu_algo *a = &e->dir[FWD];
+    const struct conv_io io = {cu_f(in), cu_f(in2), cu_f(out), cu_f(ws)};
+    struct cu_algo *a = &e->dir[dir];
     if (a->usable && o->conv_find && !a->timed)
-        conv_find(o, e, FWD, cu_f(x), cu_f(w), cu_f(y), cu_f(ws));
+        conv_find(o, e, dir, &io);
     if (a->usable) {
-        RT_TRY(conv_math(e, FWD));
-        cudnnStatus_t st = cudnnConvolutionForward(
-            o->dnn, &one, e->x, cu_f(x), e->w, cu_f(w), e->conv,
-            (cudnnConvolutionFwdAlgo_t)a->algo, cu_f(ws), e->ws_floats * sizeof(float), &zero,
-            e->y, cu_f(y));
+        RT_TRY(conv_math(e, dir));
+        cudnnStatus_t st = conv_dnn(o, e, dir, &io);
         if (!cu_dnn_refused(st))
-            return cu_dnn_status(st, "convolution forward");
-        conv_give_up(o, e, FWD, st);
+            return cu_dnn_status(st, what[dir]);
+        conv_give_up(o, e, dir, st);
     }
-    return im2col_fwd(d, e, cu_f(x), cu_f(w), cu_f(y), cu_f(ws));
+    return im2col_run(d, e, dir, &io);
+}
+
+int cu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
+                  rt_view ws)
+{
+    return conv_run(d, s, FWD, x, w, y, ws);
 }
 
 int cu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
                        rt_view dx, rt_view ws)
 {
-    struct cu_dev *o = cu(d);
-    RT_TRY(cu_enter(d));
-    struct cu_conv *e = conv_get(d, s);
-    if (!e)
-        return rt_error(RT_ERR_NOMEM, "cuda: out of host memory for a convolution's plan");
-    struct cu_algo *a = &e->dir[BWD_DATA];
-    if (a->usable && o->conv_find && !a->timed)
-        conv_find(o, e, BWD_DATA, cu_f(dy), cu_f(w), cu_f(dx), cu_f(ws));
-    if (a->usable) {
-        RT_TRY(conv_math(e, BWD_DATA));
-        cudnnStatus_t st = cudnnConvolutionBackwardData(
-            o->dnn, &one, e->w, cu_f(w), e->y, cu_f(dy), e->conv,
-            (cudnnConvolutionBwdDataAlgo_t)a->algo, cu_f(ws), e->ws_floats * sizeof(float),
-            &zero, e->x, cu_f(dx));
-        if (!cu_dnn_refused(st))
-            return cu_dnn_status(st, "convolution backward data");
-        conv_give_up(o, e, BWD_DATA, st);
-    }
-    return im2col_bwd_data(d, e, cu_f(dy), cu_f(w), cu_f(dx), cu_f(ws));
+    return conv_run(d, s, BWD_DATA, dy, w, dx, ws);
 }
 
 /* With no images the gradient is zero (x, dy and ws are unchecked then). */
 int cu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
                          rt_view dw, rt_view ws)
 {
-    struct cu_dev *o = cu(d);
-    RT_TRY(cu_enter(d));
-    if (s->n == 0)
+    if (s->n == 0) {
+        RT_TRY(cu_enter(d));
         return cu_status(cudaMemsetAsync(cu_f(dw), 0, (size_t)s->k * conv_crs(s) * sizeof(float),
-                                         o->stream),
+                                         cu(d)->stream),
                          "zeroing a filter gradient");
-    struct cu_conv *e = conv_get(d, s);
-    if (!e)
-        return rt_error(RT_ERR_NOMEM, "cuda: out of host memory for a convolution's plan");
-    struct cu_algo *a = &e->dir[BWD_FILTER];
-    if (a->usable && o->conv_find && !a->timed)
-        conv_find(o, e, BWD_FILTER, cu_f(x), cu_f(dy), cu_f(dw), cu_f(ws));
-    if (a->usable) {
-        RT_TRY(conv_math(e, BWD_FILTER));
-        cudnnStatus_t st = cudnnConvolutionBackwardFilter(
-            o->dnn, &one, e->x, cu_f(x), e->y, cu_f(dy), e->conv,
-            (cudnnConvolutionBwdFilterAlgo_t)a->algo, cu_f(ws), e->ws_floats * sizeof(float),
-            &zero, e->w, cu_f(dw));
-        if (!cu_dnn_refused(st))
-            return cu_dnn_status(st, "convolution backward filter");
-        conv_give_up(o, e, BWD_FILTER, st);
     }
-    return im2col_bwd_filter(d, e, cu_f(x), cu_f(dy), cu_f(dw), cu_f(ws));
+    return conv_run(d, s, BWD_FILTER, x, dy, dw, ws);
 }

@@ -1,4 +1,5 @@
-/* cuda-impl.h — private to the cuda backend (cuda.c, conv.c, nn.c).
+/* cuda-impl.h — private to the cuda backend (cuda.c, errors.c, gemm.c,
+ * conv.c, nn.c).
  *
  * The cuda backend is a loadable module (ragtag-cuda.so) linking the CUDA
  * runtime, cuBLAS and cuDNN 9; the ragtag binary links none of them, so it
@@ -94,42 +95,18 @@ int cu_enter(rt_dev *d);
         return cu_status((call), "launching " name);                                         \
     } while (0)
 
-/* cuda.c: the GEMM, for conv.c too (row-major, backend.h's contract) */
+/* gemm.c: the GEMM, for conv.c too (row-major, backend.h's contract) */
 int cu_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
              int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
-/* conv.c */
+/* conv.c: the workspace a convolution needs; the cache of plans */
 size_t cu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s);
-int cu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
-                  rt_view ws);
-int cu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
-                       rt_view dx, rt_view ws);
-int cu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
-                         rt_view dw, rt_view ws);
 void cu_conv_cache_free(struct cu_dev *o);
 
-/* nn.c */
-int cu_bias_add(rt_dev *d, int n, int c, int hw, rt_view b, rt_view y);
-int cu_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db);
-int cu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y);
-int cu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y, rt_view dy,
-                rt_view dx);
-int cu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y);
-int cu_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y,
-               rt_view dy, rt_view dx);
-int cu_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view logits, rt_view labels, rt_view probs,
-                        rt_view losses);
-int cu_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels, float scale,
-                        rt_view dlogits);
-int cu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
-                    rt_view beta, rt_view y, rt_view save_mean, rt_view save_invstd,
-                    rt_view run_mean, rt_view run_var);
-int cu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
-                    rt_view beta, rt_view run_mean, rt_view run_var, rt_view y);
-int cu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view dy, rt_view gamma,
-              rt_view save_mean, rt_view save_invstd, rt_view dx, rt_view dgamma,
-              rt_view dbeta);
-int cu_dropout_fwd(rt_dev *d, size_t n, float rate, uint64_t seed, rt_view x, rt_view y,
-                   rt_view mask);
+/* Every op of ops.def, as cu_<op> (cuda.c, gemm.c, conv.c, nn.c): generated, so adding an op
+ * touches ops.def and the code that implements it, nothing else. */
+#define RT_OP(name, params) int cu_##name params;
+#include "ops.def"
+#undef RT_OP
 
 #endif

@@ -1,10 +1,10 @@
-/* cuda.c — the cuda backend: devices, contexts, memory, errors, GEMM
- * (cuBLAS), elementwise ops, sumsq and the optimiser steps. Convolutions
- * live in conv.c, the other layer ops in nn.c, the kernels in kernels-*.cu.
+/* cuda.c — the cuda backend: devices, contexts, memory, elementwise ops,
+ * sumsq, the optimiser steps and the table. The files below it, which it
+ * uses and which never call back into it: errors.c (vendor statuses),
+ * gemm.c (cuBLAS), conv.c (convolutions), nn.c (the other layer ops) and
+ * the kernels in kernels-*.cu.
  *
- * Nothing here aborts on a device error: every CUDA, cuBLAS and cuDNN
- * status becomes an rt_status carrying the vendor's name and message. A
- * machine without a driver or a GPU is not an error of the module: the
+ * A machine without a driver or a GPU is not an error of the module: the
  * backend reports no devices, with the reason in one line, and `ragtag
  * devices` shows it as unavailable. */
 #include "config.h"
@@ -16,51 +16,13 @@
 #include <string.h>
 
 #include "cuda-impl.h"
+#include "module-util.h"
 #include "status.h"
-
-/* ---- errors ------------------------------------------------------------------------ */
-
-int cu_status(cudaError_t err, const char *what)
-{
-    if (err == cudaSuccess)
-        return RT_OK;
-    cudaGetLastError(); /* reported now: a later launch check must not see it again */
-    return rt_error(err == cudaErrorMemoryAllocation ? RT_ERR_NOMEM : RT_ERR_DEVICE,
-                    "cuda: %s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-}
-
-int cu_blas_status(cublasStatus_t st, const char *what)
-{
-    if (st == CUBLAS_STATUS_SUCCESS)
-        return RT_OK;
-    return rt_error(st == CUBLAS_STATUS_ALLOC_FAILED ? RT_ERR_NOMEM : RT_ERR_DEVICE,
-                    "cuBLAS: %s: %s (%s)", what, cublasGetStatusString(st),
-                    cublasGetStatusName(st));
-}
-
-int cu_dnn_status(cudnnStatus_t st, const char *what)
-{
-    if (st == CUDNN_STATUS_SUCCESS)
-        return RT_OK;
-    /* cuDNN 9 keeps a message of its own for the last failure: say it too. */
-    char last[384] = "";
-    cudnnGetLastErrorString(last, sizeof last);
-    last[sizeof last - 1] = '\0';
-    const bool nomem = st == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
-                       st == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
-    return rt_error(nomem ? RT_ERR_NOMEM : RT_ERR_DEVICE, "cuDNN: %s: %s (%d)%s%s", what,
-                    cudnnGetErrorString(st), (int)st, last[0] ? ": " : "", last);
-}
 
 /* ---- devices ------------------------------------------------------------------------ */
 
 /* The devices, counted once per process. */
-static struct {
-    pthread_once_t once;
-    int status; /* < 0: no usable CUDA; why holds the reason */
-    char why[512];
-    int n;
-} cu_devices = {.once = PTHREAD_ONCE_INIT};
+static struct mod_devices cu_devices = MOD_DEVICES_INIT;
 
 static void cu_version(int v, int *major, int *minor)
 {
@@ -84,45 +46,29 @@ static void cu_enumerate(void)
     cudaRuntimeGetVersion(&rtv);
     cu_version(drv, &dmaj, &dmin);
     cu_version(rtv, &rmaj, &rmin);
-    cu_devices.status = RT_ERR_NOTFOUND;
     if (err == cudaSuccess || err == cudaErrorNoDevice)
-        snprintf(cu_devices.why, sizeof cu_devices.why,
-                 "no CUDA device (the NVIDIA driver, CUDA %d.%d, sees no GPU)", dmaj, dmin);
+        mod_devices_fail(&cu_devices, RT_ERR_NOTFOUND,
+                         "no CUDA device (the NVIDIA driver, CUDA %d.%d, sees no GPU)", dmaj, dmin);
     else if (err == cudaErrorInsufficientDriver && drv == 0)
-        snprintf(cu_devices.why, sizeof cu_devices.why,
-                 "no NVIDIA driver (libcuda.so.1 not found): no CUDA device can be used");
+        mod_devices_fail(&cu_devices, RT_ERR_NOTFOUND,
+                         "no NVIDIA driver (libcuda.so.1 not found): no CUDA device can be used");
     else if (err == cudaErrorInsufficientDriver)
-        snprintf(cu_devices.why, sizeof cu_devices.why,
-                 "the NVIDIA driver supports CUDA %d.%d, older than this module's CUDA runtime "
-                 "%d.%d: update the driver",
-                 dmaj, dmin, rmaj, rmin);
-    else {
-        cu_devices.status = RT_ERR_DEVICE;
-        snprintf(cu_devices.why, sizeof cu_devices.why, "no usable CUDA device: %s (%s)",
-                 cudaGetErrorString(err), cudaGetErrorName(err));
-    }
+        mod_devices_fail(&cu_devices, RT_ERR_NOTFOUND,
+                         "the NVIDIA driver supports CUDA %d.%d, older than this module's CUDA "
+                         "runtime %d.%d: update the driver",
+                         dmaj, dmin, rmaj, rmin);
+    else
+        mod_devices_fail(&cu_devices, RT_ERR_DEVICE, "no usable CUDA device: %s (%s)",
+                         cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
-static int cu_init(void)
-{
-    pthread_once(&cu_devices.once, cu_enumerate);
-    if (cu_devices.status < 0)
-        return rt_error(cu_devices.status, "%s", cu_devices.why);
-    return RT_OK;
-}
+static int cu_init(void) { return mod_devices_init(&cu_devices, cu_enumerate); }
 
-static int cu_device_count(void)
-{
-    RT_TRY(cu_init());
-    return cu_devices.n;
-}
+static int cu_device_count(void) { return mod_devices_count(&cu_devices, cu_enumerate); }
 
 static int cu_device_info(int device, struct rt_device_info *out)
 {
-    RT_TRY(cu_init());
-    if (device < 0 || device >= cu_devices.n)
-        return rt_error(RT_ERR_NOTFOUND, "cuda: %d device(s); device %d does not exist",
-                        cu_devices.n, device);
+    RT_TRY(mod_devices_check(&cu_devices, cu_enumerate, "cuda", device));
     struct cudaDeviceProp p;
     RT_TRY(cu_status(cudaGetDeviceProperties(&p, device), "reading the device's properties"));
     int drv = 0, rtv = 0, dmaj, dmin, rmaj, rmin;
@@ -141,11 +87,6 @@ static int cu_device_info(int device, struct rt_device_info *out)
     out->mem_bytes = p.totalGlobalMem;
     out->compute_units = p.multiProcessorCount;
     return RT_OK;
-}
-
-int cu_enter(rt_dev *d)
-{
-    return cu_status(cudaSetDevice(cu(d)->ordinal), "making the device current");
 }
 
 /* ---- opening a device ---------------------------------------------------------------- */
@@ -303,7 +244,7 @@ static int cu_buf_alloc(rt_dev *d, rt_buf *b)
     struct cu_dev *o = cu(d);
     RT_TRY(cu_enter(d));
     void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, b->bytes ? b->bytes : 4);
+    cudaError_t err = cudaMalloc(&p, mod_buf_bytes(b));
     if (err == cudaErrorMemoryAllocation) {
         size_t free_b = 0, total = 0;
         cudaGetLastError();
@@ -318,8 +259,7 @@ static int cu_buf_alloc(rt_dev *d, rt_buf *b)
     }
     if (err != cudaSuccess) {
         char what[96];
-        snprintf(what, sizeof what, "allocating %zu bytes", b->bytes);
-        return cu_status(err, what);
+        return cu_status(err, mod_buf_what(b, what, sizeof what));
     }
     b->handle = p;
     return RT_OK;
@@ -364,11 +304,12 @@ static int cu_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 {
     struct cu_dev *o = cu(d);
     float *s = cu_f(src), *t = cu_f(dst);
-    if (s == t)
+    const enum mod_copy kind = mod_copy_kind(dst, src, n);
+    if (kind == MOD_COPY_SAME)
         return RT_OK;
     RT_TRY(cu_enter(d));
     const size_t bytes = n * sizeof(float);
-    if (src.buf == dst.buf && s < t + n && t < s + n) {
+    if (kind == MOD_COPY_OVERLAP) {
         void *tmp = NULL;
         RT_TRY(cu_status(cudaMalloc(&tmp, bytes), "allocating a copy's bounce buffer"));
         cudaError_t err = cudaMemcpyAsync(tmp, s, bytes, cudaMemcpyDeviceToDevice, o->stream);
@@ -388,58 +329,24 @@ static int cu_sync(rt_dev *d)
     return cu_status(cudaStreamSynchronize(cu(d)->stream), "finishing queued work");
 }
 
-/* ---- GEMM ---------------------------------------------------------------------------- */
-
-/* Row-major C = alpha*op(A)*op(B) + beta*C is column-major
- * C^T = alpha*op(B)^T*op(A)^T + beta*C^T: the same memory, so cuBLAS gets
- * B first, A second, and the sizes n, m. Offsets are already in the
- * pointers. cuBLAS does not read C when beta == 0 (NaNs vanish), as the
- * contract asks; k == 0 or alpha == 0 only scales C, which cuBLAS would
- * not do with beta == 0 writing zeros everywhere, so a kernel does it. */
-int cu_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
-             int lda, const float *b, int ldb, float beta, float *c, int ldc)
-{
-    struct cu_dev *o = cu(d);
-    if (m <= 0 || n <= 0)
-        return RT_OK;
-    if (k <= 0 || alpha == 0.0f) {
-        if (beta == 1.0f)
-            return RT_OK;
-        return cu_status(rtcu_scale_block(o->stream, m, n, ldc, beta, c), "launching scale_block");
-    }
-    cublasStatus_t st = cublasSgemm(o->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
-                                    lda, &beta, c, ldc);
-    return cu_blas_status(st, "SGEMM");
-}
-
-static int cu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
-                   int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
-{
-    RT_TRY(cu_enter(d));
-    /* With k == 0 the wrapper has not checked a and b: do not touch them. */
-    const float *ap = k > 0 ? cu_f(a) : NULL, *bp = k > 0 ? cu_f(b) : NULL;
-    return cu_sgemm(d, ta != 0, tb != 0, m, n, k, alpha, ap, lda, bp, ldb, beta, cu_f(c), ldc);
-}
-
 /* ---- elementwise ------------------------------------------------------------------------ */
 
-static int cu_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
+int cu_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
 {
     CU_LAUNCH(d, "mul", rtcu_mul(cu(d)->stream, n, cu_f(a), cu_f(b), cu_f(y)));
 }
 
-static int cu_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
+int cu_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
 {
     CU_LAUNCH(d, "axpy", rtcu_axpy(cu(d)->stream, n, alpha, cu_f(x), cu_f(y)));
 }
 
-static int cu_scale(rt_dev *d, size_t n, float alpha, rt_view x)
+int cu_scale(rt_dev *d, size_t n, float alpha, rt_view x)
 {
     CU_LAUNCH(d, "scale", rtcu_scale(cu(d)->stream, n, alpha, cu_f(x)));
 }
 
-static int cu_fill(rt_dev *d, size_t n, float value, rt_view x)
+int cu_fill(rt_dev *d, size_t n, float value, rt_view x)
 {
     CU_LAUNCH(d, "fill", rtcu_fill(cu(d)->stream, n, value, cu_f(x)));
 }
@@ -447,7 +354,7 @@ static int cu_fill(rt_dev *d, size_t n, float value, rt_view x)
 /* Two stages: up to RTCU_SUMSQ_BLOCKS blocks each sum a contiguous slice in
  * double, then the host adds the partial sums in block order. The launch
  * shape depends on n only, so a run repeats exactly. */
-static int cu_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
+int cu_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 {
     struct cu_dev *o = cu(d);
     RT_TRY(cu_enter(d));
@@ -469,8 +376,8 @@ static int cu_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 
 /* ---- optimiser steps ---------------------------------------------------------------------- */
 
-static int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
-                       rt_view v)
+int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
+                rt_view v)
 {
     const int mode = p->momentum == 0.0f ? 0 : p->nesterov ? 2 : 1;
     float *vp = mode ? cu_f(v) : NULL; /* no velocity buffer without momentum */
@@ -479,26 +386,14 @@ static int cu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_vi
                             cu_f(g), vp));
 }
 
-/* The per-step scalars exactly as backends/cpu/cpu.c computes them. */
-static int cu_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w, rt_view g,
-                        rt_view m, rt_view v)
+/* The step's scalars come from the core, as on every backend. */
+int cu_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view w, rt_view g,
+                 rt_view m, rt_view v)
 {
-    const double t = (double)p->step;
-    const double bc1 = 1.0 - pow(p->beta1, t), bc2 = 1.0 - pow(p->beta2, t);
-    const float l2 = p->decoupled ? 0.0f : p->weight_decay;
-    const float decay = p->decoupled ? p->lr * p->weight_decay : 0.0f;
-    const float inv_bc2 = (float)(1.0 / bc2);
-    float cm, cg;
-    if (p->nesterov) {
-        cm = (float)(p->beta1 / (1.0 - pow(p->beta1, t + 1.0)));
-        cg = (float)((1.0 - p->beta1) / bc1);
-    } else {
-        cm = (float)(1.0 / bc1);
-        cg = 0.0f;
-    }
     CU_LAUNCH(d, "adam_step",
-              rtcu_adam_step(cu(d)->stream, n, p->lr, p->beta1, p->beta2, p->eps, l2, decay,
-                             inv_bc2, cm, cg, cu_f(w), cu_f(g), cu_f(m), cu_f(v)));
+              rtcu_adam_step(cu(d)->stream, n, p->lr, p->beta1, p->beta2, p->eps, p->l2,
+                             p->decay, p->inv_bc2, p->cm, p->cg, cu_f(w), cu_f(g), cu_f(m),
+                             cu_f(v)));
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
@@ -519,29 +414,9 @@ static const struct rt_backend_ops cu_backend = {
     .sync = cu_sync,
     .conv2d_workspace = cu_conv2d_workspace,
     .host_memory = false,
-    .gemm = cu_gemm,
-    .conv2d_fwd = cu_conv2d_fwd,
-    .conv2d_bwd_data = cu_conv2d_bwd_data,
-    .conv2d_bwd_filter = cu_conv2d_bwd_filter,
-    .bias_add = cu_bias_add,
-    .bias_grad = cu_bias_grad,
-    .pool_fwd = cu_pool_fwd,
-    .pool_bwd = cu_pool_bwd,
-    .act_fwd = cu_act_fwd,
-    .act_bwd = cu_act_bwd,
-    .softmax_xent_fwd = cu_softmax_xent_fwd,
-    .softmax_xent_bwd = cu_softmax_xent_bwd,
-    .bn_fwd_train = cu_bn_fwd_train,
-    .bn_fwd_infer = cu_bn_fwd_infer,
-    .bn_bwd = cu_bn_bwd,
-    .dropout_fwd = cu_dropout_fwd,
-    .mul = cu_mul,
-    .axpy = cu_axpy,
-    .scale = cu_scale,
-    .fill = cu_fill,
-    .sumsq = cu_sumsq,
-    .sgd_step = cu_sgd_step,
-    .adam_step = cu_adam_step,
+#define RT_OP(name, params) .name = cu_##name,
+#include "ops.def"
+#undef RT_OP
 };
 
 /* The module's one exported symbol (see backend-impl.h). */

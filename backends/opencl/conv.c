@@ -80,63 +80,49 @@ static int conv_to_nkp(rt_dev *d, const struct rt_conv_shape *s, int nb, rt_view
                      src, dst);
 }
 
-static int gemm_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
-                    rt_view ws)
+enum { FWD, BWD_DATA, BWD_FILTER };
+
+/* Images i0 .. i0+nb-1 of one direction, as drawn above; in and in2 are x
+ * and w (forward), dy and w (backward data), x and dy (backward filter);
+ * out is y, dx or dw. One image needs no permutation. */
+static int gemm_chunk(rt_dev *d, const struct rt_conv_shape *s, int dir, int i0, int nb,
+                      rt_view in, rt_view in2, rt_view out, rt_view ws)
 {
-    const int chunk = conv_chunk(d, s), crs = (int)conv_crs(s);
+    const int crs = (int)conv_crs(s), np = nb * (int)conv_ohw(s);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
-    for (int i0 = 0; i0 < s->n; i0 += chunk) {
-        const int nb = s->n - i0 < chunk ? s->n - i0 : chunk, np = nb * (int)conv_ohw(s);
-        rt_view col = ws, t = rt_view_at(ws, (size_t)crs * np);
-        rt_view yc = rt_view_at(y, i0 * ys);
-        RT_TRY(conv_im2col(d, s, nb, rt_view_at(x, i0 * xs), col));
+    rt_view col = ws, t = rt_view_at(ws, (size_t)crs * np);
+    if (dir != BWD_DATA) /* x's columns */
+        RT_TRY(conv_im2col(d, s, nb, rt_view_at(in, i0 * xs), col));
+    if (dir == FWD) {
+        rt_view yc = rt_view_at(out, i0 * ys);
         if (nb == 1)
             t = yc;
-        RT_TRY(ocl_sgemm(d, false, false, s->k, np, crs, 1.0f, w, crs, col, np, 0.0f, t, np));
-        if (nb > 1)
-            RT_TRY(conv_to_nkp(d, s, nb, t, yc));
+        RT_TRY(ocl_sgemm(d, false, false, s->k, np, crs, 1.0f, in2, crs, col, np, 0.0f, t, np));
+        return nb > 1 ? conv_to_nkp(d, s, nb, t, yc) : RT_OK;
     }
-    return RT_OK;
+    rt_view dyc = rt_view_at(dir == BWD_DATA ? in : in2, i0 * ys);
+    if (nb == 1)
+        t = dyc;
+    else
+        RT_TRY(conv_to_knp(d, s, nb, dyc, t));
+    if (dir == BWD_DATA) {
+        RT_TRY(ocl_sgemm(d, true, false, crs, np, s->k, 1.0f, in2, crs, t, np, 0.0f, col, np));
+        return conv_col2im(d, s, nb, col, rt_view_at(out, i0 * xs));
+    }
+    return ocl_sgemm(d, false, true, s->k, crs, np, 1.0f, t, np, col, np, i0 ? 1.0f : 0.0f, out,
+                     crs);
 }
 
-static int gemm_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
-                         rt_view dx, rt_view ws)
+static int gemm_run(rt_dev *d, const struct rt_conv_shape *s, int dir, rt_view in, rt_view in2,
+                    rt_view out, rt_view ws)
 {
-    const int chunk = conv_chunk(d, s), crs = (int)conv_crs(s);
-    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
-    for (int i0 = 0; i0 < s->n; i0 += chunk) {
-        const int nb = s->n - i0 < chunk ? s->n - i0 : chunk, np = nb * (int)conv_ohw(s);
-        rt_view col = ws, t = rt_view_at(ws, (size_t)crs * np);
-        rt_view dyc = rt_view_at(dy, i0 * ys);
-        if (nb == 1)
-            t = dyc;
-        else
-            RT_TRY(conv_to_knp(d, s, nb, dyc, t));
-        RT_TRY(ocl_sgemm(d, true, false, crs, np, s->k, 1.0f, w, crs, t, np, 0.0f, col, np));
-        RT_TRY(conv_col2im(d, s, nb, col, rt_view_at(dx, i0 * xs)));
-    }
-    return RT_OK;
-}
-
-static int gemm_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
-                           rt_view dw, rt_view ws)
-{
-    const int crs = (int)conv_crs(s);
-    if (s->n == 0) /* no samples, no gradient; x, dy, ws are unchecked */
-        return ocl_sgemm(d, false, true, s->k, crs, 0, 1.0f, dw, 0, dw, 0, 0.0f, dw, crs);
+    if (dir == BWD_FILTER && s->n == 0) /* no samples, no gradient; x, dy, ws are unchecked */
+        return ocl_sgemm(d, false, true, s->k, (int)conv_crs(s), 0, 1.0f, out, 0, out, 0, 0.0f,
+                         out, (int)conv_crs(s));
     const int chunk = conv_chunk(d, s);
-    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     for (int i0 = 0; i0 < s->n; i0 += chunk) {
-        const int nb = s->n - i0 < chunk ? s->n - i0 : chunk, np = nb * (int)conv_ohw(s);
-        rt_view col = ws, t = rt_view_at(ws, (size_t)crs * np);
-        rt_view dyc = rt_view_at(dy, i0 * ys);
-        RT_TRY(conv_im2col(d, s, nb, rt_view_at(x, i0 * xs), col));
-        if (nb == 1)
-            t = dyc;
-        else
-            RT_TRY(conv_to_knp(d, s, nb, dyc, t));
-        RT_TRY(ocl_sgemm(d, false, true, s->k, crs, np, 1.0f, t, np, col, np, i0 ? 1.0f : 0.0f,
-                         dw, crs));
+        const int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
+        RT_TRY(gemm_chunk(d, s, dir, i0, nb, in, in2, out, ws));
     }
     return RT_OK;
 }
@@ -398,7 +384,7 @@ int ocl_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view 
                    rt_view ws)
 {
     double t0 = ocl_prof_begin(d);
-    int rc = conv_direct(d, s) ? direct_fwd(d, s, x, w, y, ws) : gemm_fwd(d, s, x, w, y, ws);
+    int rc = conv_direct(d, s) ? direct_fwd(d, s, x, w, y, ws) : gemm_run(d, s, FWD, x, w, y, ws);
     ocl_prof_end(d, t0, "[conv2d_fwd]");
     return rc;
 }
@@ -408,7 +394,7 @@ int ocl_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt
 {
     double t0 = ocl_prof_begin(d);
     int rc = conv_direct(d, s) ? direct_bwd_data(d, s, dy, w, dx, ws)
-                               : gemm_bwd_data(d, s, dy, w, dx, ws);
+                               : gemm_run(d, s, BWD_DATA, dy, w, dx, ws);
     ocl_prof_end(d, t0, "[conv2d_bwd_data]");
     return rc;
 }
@@ -419,7 +405,7 @@ int ocl_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, r
     double t0 = ocl_prof_begin(d);
     int rc;
     if (s->n == 0 || !conv_direct(d, s))
-        rc = gemm_bwd_filter(d, s, x, dy, dw, ws);
+        rc = gemm_run(d, s, BWD_FILTER, x, dy, dw, ws);
     else
         rc = direct_bwd_filter(d, s, x, dy, dw, ws);
     ocl_prof_end(d, t0, "[conv2d_bwd_filter]");

@@ -20,6 +20,7 @@
 
 #include <clblast_c.h>
 
+#include "module-util.h"
 #include "ocl-impl.h"
 #include "status.h"
 
@@ -87,13 +88,8 @@ int ocl_status(cl_int err, const char *what)
 /* ---- devices ------------------------------------------------------------------ */
 
 /* Every device of every platform, found once per process. */
-static struct {
-    pthread_once_t once;
-    int status;        /* < 0: no usable OpenCL; why holds the reason */
-    char why[512];
-    int n;
-    struct ocl_shared *dev;
-} ocl_devices = {.once = PTHREAD_ONCE_INIT};
+static struct mod_devices ocl_list = MOD_DEVICES_INIT;
+static struct ocl_shared *ocl_dev_list; /* ocl_list.n of them */
 
 static int mkdir_p(char *path)
 {
@@ -175,10 +171,9 @@ static void ocl_enumerate(void)
     ocl_pocl_cache();
     cl_int err = clGetPlatformIDs(0, NULL, &np);
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && np == 0)) {
-        ocl_devices.status = RT_ERR_NOTFOUND;
-        snprintf(ocl_devices.why, sizeof ocl_devices.why,
-                 "no OpenCL platform: no ICD is installed (e.ocl_devices. pocl-opencl-icd for CPUs, "
-                 "or a GPU vendor's driver)");
+        mod_devices_fail(&ocl_list, RT_ERR_NOTFOUND,
+                         "no OpenCL platform: no ICD is installed (e.g. pocl-opencl-icd for "
+                         "CPUs, or a GPU vendor's driver)");
         return;
     }
     if (err != CL_SUCCESS)
@@ -199,8 +194,8 @@ static void ocl_enumerate(void)
                 if (!ids)
                     goto nomem;
                 if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, ids, NULL) == CL_SUCCESS)
-                    for (cl_uint i = 0; i < nd && n + (int)i < ocl_devices.n; i++) {
-                        struct ocl_shared *sh = &ocl_devices.dev[n + i];
+                    for (cl_uint i = 0; i < nd && n + (int)i < ocl_list.n; i++) {
+                        struct ocl_shared *sh = &ocl_dev_list[n + i];
                         sh->platform = plats[p];
                         sh->device = ids[i];
                         pthread_mutex_init(&sh->lock, NULL);
@@ -212,52 +207,36 @@ static void ocl_enumerate(void)
         }
         if (pass == 0) {
             if (n == 0) {
-                ocl_devices.status = RT_ERR_NOTFOUND;
-                snprintf(ocl_devices.why, sizeof ocl_devices.why, "%u OpenCL platform(s) but no device", np);
+                mod_devices_fail(&ocl_list, RT_ERR_NOTFOUND,
+                                 "%u OpenCL platform(s) but no device", np);
                 goto out;
             }
-            ocl_devices.n = n;
-            if (!(ocl_devices.dev = calloc((size_t)n, sizeof *ocl_devices.dev)))
+            ocl_list.n = n;
+            if (!(ocl_dev_list = calloc((size_t)n, sizeof *ocl_dev_list)))
                 goto nomem;
         }
     }
-    ocl_devices.status = RT_OK;
+    ocl_list.status = RT_OK;
     goto out;
 
 cl_fail:
-    ocl_devices.status = RT_ERR_DEVICE;
-    snprintf(ocl_devices.why, sizeof ocl_devices.why, "listing OpenCL platforms failed: %s (%d)", ocl_err_name(err),
-             (int)err);
+    mod_devices_fail(&ocl_list, RT_ERR_DEVICE, "listing OpenCL platforms failed: %s (%d)",
+                     ocl_err_name(err), (int)err);
     goto out;
 nomem:
-    ocl_devices.status = RT_ERR_NOMEM;
-    ocl_devices.n = 0;
-    snprintf(ocl_devices.why, sizeof ocl_devices.why, "out of memory listing OpenCL devices");
+    mod_devices_fail(&ocl_list, RT_ERR_NOMEM, "out of memory listing OpenCL devices");
 out:
     free(plats);
 }
 
-static int ocl_init(void)
-{
-    pthread_once(&ocl_devices.once, ocl_enumerate);
-    if (ocl_devices.status < 0)
-        return rt_error(ocl_devices.status, "%s", ocl_devices.why);
-    return RT_OK;
-}
+static int ocl_init(void) { return mod_devices_init(&ocl_list, ocl_enumerate); }
 
-static int ocl_device_count(void)
-{
-    RT_TRY(ocl_init());
-    return ocl_devices.n;
-}
+static int ocl_device_count(void) { return mod_devices_count(&ocl_list, ocl_enumerate); }
 
 static int ocl_device_info(int device, struct rt_device_info *out)
 {
-    RT_TRY(ocl_init());
-    if (device < 0 || device >= ocl_devices.n)
-        return rt_error(RT_ERR_NOTFOUND, "opencl: %d device(s); device %d does not exist", ocl_devices.n,
-                        device);
-    const struct ocl_shared *sh = &ocl_devices.dev[device];
+    RT_TRY(mod_devices_check(&ocl_list, ocl_enumerate, "opencl", device));
+    const struct ocl_shared *sh = &ocl_dev_list[device];
     snprintf(out->name, sizeof out->name, "%s", sh->name);
     snprintf(out->platform, sizeof out->platform, "%s", sh->platform_name);
     out->mem_bytes = sh->mem_bytes;
@@ -536,7 +515,7 @@ static void ocl_dev_free(struct ocl_dev *o)
 static int ocl_dev_open(rt_dev *d)
 {
     RT_TRY(ocl_init());
-    struct ocl_shared *sh = &ocl_devices.dev[d->device];
+    struct ocl_shared *sh = &ocl_dev_list[d->device];
     RT_TRY(ocl_shared_ready(sh));
     struct ocl_dev *o = calloc(1, sizeof *o);
     if (!o)
@@ -688,11 +667,10 @@ static int ocl_buf_alloc(rt_dev *d, rt_buf *b)
                         "allocation (%zu bytes)",
                         b->bytes, o->sh->name, o->sh->max_alloc);
     cl_int err;
-    cl_mem m = clCreateBuffer(o->sh->context, CL_MEM_READ_WRITE, b->bytes ? b->bytes : 4, NULL, &err);
+    cl_mem m = clCreateBuffer(o->sh->context, CL_MEM_READ_WRITE, mod_buf_bytes(b), NULL, &err);
     if (!m) {
         char what[96];
-        snprintf(what, sizeof what, "allocating %zu bytes", b->bytes);
-        return ocl_status(err, what);
+        return ocl_status(err, mod_buf_what(b, what, sizeof what));
     }
     b->handle = m;
     return RT_OK;
@@ -726,10 +704,11 @@ static int ocl_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 {
     struct ocl_dev *o = ocl(d);
     cl_mem s = ocl_mem(src), t = ocl_mem(dst);
-    if (s == t && src.off == dst.off)
+    const enum mod_copy kind = mod_copy_kind(dst, src, n);
+    if (kind == MOD_COPY_SAME)
         return RT_OK;
     cl_int err;
-    if (s == t && src.off < dst.off + n && dst.off < src.off + n) {
+    if (kind == MOD_COPY_OVERLAP) {
         cl_mem tmp = clCreateBuffer(o->sh->context, CL_MEM_READ_WRITE, n * 4, NULL, &err);
         if (!tmp)
             return ocl_status(err, "allocating a copy's bounce buffer");
@@ -828,30 +807,30 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
     return ocl_blast_status(st, "CLBlast SGEMM");
 }
 
-static int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
-                    int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
+int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,
+             int lda, rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
     return ocl_sgemm(d, ta != 0, tb != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* ---- elementwise ----------------------------------------------------------------------- */
 
-static int ocl_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
+int ocl_mul(rt_dev *d, size_t n, rt_view a, rt_view b, rt_view y)
 {
     return ocl_run_n(d, OCL_K_mul, n, "lvvv", n, a, b, y);
 }
 
-static int ocl_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
+int ocl_axpy(rt_dev *d, size_t n, float alpha, rt_view x, rt_view y)
 {
     return ocl_run_n(d, OCL_K_axpy, n, "lfvv", n, (double)alpha, x, y);
 }
 
-static int ocl_scale(rt_dev *d, size_t n, float alpha, rt_view x)
+int ocl_scale(rt_dev *d, size_t n, float alpha, rt_view x)
 {
     return ocl_run_n(d, OCL_K_scale, n, "lfv", n, (double)alpha, x);
 }
 
-static int ocl_fill(rt_dev *d, size_t n, float value, rt_view x)
+int ocl_fill(rt_dev *d, size_t n, float value, rt_view x)
 {
     return ocl_run_n(d, OCL_K_fill, n, "lfv", n, (double)value, x);
 }
@@ -859,7 +838,7 @@ static int ocl_fill(rt_dev *d, size_t n, float value, rt_view x)
 /* Two stages: OCL_SUMSQ_GROUPS work-groups each sum a grid-stride share
  * (double when the device has it), then the host adds the partials in
  * group order. The launch shape is fixed, so a run repeats exactly. */
-static int ocl_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
+int ocl_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 {
     struct ocl_dev *o = ocl(d);
     size_t groups = (n + o->wg[OCL_K_sumsq_part] - 1) / o->wg[OCL_K_sumsq_part];
@@ -883,34 +862,22 @@ static int ocl_sumsq(rt_dev *d, size_t n, rt_view x, double *out)
 
 /* ---- optimiser steps -------------------------------------------------------------------- */
 
-static int ocl_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
-                        rt_view v)
+int ocl_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view w, rt_view g,
+                 rt_view v)
 {
     int mode = p->momentum == 0.0f ? 0 : p->nesterov ? 2 : 1;
     return ocl_run_n(d, OCL_K_sgd_step, n, "lfffivvv", n, (double)p->lr, (double)p->momentum,
                      (double)p->weight_decay, mode, w, g, v);
 }
 
-/* The per-step scalars exactly as backends/cpu/cpu.c computes them. */
-static int ocl_adam_step(rt_dev *d, size_t n, const struct rt_adam_params *p, rt_view w,
-                         rt_view g, rt_view m, rt_view v)
+/* The step's scalars come from the core, as on every backend. */
+int ocl_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view w, rt_view g,
+                  rt_view m, rt_view v)
 {
-    const double t = (double)p->step;
-    const double bc1 = 1.0 - pow(p->beta1, t), bc2 = 1.0 - pow(p->beta2, t);
-    const float l2 = p->decoupled ? 0.0f : p->weight_decay;
-    const float decay = p->decoupled ? p->lr * p->weight_decay : 0.0f;
-    const float inv_bc2 = (float)(1.0 / bc2);
-    float cm, cg;
-    if (p->nesterov) {
-        cm = (float)(p->beta1 / (1.0 - pow(p->beta1, t + 1.0)));
-        cg = (float)((1.0 - p->beta1) / bc1);
-    } else {
-        cm = (float)(1.0 / bc1);
-        cg = 0.0f;
-    }
     return ocl_run_n(d, OCL_K_adam_step, n, "lfffffffffvvvv", n, (double)p->lr,
-                     (double)p->beta1, (double)p->beta2, (double)p->eps, (double)l2,
-                     (double)decay, (double)inv_bc2, (double)cm, (double)cg, w, g, m, v);
+                     (double)p->beta1, (double)p->beta2, (double)p->eps, (double)p->l2,
+                     (double)p->decay, (double)p->inv_bc2, (double)p->cm, (double)p->cg, w, g,
+                     m, v);
 }
 
 /* ---- the table -------------------------------------------------------------------------- */
@@ -931,29 +898,9 @@ static const struct rt_backend_ops ocl_backend = {
     .sync = ocl_sync,
     .conv2d_workspace = ocl_conv2d_workspace,
     .host_memory = false,
-    .gemm = ocl_gemm,
-    .conv2d_fwd = ocl_conv2d_fwd,
-    .conv2d_bwd_data = ocl_conv2d_bwd_data,
-    .conv2d_bwd_filter = ocl_conv2d_bwd_filter,
-    .bias_add = ocl_bias_add,
-    .bias_grad = ocl_bias_grad,
-    .pool_fwd = ocl_pool_fwd,
-    .pool_bwd = ocl_pool_bwd,
-    .act_fwd = ocl_act_fwd,
-    .act_bwd = ocl_act_bwd,
-    .softmax_xent_fwd = ocl_softmax_xent_fwd,
-    .softmax_xent_bwd = ocl_softmax_xent_bwd,
-    .bn_fwd_train = ocl_bn_fwd_train,
-    .bn_fwd_infer = ocl_bn_fwd_infer,
-    .bn_bwd = ocl_bn_bwd,
-    .dropout_fwd = ocl_dropout_fwd,
-    .mul = ocl_mul,
-    .axpy = ocl_axpy,
-    .scale = ocl_scale,
-    .fill = ocl_fill,
-    .sumsq = ocl_sumsq,
-    .sgd_step = ocl_sgd_step,
-    .adam_step = ocl_adam_step,
+#define RT_OP(name, params) .name = ocl_##name,
+#include "ops.def"
+#undef RT_OP
 };
 
 /* The module's one exported symbol (see backend-impl.h). */
