@@ -13,6 +13,7 @@
  *   - average mode talks to the others only every --sync-every steps.
  * Uses a slice of Fashion-MNIST (skipped when the Debian package is absent). */
 #include "testutil.h"
+#include "tu_weights.h"
 
 #include <sys/stat.h>
 
@@ -145,26 +146,6 @@ static void base_config(struct rt_train_config *c, const char *save)
     snprintf(c->save_path, sizeof c->save_path, "%s", save);
 }
 
-static void assert_same_weights(const char *a_path, const char *b_path)
-{
-    rt_st_file *a = NULL, *b = NULL;
-    assert_int_equal(rt_safetensors_read(a_path, &a), 0);
-    assert_int_equal(rt_safetensors_read(b_path, &b), 0);
-    assert_int_equal(rt_st_count(a), rt_st_count(b));
-    for (int i = 0; i < rt_st_count(a); i++) {
-        struct rt_st_tensor ta, tb;
-        assert_int_equal(rt_st_get(a, i, &ta), 0);
-        assert_int_equal(rt_st_find(b, ta.name, &tb), 0);
-        size_t n = 1;
-        for (int d = 0; d < ta.ndim; d++)
-            n *= (size_t)ta.dims[d];
-        if (memcmp(ta.data, tb.data, n * sizeof(float)) != 0)
-            fail_msg("tensor %s differs between %s and %s", ta.name, a_path, b_path);
-    }
-    rt_st_file_destroy(&a);
-    rt_st_file_destroy(&b);
-}
-
 static void sync_like_one_process(float clip)
 {
     char one[512], dist[512];
@@ -179,7 +160,7 @@ static void sync_like_one_process(float clip)
     struct mock m = {0};
     struct rt_train_net net = mock_net(&m);
     assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
-    assert_same_weights(one, dist);
+    tu_assert_same_weights(one, dist);
     assert_true(m.ready);
     assert_int_equal(r2.steps, 34);
     /* the network, per step: one reduce-scatter, one all-gather */

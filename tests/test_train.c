@@ -3,6 +3,7 @@
  * weights, metrics lines carry their fields, options are validated. Uses a
  * slice of Fashion-MNIST (skipped when the Debian package is absent). */
 #include "testutil.h"
+#include "tu_weights.h"
 
 #include <sys/stat.h>
 
@@ -44,27 +45,6 @@ static void base_config(struct rt_train_config *c, const char *dir)
     }
 }
 
-/* Every tensor of two safetensors files bitwise equal. */
-static void assert_same_weights(const char *a_path, const char *b_path)
-{
-    rt_st_file *a = NULL, *b = NULL;
-    assert_int_equal(rt_safetensors_read(a_path, &a), 0);
-    assert_int_equal(rt_safetensors_read(b_path, &b), 0);
-    assert_int_equal(rt_st_count(a), rt_st_count(b));
-    for (int i = 0; i < rt_st_count(a); i++) {
-        struct rt_st_tensor ta, tb;
-        assert_int_equal(rt_st_get(a, i, &ta), 0);
-        assert_int_equal(rt_st_find(b, ta.name, &tb), 0);
-        size_t n = 1;
-        for (int d = 0; d < ta.ndim; d++)
-            n *= (size_t)ta.dims[d];
-        if (memcmp(ta.data, tb.data, n * sizeof(float)) != 0)
-            fail_msg("tensor %s differs between %s and %s", ta.name, a_path, b_path);
-    }
-    rt_st_file_destroy(&a);
-    rt_st_file_destroy(&b);
-}
-
 static void subdir(char *out, size_t n, const char *root, const char *name)
 {
     snprintf(out, n, "%s/%s", root, name);
@@ -97,10 +77,10 @@ static void test_resume_mid_epoch_is_bitwise(void **state)
     char fa[600], fb[600];
     snprintf(fa, sizeof fa, "%s/final.safetensors", full);
     snprintf(fb, sizeof fb, "%s/final.safetensors", part);
-    assert_same_weights(fa, fb);
+    tu_assert_same_weights(fa, fb);
     snprintf(fa, sizeof fa, "%s/last.safetensors", full);
     snprintf(fb, sizeof fb, "%s/last.safetensors", part);
-    assert_same_weights(fa, fb); /* optimiser state too */
+    tu_assert_same_weights(fa, fb); /* optimiser state too */
 }
 
 static void test_resume_at_epoch_boundary_is_bitwise(void **state)
@@ -131,7 +111,7 @@ static void test_resume_at_epoch_boundary_is_bitwise(void **state)
     char fa[600], fb[600];
     snprintf(fa, sizeof fa, "%s/last.safetensors", full);
     snprintf(fb, sizeof fb, "%s/last.safetensors", part);
-    assert_same_weights(fa, fb);
+    tu_assert_same_weights(fa, fb);
 }
 
 static void test_early_stopping_restores_best(void **state)
