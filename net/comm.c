@@ -362,8 +362,11 @@ static int set_opt(void *sock, int opt, int value, const char *what)
  * gives up after the peer timeout. */
 static int open_pipe(rt_comm *c)
 {
-    char ep[64];
-    snprintf(ep, sizeof ep, "inproc://ragtag-comm-%p", (void *)c);
+    /* A closed socket's inproc name is freed later, by libzmq's reaper:
+     * a new comm at the freed one's address needs a name of its own. */
+    static _Atomic unsigned long pipes;
+    char ep[80];
+    snprintf(ep, sizeof ep, "inproc://ragtag-comm-%p-%lu", (void *)c, atomic_fetch_add(&pipes, 1));
     c->pipe_main = zmq_socket(c->zctx, ZMQ_PAIR);
     c->pipe_thread = zmq_socket(c->zctx, ZMQ_PAIR);
     if (!c->pipe_main || !c->pipe_thread || zmq_bind(c->pipe_main, ep) != 0 ||
@@ -440,13 +443,12 @@ static void stop_thread(rt_comm *c)
         uint32_t fl;
         rt_comm_wait(c, &fl);
     }
-    /* The flag alone ends the thread within SLICE_MS (and a collective at
-     * its next idle call); the command wakes it at once, when the pipe can
-     * still carry one. */
-    atomic_store(&c->quit, 1);
+    /* The command comes after whatever is still in the pipe (the last
+     * report must leave). A pipe that cannot carry it: the flag ends the
+     * thread within SLICE_MS (a collective at its next idle call). */
     struct cmd k = {.kind = CMD_QUIT};
-    if (!c->out_of_step)
-        rt_zsend(c->pipe_main, &k, sizeof k, false);
+    if (c->out_of_step || rt_zsend(c->pipe_main, &k, sizeof k, false) < 0)
+        atomic_store(&c->quit, 1);
     pthread_join(c->thread, NULL);
 }
 
