@@ -35,6 +35,14 @@
         }                                                                      \
     } while (0)
 
+/* fn in each of n forked ranks; a rank's failure fails the test. */
+static void in_ring(int n, enum rt_localring_links links, rt_localring_fn fn)
+{
+    struct rt_localring_opts o = {.n = n, .links = links};
+    if (rt_localring_run(&o, fn, NULL, NULL, NULL, NULL, 0) < 0)
+        fail_msg("%d ranks, links %d: %s", n, (int)links, rt_error_detail());
+}
+
 /* ---- a stand-in coordinator ------------------------------------------------------ */
 
 struct coord {
@@ -125,9 +133,7 @@ static int abort_kept(rt_ring *ring, int rank, int out_fd, void *arg)
 static void test_abort_reason_kept(void **state)
 {
     (void)state;
-    struct rt_localring_opts o = {.n = 1, .links = RT_LINKS_TCP};
-    if (rt_localring_run(&o, abort_kept, NULL, NULL, NULL, NULL, 0) < 0)
-        fail_msg("%s", rt_error_detail());
+    in_ring(1, RT_LINKS_TCP, abort_kept);
 }
 
 /* ---- a collective that a rank never joins ---------------------------------------- */
@@ -166,11 +172,8 @@ static int never_joined(rt_ring *ring, int rank, int out_fd, void *arg)
 static void test_collective_timeout(void **state)
 {
     (void)state;
-    for (int links = RT_LINKS_SHM; links <= RT_LINKS_TCP; links++) {
-        struct rt_localring_opts o = {.n = 2, .links = (enum rt_localring_links)links};
-        if (rt_localring_run(&o, never_joined, NULL, NULL, NULL, NULL, 0) < 0)
-            fail_msg("links %d: %s", links, rt_error_detail());
-    }
+    in_ring(2, RT_LINKS_SHM, never_joined);
+    in_ring(2, RT_LINKS_TCP, never_joined);
 }
 
 /* ---- a send that fails leaves the pipe clean ------------------------------------- */
@@ -224,9 +227,7 @@ static int send_clean(rt_ring *ring, int rank, int out_fd, void *arg)
 static void test_failed_send_leaves_pipe_clean(void **state)
 {
     (void)state;
-    struct rt_localring_opts o = {.n = 1, .links = RT_LINKS_TCP};
-    if (rt_localring_run(&o, send_clean, NULL, NULL, NULL, NULL, 0) < 0)
-        fail_msg("%s", rt_error_detail());
+    in_ring(1, RT_LINKS_TCP, send_clean);
 }
 
 /* ---- the last report leaves -------------------------------------------------------- */
@@ -256,9 +257,7 @@ static int last_report(rt_ring *ring, int rank, int out_fd, void *arg)
 static void test_last_report_leaves(void **state)
 {
     (void)state;
-    struct rt_localring_opts o = {.n = 1, .links = RT_LINKS_TCP};
-    if (rt_localring_run(&o, last_report, NULL, NULL, NULL, NULL, 0) < 0)
-        fail_msg("%s", rt_error_detail());
+    in_ring(1, RT_LINKS_TCP, last_report);
 }
 
 int main(void)
