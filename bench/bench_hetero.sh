@@ -11,7 +11,12 @@
 #                                    and gossip, as % of the ideal, with the targets
 #   bench/bench_hetero.sh accuracy   time to 89% test accuracy in each of those modes
 #                                    (full data, up to EPOCHS epochs: long on 2 cores)
-#   bench/bench_hetero.sh            both
+#   bench/bench_hetero.sh gossip     local steps/s of each worker in gossip mode, the three
+#                                    at the fast quota next to w3 at the slow one, side by
+#                                    side, and what the fast ones keep (target >= 80%: nobody
+#                                    waits for the slow one; tests/test_dist.c asserts only
+#                                    who did which steps)
+#   bench/bench_hetero.sh            all three
 #
 # Environment: BUILD (default .: the build directory with src/ragtag), CORES
 # (default: nproc), LIMIT (images per epoch of the speed runs, default
@@ -41,8 +46,8 @@ HOW=${HOW:-auto}
 BATCH=${BATCH:-64}
 what=${1:-all}
 case $what in
-  speed | accuracy | all) ;;
-  *) echo "usage: $0 [speed|accuracy]"; exit 2 ;;
+  speed | accuracy | gossip | all) ;;
+  *) echo "usage: $0 [speed|accuracy|gossip]"; exit 2 ;;
 esac
 ragtag=$BUILD/src/ragtag
 [ -x "$ragtag" ] || { echo "no $ragtag: build it, or set BUILD to the build directory"; exit 1; }
@@ -302,8 +307,42 @@ accuracy() {
   done
 }
 
+# rank_steps LOG: "RANK STEPS SECONDS" for each worker's "N local steps in S s" line
+rank_steps() {
+  sed -n 's/.*(rank \([0-9]*\)): \([0-9]*\) local steps in \([0-9.]*\) s of training.*/\1 \2 \3/p' "$1"
+}
+
+gossip_rates() {
+  echo "==== gossip: local steps/s of each worker, 3 workers at $q_fast next to w3 at $q_slow;" \
+       "1 epoch of $LIMIT images, batch $BATCH, best of $REPS ===="
+  how_line
+  : >"$tmp/grates"
+  # (run() sets label, ws, n and w: this loop's names differ)
+  for cell in even slowed; do
+    them="w1:$q_fast w2:$q_fast w3:$q_fast"
+    [ $cell = even ] || them=$workers
+    for _ in $(seq "$REPS"); do
+      run "gossip $cell" "$tmp/g.jsonl" "$them" --limit "$LIMIT" --epochs 1 --batch "$BATCH" \
+        --mode gossip || continue
+      rank_steps "$tmp/coord.log" | sed "s/^/$cell /" >>"$tmp/grates"
+    done
+  done
+  awk '$4 > 0 { v = $3 / $4; k = $1 " " $2; if (v > best[k]) best[k] = v }
+    END {
+      printf "%-5s %14s %20s %8s  %s\n", "rank", "even steps/s", "w3 slowed steps/s", "kept", "target"
+      for (r = 0; r < 3; r++) {
+        e = best["even " r] + 0; s = best["slowed " r] + 0
+        t = r == 2 ? "(w3: the slow one)" : (e > 0 && s >= 0.8 * e ? ">= 80%: met" : ">= 80%: NOT met")
+        printf "%-5d %14.1f %20.1f %7.0f%%  %s\n", r, e, s, (e > 0 ? 100 * s / e : 0), t
+      }
+    }' "$tmp/grates"
+  echo "steps/s: a worker's local steps / its seconds in the training loop (the coordinator's" \
+       "report); on a full machine the fast ones may gain when w3 sleeps"
+}
+
 case $what in
   speed) speed ;;
   accuracy) accuracy ;;
-  all) speed && echo && accuracy ;;
+  gossip) gossip_rates ;;
+  all) speed && echo && accuracy && echo && gossip_rates ;;
 esac

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,9 @@
 
 #define COMM_TAG 0x434f4d4du /* "COMM" */
 #define COMM_DEAD 0xdeadbeefu
+#define OP_TIMEOUT_DEFAULT 600.0
+#define SLICE_MS 100     /* how often a waiting side looks at the other's state */
+#define REPLY_GRACE 5.0  /* the training thread's margin over the comm thread's deadline */
 
 enum { CMD_QUIT = 100, CMD_SEND = 101 };
 
@@ -30,7 +34,8 @@ struct cmd {
     size_t n;
     uint32_t flags;
     int root;
-    int nframes; /* CMD_SEND */
+    int nframes;     /* CMD_SEND: the frames that follow */
+    double deadline; /* collectives: rt_now() by which the collective must end */
 };
 
 struct reply {
@@ -48,35 +53,116 @@ struct rt_comm {
     void *pipe_main, *pipe_thread;
     pthread_t thread;
     bool started, busy;
+    /* training side: a reply was given up on or a command half sent, so the
+     * next reply could not be matched to its command: the pipe is unusable */
+    bool out_of_step;
+    int op_kind;        /* training side: the collective submitted */
+    double op_deadline; /* and its deadline */
     int rank, world;
     char run[RT_RUN_ID_LEN + 1];
-    double hb_interval, peer_timeout;
+    double hb_interval, peer_timeout, op_timeout;
 
     /* thread side */
     double last_hb_sent, last_seen;
-    bool aborted;
-    char abort_reason[400];
+    double deadline;     /* of the collective running; 0 between collectives */
+    const char *op_name; /* its name, for the timeout's message */
+    bool ctrl_broken;    /* a send to the coordinator failed: send nothing more */
     rt_wire_writer w;
     rt_wire_msg msg;
     rt_zframes fr;
     rt_wire_droplog drops;
     char who[32];
 
+    /* shared: the comm thread writes, any thread reads */
     _Atomic int stop;
-    _Atomic int aborted_seen; /* set after abort_reason is written: for other threads */
+    _Atomic int quit;        /* destroy asks the thread to end */
+    _Atomic int thread_gone; /* the thread ended: nobody answers any more */
+    _Atomic int abort_claimed;
+    _Atomic(const char *) abort_reason; /* NULL, then abort_buf, written once before */
+    char abort_buf[400];
 };
 
 static void check(const rt_comm *c) { RT_ASSERT(c && c->tag == COMM_TAG); }
 
+static const char *kind_name(int kind)
+{
+    switch (kind) {
+    case RT_COMM_REDUCE_SCATTER:
+        return "reduce-scatter";
+    case RT_COMM_ALL_GATHER:
+        return "all-gather";
+    case RT_COMM_ALLREDUCE:
+        return "allreduce";
+    case RT_COMM_ALLREDUCE_F64:
+        return "float64 allreduce";
+    case RT_COMM_BROADCAST:
+        return "broadcast";
+    }
+    return "unknown collective";
+}
+
+/* The first reason wins and is never rewritten: readers on other threads
+ * may hold the pointer rt_comm_aborted gave them until the comm dies. */
+static void publish_abort(rt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void publish_abort(rt_comm *c, const char *fmt, ...)
+{
+    if (atomic_exchange(&c->abort_claimed, 1))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->abort_buf, sizeof c->abort_buf, fmt, ap);
+    va_end(ap);
+    atomic_store_explicit(&c->abort_reason, c->abort_buf, memory_order_release);
+}
+
+static const char *abort_reason(rt_comm *c)
+{
+    return atomic_load_explicit(&c->abort_reason, memory_order_acquire);
+}
+
 /* ---- thread side ---------------------------------------------------------------- */
 
+/* A part to the coordinator; a failure stops every later send, since the
+ * control socket may now hold half a message. */
+static void ctrl_send(rt_comm *c, zmq_msg_t *m, int flags)
+{
+    if (!c->ctrl || c->ctrl_broken)
+        return;
+    while (zmq_msg_send(m, c->ctrl, flags) < 0) {
+        if (errno == EINTR)
+            continue;
+        int e = errno;
+        c->ctrl_broken = true;
+        publish_abort(c, "cannot send to the coordinator: %s", zmq_strerror(e));
+        return;
+    }
+}
+
+/* A heartbeat that finds the queue full (EAGAIN) is skipped: the
+ * coordinator is not reading, and its own silence watch tells. */
 static void send_hb(rt_comm *c)
 {
+    c->last_hb_sent = rt_now();
+    if (c->ctrl_broken)
+        return;
     rt_wire_begin(&c->w, c->run, "hb", 1);
     rt_wire_put_uint(&c->w, "rank", (uint64_t)c->rank);
-    if (rt_wire_end(&c->w) == RT_OK)
-        zmq_send(c->ctrl, c->w.data, c->w.len, ZMQ_DONTWAIT);
-    c->last_hb_sent = rt_now();
+    if (rt_wire_end(&c->w) < 0) {
+        publish_abort(c, "cannot encode a heartbeat: %s", rt_error_detail());
+        return;
+    }
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, c->w.len) != 0) {
+        publish_abort(c, "no memory for a heartbeat");
+        return;
+    }
+    memcpy(zmq_msg_data(&m), c->w.data, c->w.len);
+    if (zmq_msg_send(&m, c->ctrl, ZMQ_DONTWAIT) < 0 && errno != EAGAIN && errno != EINTR) {
+        int e = errno;
+        c->ctrl_broken = true;
+        publish_abort(c, "cannot send heartbeats to the coordinator: %s", zmq_strerror(e));
+    }
+    zmq_msg_close(&m);
 }
 
 static void handle_ctrl_msg(rt_comm *c)
@@ -103,10 +189,7 @@ static void handle_ctrl_msg(rt_comm *c)
         char why[300];
         if (rt_wire_get_str(rt_wire_root(&c->msg), "reason", 0, why, sizeof why) < 0)
             snprintf(why, sizeof why, "(no reason given)");
-        c->aborted = true;
-        snprintf(c->abort_reason, sizeof c->abort_reason, "the coordinator aborted the run: %s",
-                 why);
-        atomic_store(&c->aborted_seen, 1);
+        publish_abort(c, "the coordinator aborted the run: %s", why);
         return;
     }
     char why[80];
@@ -115,7 +198,8 @@ static void handle_ctrl_msg(rt_comm *c)
 }
 
 /* Drain the control socket, keep heartbeats going, watch the coordinator.
- * Also the ring's idle callback: < 0 once the run is aborted. */
+ * Also the ring's idle callback: < 0 once the run is aborted, the comm is
+ * being destroyed or the collective's deadline has passed. */
 static int service_ctrl(void *arg)
 {
     rt_comm *c = arg;
@@ -129,21 +213,23 @@ static int service_ctrl(void *arg)
         double now = rt_now();
         if (now - c->last_hb_sent >= c->hb_interval)
             send_hb(c);
-        if (!c->aborted && now - c->last_seen > c->peer_timeout) {
-            c->aborted = true;
-            snprintf(c->abort_reason, sizeof c->abort_reason,
-                     "lost the coordinator: nothing heard from it for %.0f s", now - c->last_seen);
-            atomic_store(&c->aborted_seen, 1);
-        }
+        if (now - c->last_seen > c->peer_timeout)
+            publish_abort(c, "lost the coordinator: nothing heard from it for %.0f s",
+                          now - c->last_seen);
     }
-    if (c->aborted)
-        return rt_error(RT_ERR_NET, "%s", c->abort_reason);
+    const char *why = abort_reason(c);
+    if (why)
+        return rt_error(RT_ERR_NET, "%s", why);
+    if (atomic_load(&c->quit))
+        return rt_error(RT_ERR_NET, "the communication thread is shutting down");
+    if (c->deadline > 0 && rt_now() > c->deadline)
+        return rt_error(RT_ERR_TIMEOUT, "the %s did not finish within %g s (the collective "
+                        "timeout): a rank never took part in it", c->op_name, c->op_timeout);
     return RT_OK;
 }
 
-static int run_collective(rt_comm *c, const struct cmd *k, uint32_t *flags)
+static int dispatch(rt_comm *c, const struct cmd *k, uint32_t *flags)
 {
-    RT_TRY(service_ctrl(c));
     *flags = k->flags;
     switch (k->kind) {
     case RT_COMM_REDUCE_SCATTER:
@@ -160,66 +246,141 @@ static int run_collective(rt_comm *c, const struct cmd *k, uint32_t *flags)
     return rt_error(RT_ERR_ARG, "unknown collective %d", k->kind);
 }
 
-/* Forward the frames that follow a CMD_SEND, without copying them again. */
-static void forward(rt_comm *c, int nframes)
+static int run_collective(rt_comm *c, const struct cmd *k, uint32_t *flags)
 {
-    for (int i = 0; i < nframes; i++) {
+    c->deadline = k->deadline;
+    c->op_name = kind_name(k->kind);
+    int rc = service_ctrl(c);
+    if (rc >= 0)
+        rc = dispatch(c, k, flags);
+    c->deadline = 0;
+    return rc;
+}
+
+/* Forward the frames that follow a CMD_SEND, without copying them again:
+ * the parts of this one message, up to its last (never into the next
+ * command). */
+static bool forward(rt_comm *c, int nframes)
+{
+    int parts = 0;
+    bool more = true;
+    while (more) {
         zmq_msg_t m;
         zmq_msg_init(&m);
         if (zmq_msg_recv(&m, c->pipe_thread, 0) < 0) {
+            int e = errno;
             zmq_msg_close(&m);
-            return;
+            if (e == EINTR)
+                continue;
+            publish_abort(c, "the communication pipe failed: %s", zmq_strerror(e));
+            return false;
         }
-        if (c->ctrl)
-            zmq_msg_send(&m, c->ctrl, i + 1 < nframes ? ZMQ_SNDMORE : 0);
+        parts++;
+        more = zmq_msg_more(&m);
+        ctrl_send(c, &m, more ? ZMQ_SNDMORE : 0);
         zmq_msg_close(&m);
     }
+    RT_ASSERT(parts == nframes); /* rt_comm_send sends whole messages or none */
+    return true;
+}
+
+/* A reply that cannot leave would keep the training thread waiting for
+ * it: make it an abort, with the reason, and end the thread. */
+static bool send_reply(rt_comm *c, const struct reply *rep)
+{
+    while (zmq_send(c->pipe_thread, rep, sizeof *rep, 0) != (int)sizeof *rep) {
+        if (errno == EINTR)
+            continue;
+        publish_abort(c, "the communication thread cannot answer the training thread: %s",
+                      zmq_strerror(errno));
+        return false;
+    }
+    return true;
 }
 
 static bool handle_pipe(rt_comm *c)
 {
     struct cmd k;
     int n = zmq_recv(c->pipe_thread, &k, sizeof k, 0);
-    if (n != (int)sizeof k)
-        return n >= 0 || errno == EINTR || errno == EAGAIN;
+    if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN)
+            return true;
+        publish_abort(c, "the communication pipe failed: %s", zmq_strerror(errno));
+        return false;
+    }
+    RT_ASSERT(n == (int)sizeof k); /* both ends are this file */
     if (k.kind == CMD_QUIT)
         return false;
-    if (k.kind == CMD_SEND) {
-        forward(c, k.nframes);
-        return true;
-    }
+    if (k.kind == CMD_SEND)
+        return forward(c, k.nframes);
     struct reply rep = {0};
     rt_error_clear();
     rep.rc = run_collective(c, &k, &rep.flags);
     if (rep.rc < 0)
         snprintf(rep.detail, sizeof rep.detail, "%s", rt_error_detail());
-    zmq_send(c->pipe_thread, &rep, sizeof rep, 0);
-    return true;
+    return send_reply(c, &rep);
 }
 
 static void *comm_main(void *arg)
 {
     rt_comm *c = arg;
     c->last_seen = c->last_hb_sent = rt_now();
-    for (;;) {
+    while (!atomic_load(&c->quit)) {
         zmq_pollitem_t it[2] = {{.socket = c->pipe_thread, .events = ZMQ_POLLIN},
                                 {.socket = c->ctrl, .events = ZMQ_POLLIN}};
-        long timeout = -1;
+        long timeout = SLICE_MS;
         if (c->ctrl) {
             double left = c->hb_interval - (rt_now() - c->last_hb_sent);
-            timeout = left < 0 ? 0 : (long)(left * 1000) + 1;
+            long hb = left < 0 ? 0 : (long)(left * 1000) + 1;
+            timeout = hb < timeout ? hb : timeout;
         }
         int rc = zmq_poll(it, c->ctrl ? 2 : 1, timeout);
-        if (rc < 0 && errno == ETERM)
+        if (rc < 0 && errno != EINTR) {
+            publish_abort(c, "the communication thread stopped: %s", zmq_strerror(errno));
             break;
+        }
         if (rc > 0 && (it[0].revents & ZMQ_POLLIN) && !handle_pipe(c))
             break;
         service_ctrl(c);
     }
+    atomic_store(&c->thread_gone, 1);
     return NULL;
 }
 
 /* ---- training-thread side ------------------------------------------------------- */
+
+static int set_opt(void *sock, int opt, int value, const char *what)
+{
+    if (zmq_setsockopt(sock, opt, &value, sizeof value) == 0)
+        return RT_OK;
+    return rt_error(RT_ERR_NET, "cannot set %s: %s", what, zmq_strerror(errno));
+}
+
+/* The pipe, and the limits that keep either side from waiting forever:
+ * the training thread's receive wakes up every SLICE_MS to look at the
+ * thread and the deadline; a forward to a coordinator that takes nothing
+ * gives up after the peer timeout. */
+static int open_pipe(rt_comm *c)
+{
+    /* A closed socket's inproc name is freed later, by libzmq's reaper:
+     * a new comm at the freed one's address needs a name of its own. */
+    static _Atomic unsigned long pipes;
+    char ep[80];
+    snprintf(ep, sizeof ep, "inproc://ragtag-comm-%p-%lu", (void *)c, atomic_fetch_add(&pipes, 1));
+    c->pipe_main = zmq_socket(c->zctx, ZMQ_PAIR);
+    c->pipe_thread = zmq_socket(c->zctx, ZMQ_PAIR);
+    if (!c->pipe_main || !c->pipe_thread || zmq_bind(c->pipe_main, ep) != 0 ||
+        zmq_connect(c->pipe_thread, ep) != 0)
+        return rt_error(RT_ERR_NET, "cannot create the communication pipe: %s",
+                        zmq_strerror(errno));
+    RT_TRY(set_opt(c->pipe_main, ZMQ_LINGER, 0, "the pipe's linger"));
+    RT_TRY(set_opt(c->pipe_thread, ZMQ_LINGER, 0, "the pipe's linger"));
+    RT_TRY(set_opt(c->pipe_main, ZMQ_RCVTIMEO, SLICE_MS, "the pipe's receive timeout"));
+    if (c->ctrl)
+        RT_TRY(set_opt(c->ctrl, ZMQ_SNDTIMEO, (int)(c->peer_timeout * 1000),
+                       "the control socket's send timeout"));
+    return RT_OK;
+}
 
 rt_comm *rt_comm_new(const struct rt_comm_config *cfg)
 {
@@ -244,25 +405,19 @@ rt_comm *rt_comm_new(const struct rt_comm_config *cfg)
     snprintf(c->run, sizeof c->run, "%s", cfg->run ? cfg->run : "");
     c->hb_interval = cfg->hb_interval > 0 ? cfg->hb_interval : 1.0;
     c->peer_timeout = cfg->peer_timeout > 0 ? cfg->peer_timeout : 30.0;
+    c->op_timeout = cfg->op_timeout > 0 ? cfg->op_timeout : OP_TIMEOUT_DEFAULT;
     rt_wire_writer_init(&c->w);
     rt_wire_msg_init(&c->msg);
     rt_zframes_init(&c->fr);
     snprintf(c->who, sizeof c->who, "worker rank %d", c->rank);
     rt_wire_droplog_init(&c->drops, c->who);
     atomic_init(&c->stop, 0);
-
-    char ep[64];
-    snprintf(ep, sizeof ep, "inproc://ragtag-comm-%p", (void *)c);
-    c->pipe_main = zmq_socket(c->zctx, ZMQ_PAIR);
-    c->pipe_thread = zmq_socket(c->zctx, ZMQ_PAIR);
-    int zero = 0;
-    if (!c->pipe_main || !c->pipe_thread || zmq_bind(c->pipe_main, ep) != 0 ||
-        zmq_connect(c->pipe_thread, ep) != 0) {
-        rt_error(RT_ERR_NET, "cannot create the communication pipe: %s", zmq_strerror(errno));
+    atomic_init(&c->quit, 0);
+    atomic_init(&c->thread_gone, 0);
+    atomic_init(&c->abort_claimed, 0);
+    atomic_init(&c->abort_reason, NULL);
+    if (open_pipe(c) < 0)
         goto fail;
-    }
-    zmq_setsockopt(c->pipe_main, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(c->pipe_thread, ZMQ_LINGER, &zero, sizeof zero);
     rt_ring_set_idle(c->ring, service_ctrl, c);
     if (pthread_create(&c->thread, NULL, comm_main, c) != 0) {
         rt_error(RT_ERR_NOMEM, "cannot start the communication thread");
@@ -282,29 +437,38 @@ rt_comm *rt_comm_new_bare(rt_ring *ring)
     return rt_comm_new(&cfg);
 }
 
+static void stop_thread(rt_comm *c)
+{
+    if (c->busy && !c->out_of_step) {
+        uint32_t fl;
+        rt_comm_wait(c, &fl);
+    }
+    /* The command comes after whatever is still in the pipe (the last
+     * report must leave). A pipe that cannot carry it: the flag ends the
+     * thread within SLICE_MS (a collective at its next idle call). */
+    struct cmd k = {.kind = CMD_QUIT};
+    if (c->out_of_step || rt_zsend(c->pipe_main, &k, sizeof k, false) < 0)
+        atomic_store(&c->quit, 1);
+    pthread_join(c->thread, NULL);
+}
+
 void rt_comm_destroy(rt_comm **cp)
 {
     if (!cp || !*cp)
         return;
     rt_comm *c = *cp;
     check(c);
-    if (c->started) {
-        if (c->busy) {
-            uint32_t fl;
-            rt_comm_wait(c, &fl);
-        }
-        struct cmd k = {.kind = CMD_QUIT};
-        zmq_send(c->pipe_main, &k, sizeof k, 0);
-        pthread_join(c->thread, NULL);
-    }
+    if (c->started)
+        stop_thread(c);
     if (c->pipe_main)
         zmq_close(c->pipe_main);
     if (c->pipe_thread)
         zmq_close(c->pipe_thread);
     if (c->ctrl) {
         /* Let the last messages (the result, a checkpoint) leave. */
-        int linger = 5000;
-        zmq_setsockopt(c->ctrl, ZMQ_LINGER, &linger, sizeof linger);
+        if (set_opt(c->ctrl, ZMQ_LINGER, 5000, "the control socket's linger") < 0)
+            fprintf(stderr, "ragtag: [%s] %s: the last messages may be lost\n", c->who,
+                    rt_error_detail());
         zmq_close(c->ctrl);
     }
     if (c->borrowed)
@@ -320,30 +484,77 @@ void rt_comm_destroy(rt_comm **cp)
     *cp = NULL;
 }
 
+/* Commands go only through a pipe in step with the thread, to a thread
+ * that is still there. */
+static int usable(rt_comm *c)
+{
+    if (c->out_of_step)
+        return rt_error(RT_ERR_NET, "the communication thread is out of step after an earlier "
+                                    "failure");
+    if (atomic_load(&c->thread_gone)) {
+        const char *why = abort_reason(c);
+        return rt_error(RT_ERR_NET, "the communication thread has ended: %s",
+                        why ? why : "(no reason)");
+    }
+    return RT_OK;
+}
+
 int rt_comm_submit(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint32_t flags,
                    int root)
 {
     check(c);
     RT_ASSERT(!c->busy);
-    struct cmd k = {.kind = (int)kind, .buf = buf, .n = n, .flags = flags, .root = root};
-    if (zmq_send(c->pipe_main, &k, sizeof k, 0) != (int)sizeof k)
-        return rt_error(RT_ERR_NET, "communication thread unreachable: %s", zmq_strerror(errno));
+    RT_TRY(usable(c));
+    struct cmd k = {.kind = (int)kind, .buf = buf, .n = n, .flags = flags, .root = root,
+                    .deadline = rt_now() + c->op_timeout};
+    if (rt_zsend(c->pipe_main, &k, sizeof k, false) < 0)
+        return rt_error_wrap(RT_ERR_NET, "communication thread unreachable");
     c->busy = true;
+    c->op_kind = (int)kind;
+    c->op_deadline = k.deadline;
     return RT_OK;
+}
+
+/* The thread answers every collective by its deadline (the ring asks it
+ * while waiting). This side allows a forward to the coordinator (up to the
+ * peer timeout) and a grace period more; past that, or once the thread is
+ * gone, no later reply could be matched to its command: out of step. */
+static int recv_reply(rt_comm *c, struct reply *rep)
+{
+    const char *what = kind_name(c->op_kind);
+    double limit = c->op_deadline + c->peer_timeout + REPLY_GRACE;
+    for (;;) {
+        bool gone = atomic_load(&c->thread_gone);
+        int n = zmq_recv(c->pipe_main, rep, sizeof *rep, gone ? ZMQ_DONTWAIT : 0);
+        if (n >= 0) {
+            RT_ASSERT(n == (int)sizeof *rep); /* both ends are this file */
+            return RT_OK;
+        }
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        c->out_of_step = e != EAGAIN || gone || rt_now() > limit;
+        if (!c->out_of_step)
+            continue;
+        const char *why = abort_reason(c);
+        if (e != EAGAIN)
+            return rt_error(RT_ERR_NET, "communication thread lost during the %s: %s", what,
+                            zmq_strerror(e));
+        if (gone)
+            return rt_error(RT_ERR_NET, "no answer to the %s: %s", what,
+                            why ? why : "the communication thread has ended");
+        return rt_error(RT_ERR_TIMEOUT, "the communication thread did not answer the %s within "
+                        "%.0f s", what, c->op_timeout + c->peer_timeout + REPLY_GRACE);
+    }
 }
 
 int rt_comm_wait(rt_comm *c, uint32_t *flags)
 {
     check(c);
     RT_ASSERT(c->busy);
-    struct reply rep;
-    int n;
-    do {
-        n = zmq_recv(c->pipe_main, &rep, sizeof rep, 0);
-    } while (n < 0 && errno == EINTR);
     c->busy = false;
-    if (n != (int)sizeof rep)
-        return rt_error(RT_ERR_NET, "communication thread lost: %s", zmq_strerror(errno));
+    struct reply rep;
+    RT_TRY(recv_reply(c, &rep));
     if (flags)
         *flags = rep.flags;
     if (rep.rc < 0)
@@ -382,23 +593,56 @@ int rt_comm_broadcast(rt_comm *c, void *buf, size_t bytes, int root)
     return call(c, RT_COMM_BROADCAST, buf, bytes, NULL, root);
 }
 
+/* Every part is made before the first leaves: a part that cannot be made
+ * fails the call with nothing sent, so the pipe never holds half a message
+ * for the next command to join. (Once the first part is in, libzmq takes
+ * the others; should one still fail, the pipe is out of step.) */
 int rt_comm_send(rt_comm *c, const rt_wire_writer *w, const void *const *frames,
                  const size_t *sizes, int nframes)
 {
     check(c);
+    RT_ASSERT(nframes >= 0 && 1 + nframes <= RT_MAX_FRAMES);
+    RT_TRY(usable(c));
     struct cmd k = {.kind = CMD_SEND, .nframes = 1 + nframes};
-    if (zmq_send(c->pipe_main, &k, sizeof k, ZMQ_SNDMORE) != (int)sizeof k)
-        return rt_error(RT_ERR_NET, "communication thread unreachable: %s", zmq_strerror(errno));
-    RT_TRY(rt_zsend(c->pipe_main, w->data, w->len, nframes > 0));
-    for (int i = 0; i < nframes; i++)
-        RT_TRY(rt_zsend(c->pipe_main, frames[i], sizes[i], i + 1 < nframes));
-    return RT_OK;
+    const void *data[RT_MAX_FRAMES + 1] = {&k, w->data};
+    size_t len[RT_MAX_FRAMES + 1] = {sizeof k, w->len};
+    for (int i = 0; i < nframes; i++) {
+        data[2 + i] = frames[i];
+        len[2 + i] = sizes[i];
+    }
+    int total = 2 + nframes, made = 0, sent = 0, rc = RT_OK;
+    zmq_msg_t m[RT_MAX_FRAMES + 1];
+    for (; made < total; made++) {
+        if (zmq_msg_init_size(&m[made], len[made]) != 0) {
+            rc = rt_error(RT_ERR_NOMEM, "no memory for a message of %zu bytes to the "
+                          "coordinator", len[made]);
+            goto close;
+        }
+        if (len[made])
+            memcpy(zmq_msg_data(&m[made]), data[made], len[made]);
+    }
+    for (; sent < total; sent++) {
+        int rc_send;
+        while ((rc_send = zmq_msg_send(&m[sent], c->pipe_main,
+                                       sent + 1 < total ? ZMQ_SNDMORE : 0)) < 0 && errno == EINTR)
+            ;
+        if (rc_send < 0) {
+            int e = errno;
+            c->out_of_step = sent > 0;
+            rc = rt_error(RT_ERR_NET, "communication thread unreachable: %s", zmq_strerror(e));
+            goto close;
+        }
+    }
+close:
+    for (int i = 0; i < made; i++)
+        zmq_msg_close(&m[i]);
+    return rc;
 }
 
 const char *rt_comm_aborted(rt_comm *c)
 {
     check(c);
-    return atomic_load(&c->aborted_seen) ? c->abort_reason : NULL;
+    return abort_reason(c);
 }
 
 bool rt_comm_stop_requested(rt_comm *c)

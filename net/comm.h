@@ -28,6 +28,8 @@ struct rt_comm_config {
     const char *run;
     double hb_interval;  /* seconds between heartbeats (0: 1 s) */
     double peer_timeout; /* the coordinator is lost after this silence (0: 30 s) */
+    double op_timeout;   /* a collective not done this many seconds after its
+                            submission fails with RT_ERR_TIMEOUT (0: 600 s) */
     int rank;
 };
 
@@ -49,7 +51,10 @@ enum rt_comm_kind {
  * rt_comm_wait returns. One collective at a time. */
 int rt_comm_submit(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint32_t flags,
                    int root);
-/* Wait for it: its status (with the thread's error detail) and flags. */
+/* Wait for it: its status (with the thread's error detail) and flags.
+ * Never longer than the collective's deadline (op_timeout) and a margin:
+ * then RT_ERR_TIMEOUT, naming the collective. After a failure of the pipe
+ * itself (a lost reply) every later call fails. */
 int rt_comm_wait(rt_comm *c, uint32_t *flags);
 
 /* Submit + wait. n counts elements (bytes for broadcast). */
@@ -59,12 +64,15 @@ int rt_comm_allreduce(rt_comm *c, float *buf, size_t n, uint32_t *flags);
 int rt_comm_allreduce_f64(rt_comm *c, double *buf, size_t n);
 int rt_comm_broadcast(rt_comm *c, void *buf, size_t bytes, int root);
 
-/* Forward a control message (and raw frames, copied) to the coordinator. */
+/* Forward a control message (and raw frames, copied) to the coordinator:
+ * the whole message, or nothing when it cannot be built (RT_ERR_NOMEM). A
+ * send the coordinator never takes aborts the run (see rt_comm_aborted). */
 int rt_comm_send(rt_comm *c, const rt_wire_writer *w, const void *const *frames,
                  const size_t *sizes, int nframes);
 
-/* Why the run was aborted (the coordinator said so, or fell silent), or
- * NULL; any thread may ask. */
+/* Why the run was aborted (the coordinator said so, or fell silent, or a
+ * message could not leave), or NULL; any thread may ask. The first reason
+ * is kept: the string never changes and lives as long as the comm. */
 const char *rt_comm_aborted(rt_comm *c);
 
 /* The coordinator asked the run to stop (Ctrl-C on it). */

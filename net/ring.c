@@ -233,7 +233,10 @@ void rt_ring_destroy(rt_ring **rp)
          * broken ring drops them instead (zero-copy frames of the failed
          * collective point into the caller's memory: release them now). */
         int linger = r->broken ? 0 : 10000;
-        zmq_setsockopt(r->out, ZMQ_LINGER, &linger, sizeof linger);
+        if (zmq_setsockopt(r->out, ZMQ_LINGER, &linger, sizeof linger) != 0)
+            fprintf(stderr, "ragtag: [%s] cannot set the linger of the link to rank %d (%s): "
+                    "frames still queued for it may be dropped\n", r->who, r->right,
+                    zmq_strerror(errno));
     }
     rt_zsock_close(&r->out);
     wait_released(r, 2.0);
@@ -590,7 +593,11 @@ static int run_plan(rt_ring *r, struct plan *p)
                                     (r->right_shm && ns < p->nsend && send_ready(p, ns, nr)));
         if (want_zmq) {
             zmq_pollitem_t it = {.socket = r->inbox, .events = ZMQ_POLLIN};
-            zmq_poll(&it, 1, want_bell ? 1 : 50);
+            if (zmq_poll(&it, 1, want_bell ? 1 : 50) < 0 && errno != EINTR) {
+                rc = rt_error(RT_ERR_NET, "waiting for rank %d: %s", r->left,
+                              zmq_strerror(errno));
+                goto fail;
+            }
         } else if (want_bell) {
             rt_shm_wait(r->own, seen, IDLE_EVERY);
         } else {

@@ -88,8 +88,9 @@ worker a 127.0.0.2 "$tmp/a4.log"; worker b 127.0.0.3 "$tmp/b4.log"
 t0=$(date +%s)
 coord "$tmp/c4.log" --workers 3 $small --join-timeout 3; st=$?
 t1=$(date +%s); wait_workers
+# the bound only tells "gave up at its timeout" from "hung": not a speed
 if [ $st -eq 1 ] && grep -q "only 2 of 3 workers joined within --join-timeout 3 s" "$tmp/c4.log" &&
-   grep -q "joined: a (.*), b (.*); missing: 1 more" "$tmp/c4.log" && [ $((t1 - t0)) -le 8 ]; then
+   grep -q "joined: a (.*), b (.*); missing: 1 more" "$tmp/c4.log" && [ $((t1 - t0)) -le 30 ]; then
   ok "a missing worker: clear error after $((t1 - t0)) s"
 else bad "missing worker (status $st, $((t1 - t0)) s)"; cat "$tmp/c4.log"; fi
 if grep -q "aborted the run" "$tmp/a4.log"; then ok "the waiting workers are told why"; else

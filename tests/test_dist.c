@@ -18,10 +18,11 @@
  *   - a worker far below --min-share goes on standby and the maths stays;
  *   - average mode: with SGD and H = 1 it is sync's maths (1e-5), and with
  *     H = 4 it reaches sync's accuracy within 1 point;
- *   - gossip: with one of 3 workers throttled to 1/4, the other two keep at
- *     least 80% of their step rate of an unthrottled run (on 2 cores they
- *     gain: the sleeper frees CPU), every sample is used once, and the
- *     final accuracy is within 1.5 points of sync.
+ *   - gossip: with 3 even workers and with one throttled to 1/4, the
+ *     epoch's local batches are cut among the workers by their measured
+ *     speeds and each does exactly its part, every sample is
+ *     used once, and the final accuracy is within 1.5 points of sync
+ *     (step rates are figures of bench/bench_hetero.sh gossip, not tested).
  * Uses Fashion-MNIST (skipped when absent). */
 #include "config.h"
 
@@ -325,58 +326,92 @@ static void test_average_reaches_sync_accuracy(void **state)
     assert_true(fabs(a - b) <= 1.0);
 }
 
-/* "worker local-R (rank R): N local steps in S s of training (X steps/s)" */
-static double steps_per_s(const char *log, int rank)
+/* "worker local-R (rank R): N local steps in S s of training ...": N, or -1 */
+static long local_steps(const char *log, int rank)
 {
     char key[64], line[4096];
     snprintf(key, sizeof key, "(rank %d): ", rank);
-    if (!log_last(log, key, line, sizeof line) || !strstr(line, "s of training ("))
+    if (!log_last(log, key, line, sizeof line) || !strstr(line, " local steps in "))
+        return -1;
+    return strtol(strstr(line, key) + strlen(key), NULL, 10);
+}
+
+/* The img/s of local worker `rank` in the coordinator's cluster table
+ * (columns ... threads img/s share ring, the ring "shm -> 1"); NaN if none. */
+static double table_speed(const char *log, int rank)
+{
+    char key[64], line[4096];
+    snprintf(key, sizeof key, "  local-%d  ", rank);
+    if (!log_last(log, key, line, sizeof line) || !strstr(line, " -> "))
         return NAN;
-    return strtod(strstr(line, "s of training (") + strlen("s of training ("), NULL);
+    char *tok[64];
+    int n = 0;
+    for (char *t = strtok(line, " \n"); t && n < 64; t = strtok(NULL, " \n"))
+        tok[n++] = t;
+    return n >= 5 ? strtod(tok[n - 5], NULL) : NAN;
+}
+
+/* A 1-epoch gossip run of `limit` images: the plan cut the epoch's local
+ * batches among the 3 workers in proportion to their speeds (those of
+ * the cluster table, within 15%: the plan's own figures may differ a
+ * little), every batch once, and each worker took exactly its part. */
+static void gossip_parts_add_up(const char *log, long limit)
+{
+    char line[4096];
+    int mb;
+    long share[3];
+    assert_true(log_last(log, "gossip epoch 1: local batches of ", line, sizeof line));
+    assert_int_equal(sscanf(strstr(line, "local batches of "), "local batches of %d by rank: %ld "
+                            "%ld %ld", &mb, &share[0], &share[1], &share[2]),
+                     4);
+    assert_true(mb > 0);
+    long nb = (limit + mb - 1) / mb, total = 0;
+    double speed[3], sum = 0.0;
+    for (int r = 0; r < 3; r++) {
+        speed[r] = table_speed(log, r);
+        assert_true(speed[r] > 0);
+        sum += speed[r];
+    }
+    for (int r = 0; r < 3; r++) {
+        long steps = local_steps(log, r);
+        double want = (double)nb * speed[r] / sum;
+        printf("%s: rank %d at %.0f img/s: part %ld of %ld batches of %d (%.1f by speed), took "
+               "%ld local steps\n", log, r, speed[r], share[r], nb, mb, want, steps);
+        assert_true(fabs((double)share[r] - want) <= 0.15 * want + 1.0);
+        assert_int_equal(steps, share[r]);
+        total += steps;
+    }
+    assert_int_equal(total, nb);
 }
 
 #define E2E                                                                                    \
     "--data fashion-mnist --limit 10000 --val 0 --epochs 1 --batch 32 --optimizer adam --lr "  \
     "0.004 --weight-decay 0 --schedule cosine --warmup 0.1 --seed 1 --threads 1 --progress off"
 
-static void test_gossip_nobody_waits(void **state)
+static void test_gossip_each_does_its_part(void **state)
 {
     (void)state;
     /* 20,000 images: on 10,000 gossip trails sync by 0.9-1.7 points after
      * one epoch (Adam on local batches of 11, see docs/heterogeneous.md);
      * on 20,000 by 0.1-1.1 */
     assert_int_equal(run("gos.log", "train %s %s --limit 20000 --workers 3 --mode gossip "
-                                    "--metrics %s/gos.jsonl",
+                                    "--min-share 0 --metrics %s/gos.jsonl",
                          LENET, E2E, tmp),
                      0);
     assert_int_equal(run("gos_slow.log", "train %s %s --limit 20000 --workers 3 --mode gossip "
-                                         "--throttle 1,1,0.25",
+                                         "--min-share 0 --throttle 1,1,0.25",
                          LENET, E2E),
                      0);
     assert_true(log_has("gos.log", "pairwise averagings"));
     char mp[600];
     snprintf(mp, sizeof mp, "grep -q '\"samples\": *20000.*consensus_distance' %s/gos.jsonl", tmp);
     assert_int_equal(system(mp), 0);
-    /* Step rates are wall-clock figures and make check runs other tests
-     * beside this one: a second run of each, interleaved, and the better
-     * of the two counts. */
-    assert_int_equal(run("gos2.log", "train %s %s --limit 20000 --workers 3 --mode gossip",
-                         LENET, E2E),
-                     0);
-    assert_int_equal(run("gos_slow2.log", "train %s %s --limit 20000 --workers 3 --mode gossip "
-                                          "--throttle 1,1,0.25",
-                         LENET, E2E),
-                     0);
-    for (int r = 0; r < 2; r++) {
-        double a = fmax(steps_per_s("gos.log", r), steps_per_s("gos2.log", r));
-        double b = fmax(steps_per_s("gos_slow.log", r), steps_per_s("gos_slow2.log", r));
-        printf("gossip rank %d: %.0f steps/s, %.0f with rank 2 at 1/4 speed (%.0f%%)\n", r, a, b,
-               100 * b / a);
-        assert_true(isfinite(a) && isfinite(b) && a > 0);
-        assert_true(b >= 0.8 * a);
-    }
-    /* the slow one took fewer steps: its part of the epoch was sized by speed */
-    assert_true(steps_per_s("gos_slow.log", 2) < steps_per_s("gos_slow.log", 0));
+    /* Who worked: in both runs the parts follow the measured speeds and
+     * add up to the epoch, and each worker did its part. (Which worker is
+     * slow is a measurement on a shared machine, and how fast the others
+     * went beside it a figure: bench/bench_hetero.sh gossip.) */
+    gossip_parts_add_up("gos.log", 20000);
+    gossip_parts_add_up("gos_slow.log", 20000);
     assert_int_equal(run("sync20k.log", "train %s %s --limit 20000 --workers 3", LENET, E2E), 0);
     double sync = log_number("sync20k.log", "test_acc "), gos = log_number("gos.log", "test_acc ");
     double slow = log_number("gos_slow.log", "test_acc ");
@@ -405,7 +440,7 @@ int main(void)
         cmocka_unit_test(test_standby_keeps_the_maths),
         cmocka_unit_test(test_average_h1_is_sync),
         cmocka_unit_test(test_average_reaches_sync_accuracy),
-        cmocka_unit_test(test_gossip_nobody_waits),
+        cmocka_unit_test(test_gossip_each_does_its_part),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[400];

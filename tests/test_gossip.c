@@ -230,9 +230,8 @@ static void test_single(void **state)
     memcpy(before, w.x[0], sizeof before);
     for (int i = 0; i < 5; i++)
         assert_int_equal(rt_gossip_step(w.g[0], w.x[0], true), 0);
-    double t0 = rt_now();
-    assert_int_equal(rt_gossip_drain(w.g[0], w.x[0], 0, 5.0), 0);
-    assert_true(rt_now() - t0 < 0.1);
+    /* a lone rank waits for nobody: even a deadline already past is met */
+    assert_int_equal(rt_gossip_drain(w.g[0], w.x[0], 0, 1e-9), 0);
     assert_memory_equal(before, w.x[0], sizeof before);
     world_free(&w);
 }
@@ -565,8 +564,10 @@ static void test_reply_timeout(void **state)
     double took = rt_now() - t0;
     printf("timeout: abandoned after %.2f s and %ld steps (reply timeout 0.3 s)\n", took, steps);
     assert_int_equal(s.abandoned, 1);
-    assert_true(took >= 0.3 && took < 3.0);
-    assert_true(steps >= 10);
+    /* not before its reply timeout; and the rank kept stepping while the
+     * request was out (a step that waited for the reply would make 1 or 2) */
+    assert_true(took >= 0.3);
+    assert_true(steps >= 3);
     assert_memory_equal(x, before, sizeof x);
     /* the next request went out at once; let it be abandoned too, then stop */
     t0 = rt_now();
