@@ -386,114 +386,139 @@ static int do_send(rt_ring *r, struct plan *p, size_t i)
     return rt_zsend(r->out, ptr, bytes, false);
 }
 
+/* What the next message in must be: step t, part j of segment q, added
+ * (reduce-scatter) or copied (all-gather, broadcast), at ptr, bytes long. */
+struct expect {
+    int t, q;
+    size_t j;
+    bool add;
+    char *ptr;
+    size_t bytes;
+};
+
+static struct expect expect_of(const rt_ring *r, const struct plan *p, size_t i)
+{
+    struct expect e = {.t = 0, .q = 0, .j = i, .add = false};
+    if (p->kind != P_BC) {
+        e.t = p->t0 + (int)(i / p->K);
+        e.j = i % p->K;
+        e.q = mod(r->rank - 2 - e.t, r->world);
+        e.add = e.t < r->world - 1;
+    }
+    region(p, r->world, e.q, e.j, &e.ptr, &e.bytes);
+    return e;
+}
+
+/* From the left neighbour's shared-memory queue. */
+static int recv_shm(rt_ring *r, struct plan *p, const struct expect *e, uint32_t *fl)
+{
+    struct rt_shm_desc d;
+    const void *payload;
+    int rc = rt_shm_peek(r->own, &d, &payload);
+    if (rc <= 0)
+        return rc;
+    if (d.op != r->op || d.t != (uint32_t)e->t || d.j != (uint32_t)e->j || d.bytes != e->bytes) {
+        char why[300];
+        snprintf(why, sizeof why, "shared-memory chunk op %llu step %u part %u of %llu bytes, "
+                                  "expected op %llu step %d part %zu of %zu bytes",
+                 (unsigned long long)d.op, d.t, d.j, (unsigned long long)d.bytes,
+                 (unsigned long long)r->op, e->t, e->j, e->bytes);
+        rt_wire_drop(&r->drops, "the left neighbour", why);
+        rt_shm_consume(r->own, r->left_seg);
+        return 2;
+    }
+    if (e->add)
+        p->reduce(e->ptr, payload, e->bytes / p->elem);
+    else
+        memcpy(e->ptr, payload, e->bytes);
+    *fl = d.flags;
+    rt_shm_consume(r->own, r->left_seg);
+    return 1;
+}
+
+/* Whether the two frames in r->fr are the expected chunk; why not, if not. */
+static bool chunk_ok(rt_ring *r, const struct expect *e, uint64_t *flags, char *why, size_t cap)
+{
+    uint64_t gen, op, mt, mj, mn;
+    rt_wire_map m = rt_wire_root(&r->msg);
+    if (r->fr.n != 2 || r->fr.truncated) {
+        snprintf(why, cap, "a data message of %d frames (expected 2)", r->fr.n);
+        return false;
+    }
+    if (rt_wire_parse(&r->msg, rt_zframe_data(&r->fr, 0), rt_zframe_size(&r->fr, 0), r->run,
+                      false) < 0 ||
+        (strcmp(r->msg.type, "chunk") != 0 &&
+         rt_error(RT_ERR_FORMAT, "a '%s' message on the data socket", r->msg.type) < 0) ||
+        rt_wire_get_uint(m, "gen", 0, UINT32_MAX, &gen) < 0 ||
+        rt_wire_get_uint(m, "op", 0, UINT64_MAX, &op) < 0 ||
+        rt_wire_get_uint(m, "t", 0, 2 * RT_MAX_WORKERS, &mt) < 0 ||
+        rt_wire_get_uint(m, "j", 0, UINT32_MAX, &mj) < 0 ||
+        rt_wire_get_uint(m, "fl", 0, UINT32_MAX, flags) < 0 ||
+        rt_wire_get_uint(m, "n", 0, RT_RING_MAX_CHUNK, &mn) < 0) {
+        snprintf(why, cap, "%s", rt_error_detail());
+        return false;
+    }
+    if (gen != r->gen) {
+        snprintf(why, cap, "a chunk of generation %llu (ours: %llu)", (unsigned long long)gen,
+                 (unsigned long long)r->gen);
+        return false;
+    }
+    if (op != r->op || mt != (uint64_t)e->t || mj != e->j || mn != e->bytes ||
+        rt_zframe_size(&r->fr, 1) != e->bytes) {
+        snprintf(why, cap, "chunk op %llu step %llu part %llu of %llu bytes (frame %zu), "
+                           "expected op %llu step %d part %zu of %zu bytes",
+                 (unsigned long long)op, (unsigned long long)mt, (unsigned long long)mj,
+                 (unsigned long long)mn, rt_zframe_size(&r->fr, 1), (unsigned long long)r->op,
+                 e->t, e->j, e->bytes);
+        return false;
+    }
+    return true;
+}
+
+/* From the ZeroMQ inbox: a header frame and the raw bytes. */
+static int recv_zmq(rt_ring *r, struct plan *p, const struct expect *e, uint32_t *fl)
+{
+    int rc = rt_zframes_recv(r->inbox, &r->fr, ZMQ_DONTWAIT);
+    if (rc <= 0)
+        return rc == RT_ERR_INTERRUPTED ? 0 : rc;
+    char why[300];
+    uint64_t mfl = 0;
+    if (!chunk_ok(r, e, &mfl, why, sizeof why)) {
+        char peer[64];
+        rt_zframes_peer(&r->fr, 0, peer, sizeof peer);
+        rt_wire_drop(&r->drops, peer, why);
+        return 2;
+    }
+    const void *src = rt_zframe_data(&r->fr, 1);
+    if (e->add && ((uintptr_t)src % p->elem) != 0) {
+        /* libzmq copies small frames into a shared buffer at any offset */
+        if (e->bytes > r->scratch_cap) {
+            void *n = realloc(r->scratch, e->bytes);
+            if (!n)
+                return rt_error(RT_ERR_NOMEM, "out of memory");
+            r->scratch = n;
+            r->scratch_cap = e->bytes;
+        }
+        memcpy(r->scratch, src, e->bytes);
+        src = r->scratch;
+    }
+    if (e->add)
+        p->reduce(e->ptr, src, e->bytes / p->elem);
+    else
+        memcpy(e->ptr, src, e->bytes);
+    *fl = (uint32_t)mfl;
+    return 1;
+}
+
 /* Take one message in: 1 received the expected sub-chunk, 2 dropped a bad
  * message, 0 nothing there, < 0 error. */
 static int do_recv(rt_ring *r, struct plan *p, size_t i)
 {
-    int t;
-    size_t j;
-    int q;
-    bool add;
-    if (p->kind == P_BC) {
-        t = 0;
-        j = i;
-        q = 0;
-        add = false;
-    } else {
-        t = p->t0 + (int)(i / p->K);
-        j = i % p->K;
-        q = mod(r->rank - 2 - t, r->world);
-        add = t < r->world - 1;
-    }
-    char *ptr;
-    size_t bytes;
-    region(p, r->world, q, j, &ptr, &bytes);
-    char why[300];
-    uint32_t fl;
-    if (r->left_shm) {
-        struct rt_shm_desc d;
-        const void *payload;
-        int rc = rt_shm_peek(r->own, &d, &payload);
-        if (rc <= 0)
-            return rc;
-        if (d.op != r->op || d.t != (uint32_t)t || d.j != (uint32_t)j || d.bytes != bytes) {
-            snprintf(why, sizeof why, "shared-memory chunk op %llu step %u part %u of %llu "
-                                      "bytes, expected op %llu step %d part %zu of %zu bytes",
-                     (unsigned long long)d.op, d.t, d.j, (unsigned long long)d.bytes,
-                     (unsigned long long)r->op, t, j, bytes);
-            rt_wire_drop(&r->drops, "the left neighbour", why);
-            rt_shm_consume(r->own, r->left_seg);
-            return 2;
-        }
-        if (add)
-            p->reduce(ptr, payload, bytes / p->elem);
-        else
-            memcpy(ptr, payload, bytes);
-        fl = d.flags;
-        rt_shm_consume(r->own, r->left_seg);
-    } else {
-        int rc = rt_zframes_recv(r->inbox, &r->fr, ZMQ_DONTWAIT);
-        if (rc <= 0)
-            return rc == RT_ERR_INTERRUPTED ? 0 : rc;
-        char peer[64];
-        rt_zframes_peer(&r->fr, 0, peer, sizeof peer);
-        uint64_t gen, op, mt, mj, mfl, mn;
-        rt_wire_map m = rt_wire_root(&r->msg);
-        if (r->fr.n != 2 || r->fr.truncated) {
-            snprintf(why, sizeof why, "a data message of %d frames (expected 2)", r->fr.n);
-            goto drop;
-        }
-        if (rt_wire_parse(&r->msg, rt_zframe_data(&r->fr, 0), rt_zframe_size(&r->fr, 0), r->run,
-                          false) < 0 ||
-            (strcmp(r->msg.type, "chunk") != 0 &&
-             rt_error(RT_ERR_FORMAT, "a '%s' message on the data socket", r->msg.type) < 0) ||
-            rt_wire_get_uint(m, "gen", 0, UINT32_MAX, &gen) < 0 ||
-            rt_wire_get_uint(m, "op", 0, UINT64_MAX, &op) < 0 ||
-            rt_wire_get_uint(m, "t", 0, 2 * RT_MAX_WORKERS, &mt) < 0 ||
-            rt_wire_get_uint(m, "j", 0, UINT32_MAX, &mj) < 0 ||
-            rt_wire_get_uint(m, "fl", 0, UINT32_MAX, &mfl) < 0 ||
-            rt_wire_get_uint(m, "n", 0, RT_RING_MAX_CHUNK, &mn) < 0) {
-            snprintf(why, sizeof why, "%s", rt_error_detail());
-            goto drop;
-        }
-        if (gen != r->gen) {
-            snprintf(why, sizeof why, "a chunk of generation %llu (ours: %llu)",
-                     (unsigned long long)gen, (unsigned long long)r->gen);
-            goto drop;
-        }
-        if (op != r->op || mt != (uint64_t)t || mj != j || mn != bytes ||
-            rt_zframe_size(&r->fr, 1) != bytes) {
-            snprintf(why, sizeof why, "chunk op %llu step %llu part %llu of %llu bytes (frame "
-                                      "%zu), expected op %llu step %d part %zu of %zu bytes",
-                     (unsigned long long)op, (unsigned long long)mt, (unsigned long long)mj,
-                     (unsigned long long)mn, rt_zframe_size(&r->fr, 1),
-                     (unsigned long long)r->op, t, j, bytes);
-            goto drop;
-        }
-        const void *src = rt_zframe_data(&r->fr, 1);
-        if (add && ((uintptr_t)src % p->elem) != 0) {
-            /* libzmq copies small frames into a shared buffer at any offset */
-            if (bytes > r->scratch_cap) {
-                void *n = realloc(r->scratch, bytes);
-                if (!n)
-                    return rt_error(RT_ERR_NOMEM, "out of memory");
-                r->scratch = n;
-                r->scratch_cap = bytes;
-            }
-            memcpy(r->scratch, src, bytes);
-            src = r->scratch;
-        }
-        if (add)
-            p->reduce(ptr, src, bytes / p->elem);
-        else
-            memcpy(ptr, src, bytes);
-        fl = (uint32_t)mfl;
-        goto take;
-    drop:
-        rt_wire_drop(&r->drops, peer, why);
-        return 2;
-    }
-take:
+    struct expect e = expect_of(r, p, i);
+    uint32_t fl = 0;
+    int rc = r->left_shm ? recv_shm(r, p, &e, &fl) : recv_zmq(r, p, &e, &fl);
+    if (rc != 1)
+        return rc;
     r->carry[i] = fl | p->my_flags;
     p->out_flags |= fl;
     return 1;
