@@ -41,9 +41,11 @@ int coord_ckpt_open(struct coord *k)
         return RT_ERR_CONFIG;
     if (!c->checkpoint_dir[0])
         return RT_OK;
-    if (mkdir(c->checkpoint_dir, 0777) != 0 && errno != EEXIST)
-        return rt_error(RT_ERR_IO, "cannot create checkpoint directory %s: %s",
-                        c->checkpoint_dir, strerror(errno));
+    int stale = 0;
+    RT_TRY(rt_checkpoint_dir_open(c->checkpoint_dir, &stale));
+    if (stale)
+        coord_note("removed %d temporary file%s that interrupted checkpoint writes left in %s",
+                   stale, stale == 1 ? "" : "s", c->checkpoint_dir);
     snprintf(ck->last_path, sizeof ck->last_path, "%s/last.safetensors", c->checkpoint_dir);
     snprintf(ck->best_path, sizeof ck->best_path, "%s/best.safetensors", c->checkpoint_dir);
     ck->last_params = malloc((ck->np ? ck->np : 1) * sizeof(float));

@@ -56,6 +56,11 @@ struct rt_train_pos {
     long bad_epochs;   /* epochs since the best */
 };
 
+/* Make the checkpoint directory when missing, and remove the temporary
+ * files that writes killed midway left there (their writer process is gone:
+ * no rename will ever come). *removed counts them. */
+int rt_checkpoint_dir_open(const char *dir, int *removed);
+
 /* Save model tensors (and optimiser state when o != NULL) and position. */
 int rt_checkpoint_save(const char *path, const rt_model *m, const rt_optim *o,
                        const struct rt_train_pos *pos);

@@ -2,26 +2,13 @@
  * the model's own device, checkpoints as files in --checkpoint DIR. */
 #include "config.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 #include <sys/stat.h>
 
 #include "status.h"
 #include "train-testing.h"
 #include "trainer.h"
-
-static int ensure_dir(const char *dir)
-{
-    if (mkdir(dir, 0777) == 0 || errno == EEXIST) {
-        struct stat st;
-        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
-            return RT_OK;
-        return rt_error(RT_ERR_IO, "checkpoint directory %s exists and is not a directory", dir);
-    }
-    return rt_error(RT_ERR_IO, "cannot create checkpoint directory %s: %s", dir, strerror(errno));
-}
 
 static int local_rows(const struct rt_trainer *t) { return t->c.batch; }
 
@@ -34,7 +21,12 @@ static int local_init(struct rt_trainer *t)
     if (!(t->opt = rt_optim_new(t->dev, &c->optim, rt_model_param_count(t->m))))
         return RT_ERR_CONFIG; /* rt_optim_new left the reason in the detail */
     if (c->checkpoint_dir[0]) {
-        RT_TRY(ensure_dir(c->checkpoint_dir));
+        int stale = 0;
+        RT_TRY(rt_checkpoint_dir_open(c->checkpoint_dir, &stale));
+        if (stale)
+            fprintf(stderr, "ragtag: removed %d temporary file%s that interrupted checkpoint "
+                            "writes left in %s\n",
+                    stale, stale == 1 ? "" : "s", c->checkpoint_dir);
         snprintf(t->last_path, sizeof t->last_path, "%s/last.safetensors", c->checkpoint_dir);
         snprintf(t->best_path, sizeof t->best_path, "%s/best.safetensors", c->checkpoint_dir);
     }

@@ -6,6 +6,8 @@
 
 #include "testutil.h"
 
+#include <sys/wait.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -690,6 +692,48 @@ static void test_checkpoint_mismatch(void **state)
     rt_model_destroy(&m);
 }
 
+/* A killed write leaves DIR/.NAME.tmp.PID.N behind: the next run in that
+ * directory removes it when its writer is gone, and nothing else. */
+static void test_stale_temp_files_removed(void **state)
+{
+    (void)state;
+    const char *dir = tu_tmpdir();
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0)
+        _exit(0);
+    int st;
+    assert_int_equal(waitpid(dead, &st, 0), dead);
+    char names[6][128];
+    snprintf(names[0], sizeof names[0], ".last.safetensors.tmp.%ld.0", (long)dead); /* stale */
+    snprintf(names[1], sizeof names[1], ".best.safetensors.tmp.%ld.3", (long)dead); /* stale */
+    snprintf(names[2], sizeof names[2], ".last.safetensors.tmp.%ld.1", (long)getpid()); /* live */
+    snprintf(names[3], sizeof names[3], "last.safetensors");                   /* a checkpoint */
+    snprintf(names[4], sizeof names[4], ".notes.tmp.%ld", (long)dead);         /* not ours */
+    snprintf(names[5], sizeof names[5], "last.safetensors.tmp.%ld.0", (long)dead); /* no dot */
+    char path[512];
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    int removed = -1;
+    assert_int_equal(rt_checkpoint_dir_open(dir, &removed), RT_OK);
+    assert_int_equal(removed, 2);
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        assert_int_equal(access(path, F_OK) == 0, i >= 2);
+    }
+    /* a directory that is not there is made; a file in its place is refused */
+    snprintf(path, sizeof path, "%s/new", dir);
+    assert_int_equal(rt_checkpoint_dir_open(path, &removed), RT_OK);
+    assert_int_equal(removed, 0);
+    snprintf(path, sizeof path, "%s/last.safetensors", dir);
+    assert_int_equal(rt_checkpoint_dir_open(path, &removed), RT_ERR_IO);
+    assert_non_null(strstr(rt_error_detail(), "is not a directory"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -702,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_atomic_write_failure),
         cmocka_unit_test(test_checkpoint_round_trip),
         cmocka_unit_test(test_checkpoint_mismatch),
+        cmocka_unit_test(test_stale_temp_files_removed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
