@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -375,6 +376,8 @@ static int cmd_worker(int argc, char **argv)
                "  --connect-timeout S  give up when no coordinator answers in S seconds\n"
                "                       (default: keep trying)\n"
                "  --quiet              print errors only\n"
+               "  --parent PID         die with process PID (how train --workers N starts\n"
+               "                       its local workers: none outlives a killed parent)\n"
                "  --throttle F         testing aid: run at fraction F (0 < F <= 1) of this\n"
                "                       machine's speed by sleeping (docs/heterogeneous.md)\n");
         return 0;
@@ -430,6 +433,10 @@ static int cmd_worker(int argc, char **argv)
                 return EXIT_USAGE;
         } else if (!strcmp(key, "quiet")) {
             o.quiet = true;
+        } else if (!strcmp(key, "parent")) {
+            if (parse_count("worker", key, v, 1, INT_MAX, &n) < 0)
+                return EXIT_USAGE;
+            o.parent = n;
         } else {
             return usage_error("worker", "unknown flag '%s'", a);
         }

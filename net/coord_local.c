@@ -35,8 +35,9 @@ int coord_local_start(struct coord *k)
                                        : (int)((cores > 0 ? cores : 1) / o->workers);
     if (threads < 1)
         threads = 1;
-    char th[16], dv[16];
+    char th[16], dv[16], parent[24];
     snprintf(th, sizeof th, "%d", threads);
+    snprintf(parent, sizeof parent, "%ld", (long)getpid());
     snprintf(dv, sizeof dv, "%d", o->local_device);
     if (!(k->local = rt_children_new()))
         return RT_ERR_NOMEM;
@@ -47,7 +48,8 @@ int coord_local_start(struct coord *k)
         list_item(o->local_throttle, i, tr, sizeof tr);
         char *argv[] = {"ragtag", "worker", "--join", k->endpoint, "--name", name,
                         "--threads", th, "--backend", be, "--device", dv, "--quiet",
-                        "--connect-timeout", "60", tr[0] ? "--throttle" : NULL, tr, NULL};
+                        "--connect-timeout", "60", "--parent", parent,
+                        tr[0] ? "--throttle" : NULL, tr, NULL};
         snprintf(what, sizeof what, "worker %d", i);
         RT_TRY(rt_children_start(k->local, "/proc/self/exe", argv, what));
     }

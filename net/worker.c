@@ -16,6 +16,9 @@
 
 #include <errno.h>
 #include <signal.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -828,6 +831,25 @@ static void report_end(struct worker *w, int status, const struct rt_train_resul
         send_ctrl(w, NULL, NULL, 0);
 }
 
+/* A local worker of `train --workers N` must not outlive the process that
+ * started it: the kernel kills it when that process dies (PR_SET_PDEATHSIG),
+ * and a parent that died before the request is caught by getppid(). With
+ * its coordinator gone nothing of the run is left to save. */
+static int die_with_parent(long parent)
+{
+    if (parent <= 0)
+        return RT_OK;
+#ifdef __linux__
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        return rt_error(RT_ERR_IO, "cannot ask to die with process %ld: %s", parent,
+                        strerror(errno));
+#endif
+    if ((long)getppid() != parent)
+        return rt_error(RT_ERR_NET, "the process that started this worker (pid %ld) is gone",
+                        parent);
+    return RT_OK;
+}
+
 int rt_worker_run(const struct rt_worker_options *o)
 {
     struct worker W;
@@ -846,7 +868,8 @@ int rt_worker_run(const struct rt_worker_options *o)
     bool joined = false;
     worker_stop = 0;
 
-    if ((rc = describe(w)) < 0 || (rc = open_sockets(w)) < 0)
+    if ((rc = die_with_parent(o->parent)) < 0 || (rc = describe(w)) < 0 ||
+        (rc = open_sockets(w)) < 0)
         goto out;
     if ((rc = join(w)) < 0)
         goto out;

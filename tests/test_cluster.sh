@@ -5,7 +5,8 @@
 # garbage sent to every listening socket during a run, and Ctrl-C on a
 # `train --workers 2` run (every worker stops at the same step, the
 # checkpoint is written, exit status 130) and its --resume (the weights of
-# the uninterrupted run, bit for bit).
+# the uninterrupted run, bit for bit); kill -9 of that parent leaves no
+# worker behind.
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -178,6 +179,22 @@ if [ $st -eq 0 ] && grep -q "resuming from .* step $step" "$tmp/c10.log" &&
    cmp -s "$tmp/full/final.safetensors" "$tmp/part/final.safetensors"; then
   ok "2 workers resumed at step $step end bitwise like the uninterrupted run"
 else bad "2-worker resume (status $st)"; tail -n 20 "$tmp/c10.log"; fi
+
+# ---- kill -9 of the `train --workers` parent: no worker outlives it ---------------------
+"$RAGTAG" train "$model" --workers 2 --threads 1 --data fashion-mnist --limit 12000 --val 0 \
+  --epochs 5 --batch 32 --progress lines >"$tmp/c11.log" 2>&1 & c=$!
+kids=""
+i=0
+while [ $i -lt 300 ] && ! grep -q "epoch 1/5\|\[plan\]" "$tmp/c11.log"; do sleep 0.1; i=$((i + 1)); done
+kids=$(pgrep -P $c | tr '\n' ' ')
+kill -9 $c
+wait $c 2>/dev/null
+alive() { for k in $kids; do st=$(ps -o stat= -p "$k" 2>/dev/null); case "$st" in ""|Z*) ;; *) echo "$k"; esac; done; }
+i=0
+while [ $i -lt 50 ] && [ -n "$(alive)" ]; do sleep 0.1; i=$((i + 1)); done
+if [ -n "$kids" ] && [ -z "$(alive)" ]; then
+  ok "kill -9 of the train --workers parent: its workers ($kids) died with it within $((i / 10)).$((i % 10)) s"
+else bad "workers outlived their killed parent: kids '$kids', alive '$(alive)'"; for k in $(alive); do kill -9 "$k"; done; fi
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all cluster checks passed"
