@@ -128,6 +128,8 @@ static int average_checkpoint(struct rt_trainer *t, enum rt_ckpt_which which)
 static void average_destroy(struct rt_trainer *t)
 {
     struct average *a = t->ms;
+    if (!t->ms)
+        return;
     rt_dist_free(&a->d);
     free(a);
     t->ms = NULL;

@@ -191,6 +191,8 @@ static int gossip_epoch_end(struct rt_trainer *t, struct rt_epoch *e)
 static void gossip_destroy(struct rt_trainer *t)
 {
     struct gossip *g = t->ms;
+    if (!t->ms)
+        return;
     free(g->mean);
     rt_dist_free(&g->d);
     free(g);

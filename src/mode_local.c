@@ -32,7 +32,6 @@ static int local_init(struct rt_trainer *t)
     }
     if (!(t->loader = rt_loader_new(t->data.train, c->batch, true, c->seed)))
         return RT_ERR_NOMEM;
-    t->ms = t; /* no state of its own */
     return RT_OK;
 }
 
@@ -100,13 +99,6 @@ static int local_log_window(struct rt_trainer *t, const struct rt_step *s, doubl
     return RT_OK;
 }
 
-void rt_mode_progress_global(const struct rt_trainer *t, const struct rt_epoch *e, long *done,
-                             double *ips)
-{
-    *done = t->pos.step - e->epoch * t->spe;
-    *ips = e->seen_all / fmax(e->t_train, 1e-9);
-}
-
 static int local_epoch_end(struct rt_trainer *t, struct rt_epoch *e) { return RT_OK; }
 
 static int local_evaluate(struct rt_trainer *t, const rt_dataset *ds, double *loss, double *acc)
@@ -144,7 +136,7 @@ static int local_checkpoint(struct rt_trainer *t, enum rt_ckpt_which which)
 
 static int local_end(struct rt_trainer *t) { return RT_OK; }
 
-static void local_destroy(struct rt_trainer *t) { t->ms = NULL; }
+static void local_destroy(struct rt_trainer *t) {}
 
 const struct rt_mode_ops rt_mode_local = {
     .name = "local",

@@ -122,6 +122,8 @@ static int sync_epoch_end(struct rt_trainer *t, struct rt_epoch *e)
 static void sync_destroy(struct rt_trainer *t)
 {
     struct sync *sy = t->ms;
+    if (!t->ms)
+        return;
     rt_dist_free(&sy->d);
     free(sy);
     t->ms = NULL;

@@ -62,6 +62,13 @@ int rt_trainer_compute(struct rt_trainer *t, struct rt_step *s, long a, int n, f
     return rt_model_backward(t->m, x, y, n, gscale);
 }
 
+void rt_mode_progress_global(const struct rt_trainer *t, const struct rt_epoch *e, long *done,
+                             double *ips)
+{
+    *done = t->pos.step - e->epoch * t->spe;
+    *ips = e->seen_all / fmax(e->t_train, 1e-9);
+}
+
 /* ---- setting up ------------------------------------------------------------------ */
 
 /* Steps of the schedule from epochs, once the data's size is known. */
@@ -124,8 +131,7 @@ static void trainer_close(struct rt_trainer *t)
     rt_buf_destroy(&t->yb);
     rt_loader_destroy(&t->loader);
     rt_optim_destroy(&t->opt); /* before the mode's state: it may own the optimiser's device */
-    if (t->ms)
-        t->mode->destroy(t);
+    t->mode->destroy(t);
     rt_model_destroy(&t->m);
     rt_dev_close(&t->dev);
     rt_data_close(&t->data);

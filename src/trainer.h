@@ -119,6 +119,7 @@ struct rt_mode_ops {
     int (*checkpoint)(struct rt_trainer *t, enum rt_ckpt_which which);
     /* The run is over: final weights, the replica hash, the mode's counts. */
     int (*end)(struct rt_trainer *t);
+    /* Free the mode's state (t->ms may be NULL: init failed early). */
     void (*destroy)(struct rt_trainer *t);
 };
 
