@@ -124,16 +124,32 @@ static const char *abort_reason(rt_comm *c)
 
 /* A part to the coordinator; a failure stops every later send, since the
  * control socket may now hold half a message. */
+/* A send to the coordinator waits at most until the coordinator counts as
+ * lost (its silence watch), and not at all once the run is aborted: a
+ * blocked send must not hold the watch off, nor delay a worker's exit. */
 static void ctrl_send(rt_comm *c, zmq_msg_t *m, int flags)
 {
     if (!c->ctrl || c->ctrl_broken)
         return;
+    double left = c->last_seen + c->peer_timeout - rt_now();
+    int ms = abort_reason(c) || left <= 0.0 ? 0 : (int)(left * 1000.0) + 1;
+    if (zmq_setsockopt(c->ctrl, ZMQ_SNDTIMEO, &ms, sizeof ms) != 0) {
+        c->ctrl_broken = true;
+        publish_abort(c, "cannot set the control socket's send timeout: %s",
+                      zmq_strerror(errno));
+        return;
+    }
     while (zmq_msg_send(m, c->ctrl, flags) < 0) {
         if (errno == EINTR)
             continue;
         int e = errno;
         c->ctrl_broken = true;
-        publish_abort(c, "cannot send to the coordinator: %s", zmq_strerror(e));
+        if (e == EAGAIN)
+            publish_abort(c, "lost the coordinator: nothing heard from it for %.0f s, and a "
+                             "report to it could not leave",
+                          rt_now() - c->last_seen);
+        else
+            publish_abort(c, "cannot send to the coordinator: %s", zmq_strerror(e));
         return;
     }
 }

@@ -6,7 +6,8 @@
 # `train --workers 2` run (every worker stops at the same step, the
 # checkpoint is written, exit status 130) and its --resume (the weights of
 # the uninterrupted run, bit for bit); kill -9 of that parent leaves no
-# worker behind.
+# worker behind, and workers whose coordinator is killed exit, saying so,
+# within --worker-timeout.
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -195,6 +196,28 @@ while [ $i -lt 50 ] && [ -n "$(alive)" ]; do sleep 0.1; i=$((i + 1)); done
 if [ -n "$kids" ] && [ -z "$(alive)" ]; then
   ok "kill -9 of the train --workers parent: its workers ($kids) died with it within $((i / 10)).$((i % 10)) s"
 else bad "workers outlived their killed parent: kids '$kids', alive '$(alive)'"; for k in $(alive); do kill -9 "$k"; done; fi
+
+# ---- kill -9 of a coordinator: its workers notice within --worker-timeout ---------------
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" --data fashion-mnist \
+  --limit 12000 --val 0 --epochs 50 --batch 32 --progress lines --worker-timeout 4 \
+  >"$tmp/c12.log" 2>&1 & c=$!
+worker k1 127.0.0.2 "$tmp/k1.log"; k1=$!
+worker k2 127.0.0.3 "$tmp/k2.log"; k2=$!
+i=0
+while [ $i -lt 300 ] && ! grep -q "\[plan\]\|epoch 1/" "$tmp/c12.log"; do sleep 0.1; i=$((i + 1)); done
+sleep 1
+kill -9 $c
+wait $c 2>/dev/null
+t0=$(date +%s)
+wait $k1; s1=$?
+wait $k2; s2=$?
+waited=$(($(date +%s) - t0))
+pids=""
+if [ $s1 -ne 0 ] && [ $s2 -ne 0 ] && [ $waited -le 8 ] &&
+   grep -q "lost the coordinator" "$tmp/k1.log" && grep -q "lost the coordinator" "$tmp/k2.log"; then
+  ok "kill -9 of the coordinator: both workers said so and exited (status $s1, $s2) within ${waited} s (--worker-timeout 4)"
+else bad "workers after their coordinator was killed: status $s1 $s2 after ${waited} s"; tail -n 3 "$tmp/k1.log" "$tmp/k2.log"; fi
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all cluster checks passed"
