@@ -42,6 +42,8 @@ struct coord_worker {
     int rank;
     bool ready, done;
     double last_seen, ips;
+    int fd;                 /* the TCP connection its last message came on, or -1 */
+    double closed_at;       /* when that connection closed (0: open) */
     int status;
     char message[600];
     uint64_t hash;
@@ -82,6 +84,7 @@ struct coord {
     sig_atomic_t stops_at_start; /* SIGINT requests seen before this run */
     /* the socket */
     void *zctx, *router;
+    void *monitor;          /* the router's disconnect events (PAIR) */
     char endpoint[RT_ENDPOINT_MAX];
     rt_wire_writer wr;
     rt_wire_msg msg;
@@ -127,6 +130,8 @@ void coord_send_simple(struct coord *k, struct coord_worker *w, const char *type
 void coord_send_all(struct coord *k, const char *type, const char *reason);
 void coord_heartbeat(struct coord *k);
 int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from);
+/* Whether a message waits in the coordinator's socket. */
+bool coord_has_input(struct coord *k);
 void coord_drop_unexpected(struct coord *k, struct coord_worker *w);
 /* A "reject" to a route that is not (and must not become) a member's. */
 int coord_send_reject(struct coord *k, const void *rid, size_t rid_len, const char *name,

@@ -50,6 +50,7 @@ static void add_member(struct coord *k, const struct rt_member *m, const char *p
     n->m = *m;
     snprintf(n->peer, sizeof n->peer, "%s", peer);
     n->last_seen = rt_now();
+    n->fd = zmq_msg_get(&k->fr.f[1], ZMQ_SRCFD);
     n->rank = -1;
     coord_note("worker %s joined from %s (%s, %s) [%d/%d]", m->name, peer[0] ? peer : m->host,
                m->host, m->endpoint, k->nw, k->o->workers);
@@ -171,12 +172,22 @@ int coord_setup_timeout(struct coord *k)
                     list);
 }
 
-/* Every worker still training was heard from within --worker-timeout. */
+#define CLOSED_GRACE 0.5 /* seconds */
+
+/* Every worker still training was heard from within --worker-timeout,
+ * and its connection is open. A closed one counts once the messages it
+ * sent before closing are read (a finished worker says "done", then
+ * leaves): after a moment, and when nothing waits in the socket. */
 int coord_check_alive(struct coord *k)
 {
     double now = rt_now();
     for (int i = 0; i < k->nw; i++) {
         struct coord_worker *w = &k->w[i];
+        if (!w->done && w->closed_at > 0.0 && now - w->closed_at > CLOSED_GRACE &&
+            !coord_has_input(k))
+            return rt_error(RT_ERR_NET, "lost worker %s (rank %d, %s): its connection closed "
+                                        "%.1f s ago (the process died or its host cut it)",
+                            w->m.name, w->rank, w->m.host, now - w->closed_at);
         if (!w->done && now - w->last_seen > k->o->worker_timeout)
             return rt_error(RT_ERR_NET, "lost worker %s (rank %d, %s): nothing heard from it "
                                         "for %.0f s", w->m.name, w->rank, w->m.host,

@@ -19,6 +19,50 @@ static int set_option(struct coord *k, int option, const char *name, int value)
     return RT_OK;
 }
 
+/* A worker killed or cut off closes its TCP connection at once, long
+ * before --worker-timeout of silence: the router's monitor reports the
+ * closed connection's descriptor, matched to the worker whose messages
+ * came on it. */
+static int open_monitor(struct coord *k)
+{
+    char ep[80];
+    snprintf(ep, sizeof ep, "inproc://ragtag-coord-monitor-%p", (void *)k);
+    if (zmq_socket_monitor(k->router, ep, ZMQ_EVENT_DISCONNECTED) != 0 ||
+        !(k->monitor = zmq_socket(k->zctx, ZMQ_PAIR)) || zmq_connect(k->monitor, ep) != 0)
+        return rt_error(RT_ERR_NET, "coordinator socket: cannot watch its connections: %s",
+                        zmq_strerror(errno));
+    int zero = 0;
+    if (zmq_setsockopt(k->monitor, ZMQ_LINGER, &zero, sizeof zero) != 0)
+        return rt_error(RT_ERR_NET, "coordinator socket: cannot set the monitor's linger: %s",
+                        zmq_strerror(errno));
+    return RT_OK;
+}
+
+/* Take the monitor's events: note when a worker's connection closed. */
+static void take_events(struct coord *k)
+{
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        zmq_msg_init(&addr);
+        bool got = zmq_msg_recv(&ev, k->monitor, ZMQ_DONTWAIT) >= 0 &&
+                   zmq_msg_more(&ev) && zmq_msg_recv(&addr, k->monitor, ZMQ_DONTWAIT) >= 0;
+        if (got && zmq_msg_size(&ev) >= 6) {
+            uint16_t event;
+            uint32_t value;
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+            for (int i = 0; event == ZMQ_EVENT_DISCONNECTED && i < k->nw; i++)
+                if (k->w[i].fd == (int)value && !k->w[i].closed_at)
+                    k->w[i].closed_at = rt_now();
+        }
+        zmq_msg_close(&ev);
+        zmq_msg_close(&addr);
+        if (!got)
+            return;
+    }
+}
+
 int coord_socket_open(struct coord *k)
 {
     if (!(k->zctx = zmq_ctx_new()))
@@ -29,6 +73,7 @@ int coord_socket_open(struct coord *k)
         return RT_ERR_NET;
     RT_TRY(set_option(k, ZMQ_ROUTER_MANDATORY, "ZMQ_ROUTER_MANDATORY", 1));
     RT_TRY(set_option(k, ZMQ_ROUTER_HANDOVER, "ZMQ_ROUTER_HANDOVER", 1));
+    RT_TRY(open_monitor(k));
     const char *ep = k->o->listen[0] ? k->o->listen : "tcp://127.0.0.1:*";
     return rt_zsock_bind(k->router, ep, k->endpoint, sizeof k->endpoint);
 }
@@ -45,6 +90,7 @@ void coord_socket_close(struct coord *k, int rc)
         }
     }
     rt_zsock_close(&k->router);
+    rt_zsock_close(&k->monitor);
     if (k->zctx)
         zmq_ctx_term(k->zctx);
     k->zctx = NULL;
@@ -121,8 +167,13 @@ static const char *refusal(struct coord *k, struct coord_worker *w, char *why, s
  * Bad messages are logged and dropped here. */
 int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from)
 {
-    zmq_pollitem_t it = {.socket = k->router, .events = ZMQ_POLLIN};
-    if (zmq_poll(&it, 1, timeout_ms) <= 0 || !(it.revents & ZMQ_POLLIN))
+    zmq_pollitem_t it[2] = {{.socket = k->router, .events = ZMQ_POLLIN},
+                            {.socket = k->monitor, .events = ZMQ_POLLIN}};
+    if (zmq_poll(it, k->monitor ? 2 : 1, timeout_ms) <= 0)
+        return 0;
+    if (it[1].revents & ZMQ_POLLIN)
+        take_events(k);
+    if (!(it[0].revents & ZMQ_POLLIN))
         return 0;
     if (rt_zframes_recv(k->router, &k->fr, ZMQ_DONTWAIT) <= 0)
         return 0;
@@ -143,10 +194,19 @@ int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from)
         rt_wire_drop(&k->drops, peer, no);
         return 0;
     }
-    if (w)
+    if (w) {
         w->last_seen = rt_now();
+        w->fd = zmq_msg_get(&k->fr.f[1], ZMQ_SRCFD);
+        w->closed_at = 0.0; /* a worker that reconnected is back */
+    }
     *from = w;
     return 1;
+}
+
+bool coord_has_input(struct coord *k)
+{
+    zmq_pollitem_t it = {.socket = k->router, .events = ZMQ_POLLIN};
+    return zmq_poll(&it, 1, 0) > 0 && (it.revents & ZMQ_POLLIN);
 }
 
 void coord_drop_unexpected(struct coord *k, struct coord_worker *w)

@@ -7,7 +7,8 @@
 # checkpoint is written, exit status 130) and its --resume (the weights of
 # the uninterrupted run, bit for bit); kill -9 of that parent leaves no
 # worker behind, and workers whose coordinator is killed exit, saying so,
-# within --worker-timeout.
+# within --worker-timeout; a killed worker is seen from its closed
+# connection within a second or two.
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -218,6 +219,27 @@ if [ $s1 -ne 0 ] && [ $s2 -ne 0 ] && [ $waited -le 8 ] &&
    grep -q "lost the coordinator" "$tmp/k1.log" && grep -q "lost the coordinator" "$tmp/k2.log"; then
   ok "kill -9 of the coordinator: both workers said so and exited (status $s1, $s2) within ${waited} s (--worker-timeout 4)"
 else bad "workers after their coordinator was killed: status $s1 $s2 after ${waited} s"; tail -n 3 "$tmp/k1.log" "$tmp/k2.log"; fi
+
+# ---- kill -9 of a joined worker: seen from its closed connection, not after the timeout --
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" --data fashion-mnist \
+  --limit 12000 --val 0 --epochs 50 --batch 32 --progress lines >"$tmp/c13.log" 2>&1 & c=$!
+worker d1 127.0.0.2 "$tmp/d1.log"; d1=$!
+worker d2 127.0.0.3 "$tmp/d2.log"; d2=$!
+i=0
+while [ $i -lt 300 ] && ! grep -q "\[plan\]\|epoch 1/" "$tmp/c13.log"; do sleep 0.1; i=$((i + 1)); done
+sleep 1
+kill -9 $d2
+t0=$(date +%s)
+wait $c; sc=$?
+waited=$(($(date +%s) - t0))
+wait $d1; s1=$?
+wait $d2 2>/dev/null
+pids=""
+if [ $sc -ne 0 ] && [ $s1 -ne 0 ] && [ $waited -le 5 ] &&
+   grep -q "lost worker d2 (rank [0-9]*, [^)]*): its connection closed" "$tmp/c13.log"; then
+  ok "kill -9 of a worker: the coordinator named it within ${waited} s (--worker-timeout 30) and stopped the run"
+else bad "a killed worker: coordinator status $sc, worker status $s1 after ${waited} s"; tail -n 3 "$tmp/c13.log"; fi
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all cluster checks passed"
