@@ -5,7 +5,8 @@
  *
  * Backends: the built-in cpu backend first, then optional backends built as
  * loadable modules (ragtag-NAME.so, docs/backends.md) found on
- * RAGTAG_BACKEND_PATH and then in the install directory. Modules are opened
+ * RAGTAG_BACKEND_PATH, then next to a program run from the build tree, then
+ * in the install directory. Modules are opened
  * only when something asks for a backend other than a built-in one, so a
  * cpu-only run never touches OpenCL or CUDA libraries. */
 #include "config.h"
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend-impl.h"
 #include "status.h"
@@ -253,16 +255,39 @@ static void loader_scan_dir(const char *dir)
     free(files);
 }
 
+/* A program run from the build tree (src/ragtag, the tests) finds the
+ * modules built next to it, without `make install` or RAGTAG_BACKEND_PATH;
+ * an installed one only the install directory. "" when not in the tree. */
+static void build_tree_dirs(char *out, size_t cap)
+{
+    out[0] = '\0';
+#ifdef RT_BUILD_DIR
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    size_t len = strlen(RT_BUILD_DIR);
+    if (n <= 0 || (size_t)n <= len)
+        return;
+    exe[n] = '\0';
+    if (strncmp(exe, RT_BUILD_DIR, len) != 0 || exe[len] != '/')
+        return;
+    int k = 0;
+    for (size_t i = 0; i < N_KNOWN && k >= 0 && (size_t)k < cap; i++)
+        k += snprintf(out + k, cap - (size_t)k, "%s" RT_BUILD_DIR "/backends/%s/.libs",
+                      i ? ":" : "", known_modules[i]);
+#endif
+}
+
 /* Runs once per process, the first time a non-built-in backend is wanted. */
 static void loader_init(void)
 {
     for (size_t i = 0; i < N_KNOWN; i++)
         module_entry(known_modules[i], true);
 
-    char dirs[sizeof reg.path];
+    char dirs[sizeof reg.path], tree[1024];
     const char *env = getenv("RAGTAG_BACKEND_PATH");
-    snprintf(dirs, sizeof dirs, "%s%s%s", env ? env : "", env && *env ? ":" : "",
-             RT_BACKEND_DIR);
+    build_tree_dirs(tree, sizeof tree);
+    snprintf(dirs, sizeof dirs, "%s%s%s%s%s", env ? env : "", env && *env ? ":" : "", tree,
+             tree[0] ? ":" : "", RT_BACKEND_DIR);
     reg.path[0] = '\0';
     for (char *save = NULL, *dir = strtok_r(dirs, ":", &save); dir;
          dir = strtok_r(NULL, ":", &save)) {

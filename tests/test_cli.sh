@@ -32,6 +32,18 @@ expect 0 "--patience N" "train --help lists the flags" -- train --help
 expect 0 "--weights" "eval --help" -- eval --help
 expect 0 "summary MODEL.cfg" "summary --help" -- summary --help
 expect 0 "SGEMM" "devices --help" -- devices --help
+# The binary of the build tree finds the modules built next to it, with no
+# RAGTAG_BACKEND_PATH and no make install.
+if [ -f "${top_builddir:-.}/backends/opencl/.libs/ragtag-opencl.so" ]; then
+  n=$((n + 1))
+  if env -u RAGTAG_BACKEND_PATH "$RAGTAG" devices 2>&1 | grep -q "^opencl   0 "; then
+    echo "ok $n - the build tree's ragtag finds the opencl module built next to it"
+  else
+    echo "not ok $n - the build tree's ragtag does not find backends/opencl/.libs/ragtag-opencl.so"
+    env -u RAGTAG_BACKEND_PATH "$RAGTAG" devices 2>&1 | sed 's/^/#   /'
+    failed=$((failed + 1))
+  fi
+fi
 expect 2 "unknown flag '--lrr'" "a misspelt flag is named" -- train "$lenet" --lrr 0.1
 expect 2 "lr: 'fast' is not accepted (expected a number" "a bad number says what is accepted" -- train "$lenet" --lr fast
 expect 2 "expected sgd, adam, adamw or nadam" "a bad optimizer lists the choices" -- train "$lenet" --optimizer rmsprop
