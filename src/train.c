@@ -193,7 +193,7 @@ static int step_report(struct rt_trainer *t, struct rt_epoch *e, const struct rt
     e->loss_sum += s->loss;
     e->correct += s->correct;
     e->seen += nl;
-    e->seen_all += s->counts;
+    e->seen_all += s->n; /* the step's batch: global (sync, average) or local (gossip) */
     w->loss += s->loss;
     w->correct += s->correct;
     w->seen += nl;
@@ -222,7 +222,6 @@ static int train_step(struct rt_trainer *t, struct rt_epoch *e, struct rt_step *
     s->a = 0;
     s->b = s->n;
     s->gscale = 1.0f / (float)s->n;
-    s->counts = s->n;
     s->seed = rt_step_seed(t->c.seed, t->pos.step);
     RT_TRY(t->mode->part(t, s));
     if (s->a > 0) /* each part of a batch draws its own dropout masks */

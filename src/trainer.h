@@ -75,7 +75,6 @@ struct rt_step {
     long a, b;                     /* this worker's part [a, b) */
     float gscale;                  /* gradient scale of backward */
     uint64_t seed;                 /* dropout seed */
-    long counts;                   /* images the throughput counts for this step */
     double loss;
     long correct;
     double t_compute, cpu_compute; /* clocks when compute started */
