@@ -711,7 +711,7 @@ static void test_stale_temp_files_removed(void **state)
     snprintf(names[3], sizeof names[3], "last.safetensors");                   /* a checkpoint */
     snprintf(names[4], sizeof names[4], ".notes.tmp.%ld", (long)dead);         /* not ours */
     snprintf(names[5], sizeof names[5], "last.safetensors.tmp.%ld.0", (long)dead); /* no dot */
-    char path[512];
+    char path[1024];
     for (int i = 0; i < 6; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         FILE *f = fopen(path, "w");

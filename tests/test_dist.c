@@ -425,10 +425,7 @@ int main(void)
 {
     if (!(ragtag = getenv("RAGTAG")))
         ragtag = "./src/ragtag";
-    struct stat st;
-    if (stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", &st) != 0 &&
-        !getenv("RAGTAG_DATA_DIR"))
-        TU_SKIP_PROGRAM("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)");
+    TU_NEED_FASHION_MNIST();
     snprintf(tmp, sizeof tmp, "%s", tu_tmpdir());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_workers_equal_one_big_batch),

@@ -241,10 +241,7 @@ static void test_average_exchanges_every_h_steps(void **state)
 
 int main(void)
 {
-    struct stat st;
-    if (stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", &st) != 0 &&
-        !getenv("RAGTAG_DATA_DIR"))
-        TU_SKIP_PROGRAM("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)");
+    TU_NEED_FASHION_MNIST();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_one_rank_is_one_process),
         cmocka_unit_test(test_sync_clipping_needs_one_more_reduction),

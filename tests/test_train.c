@@ -219,10 +219,7 @@ static void test_option_errors(void **state)
 
 int main(void)
 {
-    struct stat st;
-    if (stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", &st) != 0 &&
-        !getenv("RAGTAG_DATA_DIR"))
-        TU_SKIP_PROGRAM("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)");
+    TU_NEED_FASHION_MNIST();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_option_errors),
         cmocka_unit_test(test_log_every_lines),

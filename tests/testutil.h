@@ -58,4 +58,14 @@ static inline const char *tu_tmpdir(void)
         exit(77);                                                              \
     } while (0)
 
+/* Skip the program when Fashion-MNIST (Debian's dataset-fashion-mnist, or
+ * RAGTAG_DATA_DIR) is not there: the tests that train need real data. */
+#define TU_NEED_FASHION_MNIST()                                                \
+    do {                                                                       \
+        if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", \
+                   F_OK) != 0 && !getenv("RAGTAG_DATA_DIR"))                   \
+            TU_SKIP_PROGRAM("Fashion-MNIST not installed (apt-get install "    \
+                            "dataset-fashion-mnist)");                         \
+    } while (0)
+
 #endif
