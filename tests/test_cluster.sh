@@ -50,6 +50,11 @@ wait_workers() {
   pids=""
 }
 
+training_started() { # log: wait (up to 30 s) until a run's first plan or epoch line
+  i=0
+  while [ $i -lt 300 ] && ! grep -q "\[plan\]\|epoch 1/" "$1"; do sleep 0.1; i=$((i + 1)); done
+}
+
 check_run() { # what log status
   if [ "$3" -eq 0 ] && grep -q "replicas identical" "$2"; then ok "$1"; else
     bad "$1 (status $3)"; tail -n 20 "$2"; fi
@@ -185,9 +190,7 @@ else bad "2-worker resume (status $st)"; tail -n 20 "$tmp/c10.log"; fi
 # ---- kill -9 of the `train --workers` parent: no worker outlives it ---------------------
 "$RAGTAG" train "$model" --workers 2 --threads 1 --data fashion-mnist --limit 12000 --val 0 \
   --epochs 5 --batch 32 --progress lines >"$tmp/c11.log" 2>&1 & c=$!
-kids=""
-i=0
-while [ $i -lt 300 ] && ! grep -q "epoch 1/5\|\[plan\]" "$tmp/c11.log"; do sleep 0.1; i=$((i + 1)); done
+training_started "$tmp/c11.log"
 kids=$(pgrep -P $c | tr '\n' ' ')
 kill -9 $c
 wait $c 2>/dev/null
@@ -205,8 +208,7 @@ port=$((port + 1))
   >"$tmp/c12.log" 2>&1 & c=$!
 worker k1 127.0.0.2 "$tmp/k1.log"; k1=$!
 worker k2 127.0.0.3 "$tmp/k2.log"; k2=$!
-i=0
-while [ $i -lt 300 ] && ! grep -q "\[plan\]\|epoch 1/" "$tmp/c12.log"; do sleep 0.1; i=$((i + 1)); done
+training_started "$tmp/c12.log"
 sleep 1
 kill -9 $c
 wait $c 2>/dev/null
@@ -226,8 +228,7 @@ port=$((port + 1))
   --limit 12000 --val 0 --epochs 50 --batch 32 --progress lines >"$tmp/c13.log" 2>&1 & c=$!
 worker d1 127.0.0.2 "$tmp/d1.log"; d1=$!
 worker d2 127.0.0.3 "$tmp/d2.log"; d2=$!
-i=0
-while [ $i -lt 300 ] && ! grep -q "\[plan\]\|epoch 1/" "$tmp/c13.log"; do sleep 0.1; i=$((i + 1)); done
+training_started "$tmp/c13.log"
 sleep 1
 kill -9 $d2
 t0=$(date +%s)
