@@ -22,6 +22,8 @@ const char *rt_strerror(int status)
     case RT_ERR_NET: return "network error";
     case RT_ERR_TIMEOUT: return "timed out";
     case RT_ERR_INTERRUPTED: return "interrupted";
+    case RT_ERR_REGROUP: return "the members changed";
+    case RT_ERR_EXPELLED: return "expelled from the run";
     default: return "unknown error";
     }
 }

@@ -26,7 +26,9 @@ typedef enum rt_status {
     RT_ERR_ARG = -9,         /* bad argument from a caller */
     RT_ERR_NET = -10,        /* network or peer failure */
     RT_ERR_TIMEOUT = -11,    /* a wait ran out */
-    RT_ERR_INTERRUPTED = -12 /* stopped by a signal */
+    RT_ERR_INTERRUPTED = -12, /* stopped by a signal */
+    RT_ERR_REGROUP = -13,    /* the members of a run changed under a collective */
+    RT_ERR_EXPELLED = -14    /* this worker was dropped from its run */
 } rt_status;
 
 /* Name of a status code, e.g. "format error". Never NULL. */

@@ -65,12 +65,6 @@ struct coord_ckpt {
     rt_optim *copt;
     size_t np, ns;
     char last_path[1100], best_path[1100];
-    /* the "last" checkpoint of last_step, part by part */
-    float *last_params, *last_state;
-    long last_step;
-    unsigned char *last_got;
-    int last_count;
-    bool last_have_params;
     /* --resume: the checkpoint's position, its best weights */
     bool resuming, have_best;
     struct rt_train_pos rpos;

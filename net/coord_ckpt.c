@@ -1,8 +1,7 @@
 /* coord_ckpt.c — checkpoints of a run, written by the coordinator: rank 0
- * sends the weights, every rank the optimiser slice it owns; "last" is
- * saved once every part of one step is in, "best" and "final" (weights
- * only) as rank 0 sends them. --resume reads them back and hands each
- * worker its slice with "start". */
+ * sends the weights, the state and (for "last") the whole optimiser state,
+ * which every worker holds; the coordinator writes them as they come.
+ * --resume reads them back and hands every worker all of it with "start". */
 #include "config.h"
 
 #include <errno.h>
@@ -48,12 +47,6 @@ int coord_ckpt_open(struct coord *k)
                    stale, stale == 1 ? "" : "s", c->checkpoint_dir);
     snprintf(ck->last_path, sizeof ck->last_path, "%s/last.safetensors", c->checkpoint_dir);
     snprintf(ck->best_path, sizeof ck->best_path, "%s/best.safetensors", c->checkpoint_dir);
-    ck->last_params = malloc((ck->np ? ck->np : 1) * sizeof(float));
-    ck->last_state = malloc((ck->ns ? ck->ns : 1) * sizeof(float));
-    ck->last_got = calloc(RT_MAX_WORKERS, 1);
-    if (!ck->last_params || !ck->last_state || !ck->last_got)
-        return rt_error(RT_ERR_NOMEM, "no memory to assemble checkpoints");
-    ck->last_step = -1;
     return RT_OK;
 }
 
@@ -62,9 +55,6 @@ void coord_ckpt_close(struct coord_ckpt *ck)
     rt_optim_destroy(&ck->copt);
     rt_model_destroy(&ck->cm);
     rt_dev_close(&ck->cpu);
-    free(ck->last_params);
-    free(ck->last_state);
-    free(ck->last_got);
     free(ck->best_params);
     free(ck->best_state);
     memset(ck, 0, sizeof *ck);
@@ -104,7 +94,6 @@ int coord_ckpt_load_resume(struct coord *k)
                         ck->last_path, (unsigned long long)ck->rpos.seed,
                         (unsigned long long)c->seed);
     ck->resuming = true;
-    ck->last_step = ck->rpos.step;
     coord_note("resuming from %s at epoch %ld, step %ld", ck->last_path, ck->rpos.epoch,
                ck->rpos.step);
     return RT_OK;
@@ -129,13 +118,12 @@ static void put_resume(struct coord *k, size_t lo, size_t hi, int nopt)
     rt_wire_put_bool(&k->wr, "best", ck->have_best);
 }
 
-/* "start" of a resumed run: position, weights, this rank's optimiser
- * slice, and the best weights when early stopping needs them. */
+/* "start" of a resumed run: position, weights, the optimiser state, and
+ * the best weights when early stopping needs them. */
 int coord_ckpt_send_resume(struct coord *k, struct coord_worker *w)
 {
     const struct coord_ckpt *ck = &k->ck;
-    size_t lo, hi;
-    rt_slice(ck->np, k->nw, w->rank, &lo, &hi);
+    size_t lo = 0, hi = ck->np;
     int nopt = rt_optim_state_count(ck->copt);
     put_resume(k, lo, hi, nopt);
     RT_TRY(rt_wire_end(&k->wr));
@@ -182,24 +170,18 @@ static int read_part(struct coord *k, struct part *p)
     return RT_OK;
 }
 
-/* Why a part from rank `rank` does not fit this run's checkpoints, or NULL. */
-static const char *misfit(struct coord *k, const struct part *p, int rank)
+/* Why a part does not fit this run's checkpoints, or NULL. */
+static const char *misfit(struct coord *k, const struct part *p)
 {
     const struct coord_ckpt *ck = &k->ck;
-    size_t elo, ehi;
-    rt_slice(ck->np, k->nw, rank, &elo, &ehi);
     bool last = !strcmp(p->which, "last");
-    bool want_params = rank == 0;
     int expect_opt = last ? rt_optim_state_count(ck->copt) : 0;
     if (!last && strcmp(p->which, "best") && strcmp(p->which, "final"))
         return "an unknown checkpoint kind";
-    if (!last && rank != 0)
-        return "best/final weights from a rank other than 0";
-    if (p->lo != elo || p->hi != ehi)
-        return "an optimiser slice that is not this rank's";
-    if ((p->np != 0) != want_params || (p->np && p->np != ck->np) ||
-        (want_params && p->ns != ck->ns) || (!want_params && p->ns))
-        return "weights from the wrong rank or of the wrong size";
+    if (p->lo != 0 || p->hi != (last ? ck->np : p->hi))
+        return "optimiser state that is not the whole model's";
+    if (p->np != ck->np || p->ns != ck->ns)
+        return "weights of the wrong size";
     if ((int)p->nopt != expect_opt)
         return "the wrong number of optimiser buffers";
     if (k->fr.n != 2 + (int)p->nopt + (p->np ? 1 : 0) + (p->ns ? 1 : 0))
@@ -227,46 +209,15 @@ static int upload_model(struct coord_ckpt *ck, const float *params, const float 
     return RT_OK;
 }
 
-/* A new step's parts make the last one's, if any are missing, stale. */
-static void last_begin_step(struct coord *k, long step)
+/* "last": the weights, the state and the optimiser state of one step. */
+static int last_save(struct coord *k, const struct part *p, const struct rt_train_pos *pos)
 {
     struct coord_ckpt *ck = &k->ck;
-    if (step == ck->last_step)
-        return;
-    if (ck->last_count)
-        coord_note("checkpoint of step %ld incomplete (%d of %d parts) when step %ld began: "
-                   "skipped", ck->last_step, ck->last_count, k->nw, step);
-    ck->last_step = step;
-    ck->last_count = 0;
-    ck->last_have_params = false;
-    memset(ck->last_got, 0, (size_t)k->nw);
-}
-
-/* One rank's part of "last"; saved when every rank's is in. */
-static int last_add(struct coord *k, const struct part *p, int rank,
-                    const struct rt_train_pos *pos)
-{
-    struct coord_ckpt *ck = &k->ck;
-    last_begin_step(k, (long)p->step);
-    if (ck->last_got[rank])
-        return RT_OK;
-    ck->last_got[rank] = 1;
-    ck->last_count++;
     for (size_t i = 0; i < p->nopt; i++)
-        memcpy((float *)rt_view_host(rt_optim_state(ck->copt, (int)i)) + p->lo,
-               rt_zframe_data(&k->fr, 2 + (int)i), (p->hi - p->lo) * sizeof(float));
-    if (p->params) {
-        memcpy(ck->last_params, p->params, ck->np * sizeof(float));
-        if (ck->ns)
-            memcpy(ck->last_state, p->state, ck->ns * sizeof(float));
-        ck->last_have_params = true;
-    }
-    if (ck->last_count < k->nw || !ck->last_have_params)
-        return RT_OK;
-    RT_TRY(upload_model(ck, ck->last_params, ck->last_state));
+        memcpy(rt_view_host(rt_optim_state(ck->copt, (int)i)), rt_zframe_data(&k->fr, 2 + (int)i),
+               ck->np * sizeof(float));
+    RT_TRY(upload_model(ck, p->params, p->state));
     rt_optim_set_steps(ck->copt, (long)p->step);
-    ck->last_count = 0;
-    memset(ck->last_got, 0, (size_t)k->nw);
     return rt_checkpoint_save(ck->last_path, ck->cm, ck->copt, pos);
 }
 
@@ -279,7 +230,7 @@ int coord_ckpt_part(struct coord *k, struct coord_worker *w)
         rt_wire_drop(&k->drops, w->m.name, rt_error_detail());
         return RT_OK;
     }
-    const char *bad = misfit(k, &p, w->rank);
+    const char *bad = misfit(k, &p);
     if (bad) {
         rt_wire_drop(&k->drops, w->m.name, bad);
         return RT_OK;
@@ -299,5 +250,5 @@ int coord_ckpt_part(struct coord *k, struct coord_worker *w)
     }
     if (!ck->last_path[0])
         return RT_OK;
-    return last_add(k, &p, w->rank, &pos);
+    return last_save(k, &p, &pos);
 }

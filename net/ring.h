@@ -50,7 +50,8 @@ struct rt_ring_config {
     const struct rt_membership *members; /* ranks in order; gen inside */
     int rank;
     void *zctx;                          /* the ZeroMQ context of `inbox` */
-    void **inbox;                        /* this rank's bound PULL socket: taken */
+    void **inbox;                        /* this rank's bound PULL socket: taken (left
+                                            to the caller when the set-up fails) */
     bool allow_shm;                      /* shared memory to same-host neighbours */
     size_t chunk_bytes;                  /* 0: RT_RING_DEFAULT_CHUNK */
     int shm_slots;                       /* 0: 8 */
@@ -65,6 +66,10 @@ struct rt_ring_config {
  * of the ring call this at about the same time). */
 rt_ring *rt_ring_new(const struct rt_ring_config *c);
 void rt_ring_destroy(rt_ring **r);
+
+/* Take the ring's inbox back (before rt_ring_destroy), for the ring of
+ * the next generation: peers keep sending to the same address. */
+void *rt_ring_release_inbox(rt_ring *r);
 
 int rt_ring_rank(const rt_ring *r);
 int rt_ring_size(const rt_ring *r);

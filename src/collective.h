@@ -38,6 +38,14 @@ struct rt_collective_ops {
      * allreduce, it is the same on every rank. */
     void (*vote)(void *ctx, uint32_t votes);
     uint32_t (*agreed)(void *ctx);
+    /* Membership. Any collective may answer RT_ERR_REGROUP: a worker was
+     * lost or one joins, the collective did not complete (on this rank) and
+     * its buffer is undefined. regroup() then forms the new group and gives
+     * this worker's rank and world in it; it may itself answer
+     * RT_ERR_REGROUP when the members change again meanwhile. Without a
+     * change pending it returns the current group at once. NULL: the
+     * members never change. */
+    int (*regroup)(void *ctx, int *rank, int *world);
 };
 
 typedef struct rt_collective {

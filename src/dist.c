@@ -19,16 +19,14 @@ int rt_dist_even_rows(const struct rt_trainer *t)
     return (t->c.batch + t->world - 1) / t->world;
 }
 
-int rt_dist_init(struct rt_trainer *t, struct rt_dist *d, bool balanced, bool roles, bool sliced,
+int rt_dist_init(struct rt_trainer *t, struct rt_dist *d, bool balanced, bool roles,
                  int loader_batch)
 {
     t->ms = d;
     d->last_norm = NAN;
-    d->sliced = sliced;
     RT_TRY(rt_replica_init(&d->r, t->coll, t->m, t->c.threads));
     RT_TRY(rt_planner_init(&d->pl, t, balanced, roles));
-    d->olo = sliced ? d->r.lo : 0;
-    t->opt = rt_optim_new(d->r.odev, &t->c.optim, sliced ? d->r.hi - d->r.lo : d->r.np);
+    t->opt = rt_optim_new(d->r.odev, &t->c.optim, d->r.np);
     if (!t->opt)
         return RT_ERR_CONFIG; /* rt_optim_new left the reason in the detail */
     if (!(t->loader = rt_loader_new(t->data.train, loader_batch, true, t->c.seed)))
@@ -73,8 +71,8 @@ static int measure_throughput(struct rt_trainer *t, struct rt_dist *d, double *i
     return rt_replica_push_state(&d->r);
 }
 
-/* Resuming: the coordinator read its checkpoint and sends each worker the
- * weights, its optimiser slice and the position. */
+/* Resuming: the coordinator read its checkpoint and sends every worker the
+ * weights, the optimiser state and the position. */
 static int dist_restore(struct rt_trainer *t, struct rt_dist *d)
 {
     const struct rt_reporter_ops *rep = t->rep.ops;
@@ -83,10 +81,10 @@ static int dist_restore(struct rt_trainer *t, struct rt_dist *d)
     float *os[2];
     int nopt = 0;
     for (int i = 0; i < rt_optim_state_count(t->opt) && i < 2; i++)
-        os[nopt++] = (float *)rt_view_host(rt_optim_state(t->opt, i)) + (d->r.lo - d->olo);
+        os[nopt++] = rt_view_host(rt_optim_state(t->opt, i));
     struct rt_ckpt_restore r = {.pos = &t->pos, .params = d->r.p, .np = d->r.np,
                                 .state = d->r.hstate, .ns = d->r.ns, .opt = os, .nopt = nopt,
-                                .lo = d->r.lo, .hi = d->r.hi, .best = t->best_host};
+                                .lo = 0, .hi = d->r.np, .best = t->best_host};
     int rc = rep->restore(t->rep.ctx, &r);
     if (rc <= 0)
         return rc;
@@ -96,10 +94,6 @@ static int dist_restore(struct rt_trainer *t, struct rt_dist *d)
                         "the checkpoint stopped at step %ld of epoch %ld, which does not fit %ld "
                         "steps per epoch: resume with the same data, --limit, --val and --batch",
                         pos->step, pos->epoch + 1, t->spe);
-    /* Local modes keep the whole optimiser state on every worker: the
-     * checkpoint gave each its slice, the ring completes them. */
-    for (int i = 0; !d->sliced && t->world > 1 && i < nopt; i++)
-        RT_TRY(COLL(t)->all_gather(CTX(t), os[i] - d->r.lo, d->r.np));
     RT_TRY(rt_replica_push(&d->r));
     RT_TRY(rt_replica_push_state(&d->r));
     rt_optim_set_steps(t->opt, pos->step);
@@ -120,10 +114,18 @@ int rt_dist_begin(struct rt_trainer *t, const char *mode_words)
              t->data.test ? t->data.test->n : 0, rt_model_param_count(t->m),
              rt_optim_kind_name(c->optim.kind), c->optim.lr, c->batch, t->world, c->epochs,
              mode_words);
-    RT_TRY(t->rep.ops->ready(t->rep.ctx, ips * d->pl.quota_scale, line));
+    int joined = t->rep.ops->ready(t->rep.ctx, ips * d->pl.quota_scale, line);
+    RT_TRY(joined);
+    d->pl.plan_speed = ips; /* gossip's first epoch is planned from it */
+    if (joined) {
+        /* a run under way took this worker in: its group and its state */
+        const rt_collective *c = t->coll;
+        RT_ASSERT(c->ops->regroup && t->mode->recover);
+        RT_TRY(c->ops->regroup(c->ctx, &t->rank, &t->world));
+        return t->mode->recover(t, true);
+    }
     RT_TRY(rt_replica_broadcast(&d->r));
     RT_TRY(dist_restore(t, d));
-    d->pl.plan_speed = ips; /* gossip's first epoch is planned from it */
     if (d->pl.balanced)
         RT_TRY(rt_planner_replan(&d->pl, t->pos.step, ips, "speeds measured at start"));
     return RT_OK;
@@ -134,7 +136,8 @@ int rt_dist_epoch_sums(struct rt_trainer *t, struct rt_epoch *e)
     struct rt_dist *d = t->ms;
     double s[6] = {e->loss_sum, (double)e->correct, (double)e->seen,
                    e->used[0], e->used[1], e->used[2]};
-    RT_TRY(COLL(t)->allreduce_f64(CTX(t), s, 6));
+    if (!e->sums_global)
+        RT_TRY(COLL(t)->allreduce_f64(CTX(t), s, 6));
     RT_TRY(rt_replica_average_state(&d->r));
     e->loss_sum = s[0];
     e->correct = (long)s[1];
@@ -178,23 +181,21 @@ int rt_dist_agree(struct rt_trainer *t, void *buf, size_t bytes)
     return COLL(t)->broadcast(CTX(t), buf, bytes, 0);
 }
 
-/* This rank's part of a checkpoint: its optimiser slice (with_opt), and on
- * rank 0 the parameters and the state. */
+/* A checkpoint, from rank 0 alone: every worker holds the whole optimiser
+ * state (with_opt), the parameters and the state. */
 static int send_part(struct rt_trainer *t, struct rt_dist *d, const char *which, bool with_opt)
 {
-    struct rt_ckpt_part part = {.pos = &t->pos, .lo = d->r.lo, .hi = d->r.hi};
-    if (t->rank == 0) {
-        RT_TRY(rt_replica_pull(&d->r));
-        RT_TRY(rt_replica_pull_state(&d->r));
-        part.params = d->r.p;
-        part.np = d->r.np;
-        part.state = d->r.ns ? d->r.hstate : NULL;
-        part.ns = d->r.ns;
-    }
+    struct rt_ckpt_part part = {.pos = &t->pos, .lo = 0, .hi = d->r.np};
+    RT_TRY(rt_replica_pull(&d->r));
+    RT_TRY(rt_replica_pull_state(&d->r));
+    part.params = d->r.p;
+    part.np = d->r.np;
+    part.state = d->r.ns ? d->r.hstate : NULL;
+    part.ns = d->r.ns;
     const float *os[2];
     const char *names[2];
     for (int i = 0; with_opt && i < rt_optim_state_count(t->opt) && i < 2; i++) {
-        os[i] = (const float *)rt_view_host(rt_optim_state(t->opt, i)) + (d->r.lo - d->olo);
+        os[i] = rt_view_host(rt_optim_state(t->opt, i));
         names[i] = rt_optim_state_name(t->opt, i);
         part.nopt++;
     }
@@ -209,7 +210,7 @@ int rt_dist_checkpoint(struct rt_trainer *t, enum rt_ckpt_which which)
     switch (which) {
     case RT_CKPT_LAST:
     case RT_CKPT_STOP:
-        return t->rep.want_checkpoints ? send_part(t, d, "last", true) : RT_OK;
+        return t->rep.want_checkpoints && t->rank == 0 ? send_part(t, d, "last", true) : RT_OK;
     case RT_CKPT_BEST:
         return t->rep.want_checkpoints && t->rank == 0 ? send_part(t, d, "best", false) : RT_OK;
     case RT_CKPT_FINAL:

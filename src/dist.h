@@ -11,8 +11,6 @@
 struct rt_dist {
     struct rt_replica r;
     struct rt_planner pl;
-    bool sliced;        /* the optimiser covers this rank's slice only (sync) */
-    size_t olo;         /* first parameter the optimiser covers: lo, or 0 */
     double last_norm;   /* the gradient's norm at the last step (NaN: not measured) */
     long local_steps;   /* local optimiser steps (average, gossip) */
     double local_train; /* seconds in step loops (average, gossip) */
@@ -22,9 +20,9 @@ struct rt_dist {
 /* The images of an even share of the batch, rounded up. */
 int rt_dist_even_rows(const struct rt_trainer *t);
 /* Set d up (t->ms = d): the replica, the planner, the optimiser on the host
- * (sliced: this rank's slice of the parameters, else all of them), the
- * loader walking batches of loader_batch. */
-int rt_dist_init(struct rt_trainer *t, struct rt_dist *d, bool balanced, bool roles, bool sliced,
+ * for all the parameters (every worker holds the whole optimiser state, so
+ * none is lost with a worker), the loader walking batches of loader_batch. */
+int rt_dist_init(struct rt_trainer *t, struct rt_dist *d, bool balanced, bool roles,
                  int loader_batch);
 /* Measure, report ready with the run's summary (+ the mode's words), start
  * from rank 0's replica or the checkpoint the coordinator holds. */
@@ -39,6 +37,9 @@ int rt_dist_evaluate(struct rt_trainer *t, const rt_dataset *ds, double *loss, d
 int rt_dist_agree(struct rt_trainer *t, void *buf, size_t bytes);
 int rt_dist_checkpoint(struct rt_trainer *t, enum rt_ckpt_which which);
 int rt_dist_end(struct rt_trainer *t);
+/* After a change of members: the most advanced member's state to all
+ * (fresh: this worker has none yet), and a new plan. */
+int rt_dist_recover(struct rt_trainer *t, bool fresh);
 void rt_dist_free(struct rt_dist *d);
 
 /* One optimiser step of this worker alone on all of its parameters (host). */

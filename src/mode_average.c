@@ -27,7 +27,7 @@ static int average_init(struct rt_trainer *t)
     struct average *a = calloc(1, sizeof *a);
     if (!a)
         return rt_error(RT_ERR_NOMEM, "out of memory");
-    return rt_dist_init(t, &a->d, t->c.partition == RT_PARTITION_BALANCED, true, false,
+    return rt_dist_init(t, &a->d, t->c.partition == RT_PARTITION_BALANCED, true,
                         t->c.batch);
 }
 

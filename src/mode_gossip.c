@@ -26,7 +26,7 @@ static int gossip_init(struct rt_trainer *t)
     struct gossip *g = calloc(1, sizeof *g);
     if (!g)
         return rt_error(RT_ERR_NOMEM, "out of memory");
-    RT_TRY(rt_dist_init(t, &g->d, false, false, false, rt_dist_even_rows(t)));
+    RT_TRY(rt_dist_init(t, &g->d, false, false, rt_dist_even_rows(t)));
     if (!(g->mean = malloc((g->d.r.np ? g->d.r.np : 1) * sizeof(float))))
         return rt_error(RT_ERR_NOMEM, "out of memory");
     return RT_OK;

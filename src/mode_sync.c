@@ -1,50 +1,54 @@
 /* mode_sync.c — --mode sync (the default): one global batch per step, cut by
- * the plan; the gradient is reduce-scattered, each rank updates its slice
- * of the parameters on the host, the parameters are all-gathered. The maths
- * of one machine with the whole batch, and replicas bitwise identical.
+ * the plan; the gradient is summed over the workers with one allreduce and
+ * every worker runs the same update on the host, on all the parameters.
+ * The maths of one machine with the whole batch, and replicas bitwise
+ * identical (every rank applies the same code to the same bits).
  *
- * A step goes to the network twice (reduce-scatter, all-gather), three
- * times when clipping needs the gradient's global norm before the update.
- * The norm is computed once, on the reduced slices; a --log-every step that
- * does not clip sends its slice's sum of squares with the window's sums.
+ * Every worker holds the whole optimiser state, so a lost worker takes none
+ * with it, and a step is all or nothing on each worker: its replica moves
+ * only once its allreduce completed. The step's counts (loss, correct,
+ * samples, which samples: src/tally.h) ride in the gradient's spare tail,
+ * so every worker knows the batch's, and the epoch's, counts at once. A
+ * step goes to the network once.
  *
- * Measured and not kept: pipelining the optimiser into the collective
- * (each part of the slice updated as soon as it is summed, sent on at
- * once). On 2 cores with 2 workers the update ran on the thread that moves
- * the data, nothing overlapped, and seedcnn steps got slower (2.7-3.1 ms
- * of communication per step against 2.0-2.5 ms this way). */
+ * Measured before: each rank updating its slice only, between a
+ * reduce-scatter and an all-gather of the parameters (the same bytes on
+ * the wire), left the optimiser state of a lost worker's slice nowhere.
+ * The replicated update costs each worker the whole update instead of a
+ * 1/N slice (bench/README.md has the figures). */
 #include "config.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 #include "dist.h"
+#include "tally.h"
 #include "status.h"
 #include "train-testing.h"
 
 struct sync {
     struct rt_dist d; /* first: the shared methods see a struct rt_dist */
-    double slice_ss;  /* this slice's sum of squares for the log line, or NaN */
 };
 
-static int sync_rows(const struct rt_trainer *t)
-{
-    return t->c.partition == RT_PARTITION_BALANCED ? t->c.batch : rt_dist_even_rows(t);
-}
+/* Any share up to the whole batch: the members, and so the shares, change. */
+static int sync_rows(const struct rt_trainer *t) { return t->c.batch; }
 
 static int sync_init(struct rt_trainer *t)
 {
     struct sync *s = calloc(1, sizeof *s);
     if (!s)
         return rt_error(RT_ERR_NOMEM, "out of memory");
-    s->slice_ss = NAN;
-    return rt_dist_init(t, &s->d, t->c.partition == RT_PARTITION_BALANCED, true, true,
+    return rt_dist_init(t, &s->d, t->c.partition == RT_PARTITION_BALANCED, true,
                         t->c.batch);
 }
 
 static int sync_begin(struct rt_trainer *t) { return rt_dist_begin(t, ""); }
 
-static int sync_epoch_begin(struct rt_trainer *t, struct rt_epoch *e) { return RT_OK; }
+static int sync_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
+{
+    e->sums_global = true; /* every step's counts are the batch's */
+    return RT_OK;
+}
 
 static int sync_part(struct rt_trainer *t, struct rt_step *s)
 {
@@ -57,28 +61,24 @@ static int sync_part(struct rt_trainer *t, struct rt_step *s)
     return RT_OK;
 }
 
-/* Reduce-scatter, the norm once, this rank's update, all-gather. */
-static int sync_update(struct rt_trainer *t, struct sync *sy, const struct rt_step *s)
+/* The gradient and the step's counts summed, the norm when it is needed,
+ * the update of all the parameters. */
+static int sync_update(struct rt_trainer *t, struct sync *sy, struct rt_step *s)
 {
     const rt_collective *c = t->coll;
     struct rt_replica *r = &sy->d.r;
     RT_TRY(rt_replica_pull_grads(r));
-    RT_TRY(c->ops->reduce_scatter(c->ctx, r->g, r->np));
-    size_t n = r->hi - r->lo;
-    rt_view gs = rt_view_at(r->gv, r->lo), ps = rt_view_at(r->pv, r->lo);
+    rt_tally_encode(&s->tally, r->g + r->np);
+    RT_TRY(c->ops->allreduce(c->ctx, r->g, r->np + RT_TALLY_FLOATS));
+    rt_tally_decode(r->g + r->np, &s->tally);
     double norm = NAN;
-    sy->slice_ss = NAN;
-    if (t->c.optim.clip_norm > 0.0f) {
+    if (t->c.optim.clip_norm > 0.0f || s->log_now) {
         double ss = 0.0;
-        RT_TRY(rt_op_sumsq(r->odev, n, gs, &ss));
-        RT_TRY(c->ops->allreduce_f64(c->ctx, &ss, 1));
+        RT_TRY(rt_op_sumsq(r->odev, r->np, r->gv, &ss));
         norm = sqrt(ss);
-    } else if (s->log_now) {
-        RT_TRY(rt_op_sumsq(r->odev, n, gs, &sy->slice_ss));
     }
     sy->d.last_norm = norm;
-    RT_TRY(rt_optim_update(t->opt, ps, gs, norm));
-    RT_TRY(c->ops->all_gather(c->ctx, r->p, r->np));
+    RT_TRY(rt_optim_update(t->opt, r->pv, r->gv, norm));
     return rt_replica_push(r);
 }
 
@@ -99,18 +99,14 @@ static int sync_after_backward(struct rt_trainer *t, struct rt_step *s)
     return RT_OK;
 }
 
+/* The window's sums are the batches' already (the counts travel with the
+ * gradient), and so is the norm. */
 static int sync_log_window(struct rt_trainer *t, const struct rt_step *s, double w[3],
                            bool *emit, double *grad_norm)
 {
     struct sync *sy = t->ms;
-    if (isnan(sy->slice_ss))
-        return rt_dist_log_window(t, s, w, emit, grad_norm);
-    double v[4] = {w[0], w[1], w[2], sy->slice_ss};
-    RT_TRY(t->coll->ops->allreduce_f64(t->coll->ctx, v, 4));
-    for (int i = 0; i < 3; i++)
-        w[i] = v[i];
     *emit = true;
-    *grad_norm = sy->d.last_norm = sqrt(v[3]);
+    *grad_norm = sy->d.last_norm;
     return RT_OK;
 }
 
@@ -143,6 +139,7 @@ const struct rt_mode_ops rt_mode_sync = {
     .evaluate = rt_dist_evaluate,
     .agree = rt_dist_agree,
     .checkpoint = rt_dist_checkpoint,
+    .recover = rt_dist_recover,
     .end = rt_dist_end,
     .destroy = sync_destroy,
 };

@@ -359,7 +359,8 @@ static int allocate(rt_model *m)
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].ninputs > 1)
             branch = big;
-    if (!(m->params = buf_floats(dev, m->nparams)) || !(m->grads = buf_floats(dev, m->nparams)) ||
+    if (!(m->params = buf_floats(dev, m->nparams)) ||
+        !(m->grads = buf_floats(dev, m->nparams + RT_MODEL_GRAD_SPARE)) ||
         !(m->state = buf_floats(dev, m->nstate)) || !(m->acts = buf_floats(dev, total)) ||
         !(m->deltas = buf_floats(dev, total)) || !(m->scratch[0] = buf_floats(dev, branch)) ||
         !(m->scratch[1] = buf_floats(dev, branch)) || !(m->tmp[0] = buf_floats(dev, big)) ||
@@ -375,7 +376,7 @@ static int allocate(rt_model *m)
     }
     /* defined contents before any init: zero weights, unit running variance */
     RT_TRY(rt_op_fill(dev, m->nparams, 0.0f, rt_buf_view(m->params)));
-    RT_TRY(rt_op_fill(dev, m->nparams, 0.0f, rt_buf_view(m->grads)));
+    RT_TRY(rt_op_fill(dev, m->nparams + RT_MODEL_GRAD_SPARE, 0.0f, rt_buf_view(m->grads)));
     for (int t = 0; t < m->ntensors; t++)
         if (m->tensors[t].info.state)
             RT_TRY(rt_op_fill(dev, m->tensors[t].info.count, m->tensors[t].init.value,

@@ -56,7 +56,11 @@ rt_dev *rt_model_dev(const rt_model *m);
 
 size_t rt_model_param_count(const rt_model *m);
 rt_view rt_model_params(const rt_model *m); /* param_count floats */
-rt_view rt_model_grads(const rt_model *m);  /* param_count floats */
+rt_view rt_model_grads(const rt_model *m);  /* param_count floats, then the spare */
+/* The gradient buffer holds this many floats after the gradients that the
+ * model never touches: a data-parallel step writes its counts there, so
+ * that they travel with the gradient in one message (src/tally.h). */
+#define RT_MODEL_GRAD_SPARE 32
 size_t rt_model_state_count(const rt_model *m);
 rt_view rt_model_state(const rt_model *m);  /* state_count floats (may be 0) */
 

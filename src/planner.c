@@ -43,15 +43,17 @@ int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balan
     int W = t->world;
     if (W > RT_MAX_WORKERS)
         return rt_error(RT_ERR_CONFIG, "%d workers: a run holds at most %d", W, RT_MAX_WORKERS);
-    p->speed = calloc((size_t)W, sizeof *p->speed);
-    p->active = calloc((size_t)W, sizeof *p->active);
-    p->share = calloc((size_t)W * 4, sizeof *p->share);
+    /* room for the most workers a run holds: the members may change */
+    const int M = RT_MAX_WORKERS;
+    p->speed = calloc((size_t)M, sizeof *p->speed);
+    p->active = calloc((size_t)M, sizeof *p->active);
+    p->share = calloc((size_t)M * 4, sizeof *p->share);
     if (!p->speed || !p->active || !p->share)
         return rt_error(RT_ERR_NOMEM, "out of memory");
-    p->off = p->share + W;
-    p->nshare = p->share + 2 * W;
-    p->noff = p->share + 3 * W;
-    for (int r = 0; r < W; r++) {
+    p->off = p->share + M;
+    p->nshare = p->share + 2 * M;
+    p->noff = p->share + 3 * M;
+    for (int r = 0; r < M; r++) {
         p->active[r] = true;
         p->speed[r] = 1.0;
     }
@@ -196,6 +198,20 @@ double rt_planner_rate(const struct rt_planner *p)
 {
     double mine = rt_speedo_rate(&p->speedo);
     return mine > 0.0 ? mine : p->plan_speed;
+}
+
+int rt_planner_regroup(struct rt_planner *p)
+{
+    const struct rt_trainer *t = p->t;
+    for (int r = 0; r < RT_MAX_WORKERS; r++) {
+        p->active[r] = true;
+        p->share[r] = 0;
+    }
+    p->replan_due = false;
+    if (!p->balanced)
+        return RT_OK;
+    /* shares at 0: the new plan counts as a change, and rank 0 logs it */
+    return rt_planner_replan(p, t->pos.step, rt_planner_rate(p), "the members changed");
 }
 
 int rt_planner_replan_if_due(struct rt_planner *p, long step)

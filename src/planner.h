@@ -49,6 +49,9 @@ void rt_planner_free(struct rt_planner *p);
 /* Exchange speeds (mine: this worker's compute speed) and make the plan;
  * logged by rank 0 when it changes. */
 int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *why);
+/* The members changed (t's rank and world are the new group's): everybody
+ * active again, speeds exchanged, a new plan. */
+int rt_planner_regroup(struct rt_planner *p);
 /* The plan due since the last exchange's votes, if any. */
 int rt_planner_replan_if_due(struct rt_planner *p, long step);
 /* This worker's part [a, b) of a global batch of n (full: the whole batch). */

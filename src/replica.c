@@ -27,7 +27,7 @@ int rt_replica_init(struct rt_replica *r, const rt_collective *coll, rt_model *m
             return RT_ERR_DEVICE;
         r->odev = r->hdev;
         r->hp = rt_buf_new(r->hdev, (r->np ? r->np : 1) * sizeof(float));
-        r->hg = rt_buf_new(r->hdev, (r->np ? r->np : 1) * sizeof(float));
+        r->hg = rt_buf_new(r->hdev, (r->np + RT_MODEL_GRAD_SPARE) * sizeof(float));
         if (!r->hp || !r->hg)
             return rt_error(RT_ERR_NOMEM, "no host memory for a copy of %zu parameters", r->np);
         r->pv = rt_buf_view(r->hp);

@@ -58,7 +58,8 @@ int rt_trainer_compute(struct rt_trainer *t, struct rt_step *s, long a, int n, f
     RT_TRY(rt_upload(t->dev, x, s->x + (size_t)a * t->chw, (size_t)n * t->chw * sizeof(float)));
     RT_TRY(rt_upload(t->dev, y, s->y + a, (size_t)n * sizeof(int32_t)));
     RT_TRY(rt_model_forward(t->m, x, n, true, s->seed));
-    RT_TRY(rt_model_loss(t->m, y, n, count ? &s->loss : NULL, count ? &s->correct : NULL, NULL));
+    RT_TRY(rt_model_loss(t->m, y, n, count ? &s->tally.loss : NULL,
+                         count ? &s->tally.correct : NULL, NULL));
     return rt_model_backward(t->m, x, y, n, gscale);
 }
 
@@ -145,7 +146,7 @@ struct window {
     long correct, seen;
 };
 
-static int step_compute(struct rt_trainer *t, struct rt_epoch *e, struct rt_step *s)
+static int step_compute(struct rt_trainer *t, struct rt_step *s)
 {
     long nl = s->b - s->a;
     if (nl == 0) /* standby, or a batch smaller than the cluster */
@@ -154,12 +155,9 @@ static int step_compute(struct rt_trainer *t, struct rt_epoch *e, struct rt_step
     /* every sample once per epoch: count, and sums of the indices and of
      * their squares, checked over all workers at the epoch's end */
     const uint32_t *idx = rt_loader_indices(t->loader);
-    for (long i = s->a; i < s->b; i++) {
-        double v = (double)idx[i];
-        e->used[0] += 1.0;
-        e->used[1] += v;
-        e->used[2] += v * v;
-    }
+    s->tally.seen = nl;
+    for (long i = s->a; i < s->b; i++)
+        rt_tally_add_index(&s->tally, idx[i]);
     return RT_OK;
 }
 
@@ -184,26 +182,32 @@ static int step_log(struct rt_trainer *t, const struct rt_epoch *e, const struct
     return t->rep.ops->metrics(t->rep.ctx, f, (int)(sizeof f / sizeof f[0]));
 }
 
-/* Progress, the log window, divergence: after the step's update. */
+/* Progress, the log window, divergence: after the step's update, with the
+ * step's counts (this worker's, or the batch's when the mode made them
+ * global). */
 static int step_report(struct rt_trainer *t, struct rt_epoch *e, const struct rt_step *s,
                        struct window *w, double *last_report)
 {
-    long nl = s->b - s->a;
+    const struct rt_tally *k = &s->tally;
+    double used[3];
+    rt_tally_used(k, used);
     e->done++;
-    e->loss_sum += s->loss;
-    e->correct += s->correct;
-    e->seen += nl;
+    e->loss_sum += k->loss;
+    e->correct += k->correct;
+    e->seen += k->seen;
+    for (int i = 0; i < 3; i++)
+        e->used[i] += used[i];
     e->seen_all += s->n; /* the step's batch: global (sync, average) or local (gossip) */
-    w->loss += s->loss;
-    w->correct += s->correct;
-    w->seen += nl;
+    w->loss += k->loss;
+    w->correct += k->correct;
+    w->seen += k->seen;
     double now = rt_now();
     e->t_train = now - e->t0;
-    if (!isfinite(s->loss))
+    if (!isfinite(k->loss))
         return rt_error(RT_ERR_CONFIG,
                         "training diverged at step %ld (epoch %ld): the loss is %g; try a "
                         "smaller --lr or --clip-norm",
-                        t->pos.step, e->epoch + 1, s->loss);
+                        t->pos.step, e->epoch + 1, k->loss);
     long done;
     double ips;
     t->mode->progress(t, e, &done, &ips);
@@ -217,7 +221,7 @@ static int step_report(struct rt_trainer *t, struct rt_epoch *e, const struct rt
     return s->log_now ? step_log(t, e, s, w, done, ips) : RT_OK;
 }
 
-static int train_step(struct rt_trainer *t, struct rt_epoch *e, struct rt_step *s)
+static int train_step(struct rt_trainer *t, struct rt_step *s)
 {
     s->a = 0;
     s->b = s->n;
@@ -226,7 +230,7 @@ static int train_step(struct rt_trainer *t, struct rt_epoch *e, struct rt_step *
     RT_TRY(t->mode->part(t, s));
     if (s->a > 0) /* each part of a batch draws its own dropout masks */
         s->seed = rt_step_seed(s->seed ^ ((uint64_t)s->a * 0xA24BAED4963EE407ull), t->pos.step);
-    RT_TRY(step_compute(t, e, s));
+    RT_TRY(step_compute(t, s));
     s->log_now = t->c.log_every > 0 && (t->pos.step + 1) % t->c.log_every == 0;
     return t->mode->after_backward(t, s);
 }
@@ -240,32 +244,74 @@ static int interrupted(struct rt_trainer *t)
     return rt_error(RT_ERR_INTERRUPTED, "training interrupted at step %ld", t->pos.step);
 }
 
+/* A collective answered RT_ERR_REGROUP: form the new group and take the
+ * state of its most advanced member (which may be one step, or one epoch's
+ * close, ahead of this one). */
+static int regroup(struct rt_trainer *t)
+{
+    const rt_collective *c = t->coll;
+    if (!c || !c->ops->regroup || !t->mode->recover)
+        return rt_error(RT_ERR_NET, "the members of the run changed and --mode %s cannot go "
+                        "on with other members", t->mode->name);
+    for (;;) {
+        int rc = c->ops->regroup(c->ctx, &t->rank, &t->world);
+        if (rc == RT_OK)
+            rc = t->mode->recover(t, false);
+        if (rc != RT_ERR_REGROUP)
+            return rc;
+    }
+}
+
+/* The epoch's steps are all taken (this worker's walk of them is over). */
+static bool steps_over(const struct rt_trainer *t, const struct rt_epoch *e)
+{
+    return t->pos.epoch > e->epoch || t->pos.step >= (e->epoch + 1) * t->spe;
+}
+
+/* One step, redone when the members change under it: from the position
+ * the new group agreed on, which may be past this epoch's steps (*over). */
+static int step_or_regroup(struct rt_trainer *t, struct rt_epoch *e, struct rt_step *s,
+                           bool *redo, bool *over)
+{
+    int rc = train_step(t, s);
+    *redo = rc == RT_ERR_REGROUP;
+    if (!*redo)
+        return rc;
+    long before = t->pos.step;
+    RT_TRY(regroup(t));
+    e->redone += t->pos.step <= before;
+    *over = steps_over(t, e);
+    if (*over)
+        return RT_OK;
+    return rt_loader_start(t->loader, e->epoch, t->pos.step - e->epoch * t->spe);
+}
+
 static int train_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_report)
 {
     e->first = t->pos.step - e->epoch * t->spe;
     e->count = -1;
-    e->whole = e->first == 0;
     RT_TRY(t->mode->epoch_begin(t, e));
     RT_TRY(rt_loader_start(t->loader, e->epoch, e->first));
     e->t0 = rt_now();
     struct window w = {0};
-    int rc;
+    int rc = 1;
     struct rt_step s;
-    while ((e->count < 0 || e->done < e->count) &&
+    bool over = steps_over(t, e), redo;
+    while (!over && (e->count < 0 || e->done < e->count) &&
            (rc = rt_loader_next(t->loader, &s.x, &s.y, &s.n)) > 0) {
         s = (struct rt_step){.x = s.x, .y = s.y, .n = s.n};
-        RT_TRY(train_step(t, e, &s));
+        RT_TRY(step_or_regroup(t, e, &s, &redo, &over));
+        if (redo) {
+            w = (struct window){0};
+            continue;
+        }
         RT_TRY(step_report(t, e, &s, &w, last_report));
         if (s.leave_epoch)
             break; /* the epoch's end tells everybody */
         if (s.stop)
             return interrupted(t);
     }
-    if (rc < 0)
-        return rc;
-    RT_TRY(t->mode->epoch_end(t, e));
-    t->pos.epoch = e->epoch + 1;
-    return RT_OK;
+    return over || rc >= 0 ? RT_OK : rc;
 }
 
 /* ---- the epoch's report, early stopping --------------------------------------------- */
@@ -285,6 +331,10 @@ static int epoch_line(struct rt_trainer *t, const struct rt_epoch *e, double sec
     if (e->has_consensus)
         len += snprintf(line + len, sizeof line - len, " | consensus distance %.3g (%.2g "
                                                        "relative)", e->consensus, e->consensus_rel);
+    if (e->redone)
+        len += snprintf(line + len, sizeof line - len, " | %ld step%s redone after the members "
+                                                       "changed", e->redone,
+                        e->redone == 1 ? "" : "s");
     snprintf(line + len, sizeof line - len, " | %.0f img/s, %.1f s", ips, secs);
     return t->rep.ops->line(t->rep.ctx, line);
 }
@@ -312,6 +362,8 @@ static int epoch_metrics(struct rt_trainer *t, const struct rt_epoch *e, double 
     FN("seconds", secs);
     if (e->has_samples)
         FI("samples", e->seen);
+    if (e->redone)
+        FI("steps_redone", e->redone);
     if (e->has_consensus) {
         FN("consensus_distance", e->consensus);
         FN("consensus_relative", e->consensus_rel);
@@ -436,16 +488,57 @@ static int restore_best(struct rt_trainer *t)
     return t->rep.ops->line(t->rep.ctx, line);
 }
 
+/* Early stopping's verdict follows from the position: a worker that took
+ * the state of a member that had closed the epoch stops with it. */
+static bool stops_early(const struct rt_trainer *t)
+{
+    return t->c.patience > 0 && t->pos.bad_epochs >= t->c.patience && t->have_best;
+}
+
+/* The epoch's close: settle the replicas, report, early stopping,
+ * checkpoint. Redone from its start when the members change under it
+ * (a mode that offers recover keeps epoch_end safe to redo), unless the
+ * member whose state this one took had closed it already. */
+static int close_once(struct rt_trainer *t, struct rt_epoch *e, bool *stop_early)
+{
+    RT_TRY(t->mode->epoch_end(t, e));
+    t->pos.epoch = e->epoch + 1;
+    RT_TRY(epoch_report(t, e));
+    RT_TRY(early_stopping(t, stop_early));
+    return t->mode->checkpoint(t, RT_CKPT_LAST);
+}
+
+static int close_epoch(struct rt_trainer *t, struct rt_epoch *e, bool *stop_early)
+{
+    for (;;) {
+        int rc = close_once(t, e, stop_early);
+        if (rc != RT_ERR_REGROUP)
+            return rc;
+        t->pos.epoch = e->epoch; /* nothing else changed before the last collective */
+        *stop_early = false;
+        RT_TRY(regroup(t));
+        if (t->pos.epoch > e->epoch) {
+            *stop_early = t->res->stopped_early = stops_early(t);
+            return RT_OK; /* closed by the member whose state this one took */
+        }
+    }
+}
+
 static int fit(struct rt_trainer *t)
 {
     bool stop_early = false;
     double last_report = 0.0;
-    for (long epoch = t->pos.epoch; epoch < t->c.epochs && !stop_early; epoch++) {
-        struct rt_epoch e = {.epoch = epoch, .t_epoch = rt_now()};
-        RT_TRY(train_epoch(t, &e, &last_report));
-        RT_TRY(epoch_report(t, &e));
-        RT_TRY(early_stopping(t, &stop_early));
-        RT_TRY(t->mode->checkpoint(t, RT_CKPT_LAST));
+    struct rt_epoch *e = t->ep;
+    while (t->pos.epoch < t->c.epochs && !stop_early) {
+        if (e->epoch != t->pos.epoch)
+            *e = (struct rt_epoch){.epoch = t->pos.epoch,
+                                   .whole = t->pos.step == t->pos.epoch * t->spe};
+        e->t_epoch = rt_now();
+        RT_TRY(train_epoch(t, e, &last_report));
+        if (t->pos.epoch == e->epoch)
+            RT_TRY(close_epoch(t, e, &stop_early));
+        else /* a regroup took the state of a member past this epoch's close */
+            stop_early = t->res->stopped_early = stops_early(t);
     }
     if (t->c.patience > 0 && t->have_best)
         RT_TRY(restore_best(t));
@@ -470,6 +563,8 @@ static int run(struct rt_trainer *t, const char *model_text)
     memset(t->res, 0, sizeof *t->res);
     t->res->test_loss = t->res->test_acc = -1.0;
     stop_requested = 0;
+    struct rt_epoch e = {.epoch = -1};
+    t->ep = &e; /* before begin: a worker that joins a run takes the epoch's sums */
     int rc = trainer_open(t, model_text);
     if (rc >= 0)
         rc = fit(t);

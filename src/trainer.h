@@ -18,6 +18,7 @@
 #include "evaluate.h"
 #include "model.h"
 #include "optim.h"
+#include "tally.h"
 #include "train.h"
 
 struct rt_mode_ops;
@@ -42,6 +43,8 @@ struct rt_trainer {
     size_t chw;                    /* floats per image */
     long ntrain, spe;              /* training images, steps per epoch */
     struct rt_train_pos pos;
+    struct rt_epoch *ep;           /* the epoch under way (its sums move with the
+                                    * state when the members change) */
     bool have_best;
     float *best_host;              /* the best weights, when not in a file */
     char last_path[1100], best_path[1100]; /* one process with --checkpoint */
@@ -54,7 +57,9 @@ struct rt_epoch {
     long first;                    /* the loader starts at this batch */
     long count;                    /* batches this worker walks; < 0: to the end */
     long done;                     /* batches walked */
-    bool whole;                    /* walked from its start (not resumed inside it) */
+    long redone;                   /* steps taken again after the members changed */
+    bool whole;                    /* counted from its start (not resumed inside it) */
+    bool sums_global;              /* the sums are over all workers already (sync) */
     double loss_sum;
     long correct, seen;            /* this worker's samples (after the reduction: all) */
     long seen_all;                 /* images this epoch's rate counts */
@@ -75,8 +80,8 @@ struct rt_step {
     long a, b;                     /* this worker's part [a, b) */
     float gscale;                  /* gradient scale of backward */
     uint64_t seed;                 /* dropout seed */
-    double loss;
-    long correct;
+    struct rt_tally tally;         /* this worker's part; the whole batch once a mode
+                                    * made it global (sync) */
     double t_compute, cpu_compute; /* clocks when compute started */
     bool log_now;                  /* a --log-every step */
     bool exchanged;                /* this step talked to the other workers */
@@ -116,6 +121,12 @@ struct rt_mode_ops {
     int (*agree)(struct rt_trainer *t, void *buf, size_t bytes);
     /* Keep a checkpoint (a file, or this rank's part to the coordinator). */
     int (*checkpoint)(struct rt_trainer *t, enum rt_ckpt_which which);
+    /* The members changed (a collective answered RT_ERR_REGROUP and the new
+     * group is formed; fresh: this worker just joined it): make every
+     * member's state that of the most advanced one — position, weights,
+     * optimiser, the epoch's sums — and plan for the new group. NULL: the
+     * mode cannot change members. */
+    int (*recover)(struct rt_trainer *t, bool fresh);
     /* The run is over: final weights, the replica hash, the mode's counts. */
     int (*end)(struct rt_trainer *t);
     /* Free the mode's state (t->ms may be NULL: init failed early). */

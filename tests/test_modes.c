@@ -4,10 +4,12 @@
  * reporter that records what it is told.
  *
  *   - sync on one rank computes exactly what one process computes, bit for
- *     bit, and a step goes to the network only as often as its maths needs:
- *     one reduce-scatter and one all-gather; the norm's reduction only when
- *     clipping needs it; a --log-every step's sums (and the norm) in one
- *     reduction;
+ *     bit, and a step goes to the network once: one allreduce of the
+ *     gradient with the step's counts in its tail (no reduction for the
+ *     norm, the --log-every windows or the epoch's sums);
+ *   - when the members change under a collective (RT_ERR_REGROUP), the
+ *     step is redone, or the epoch's close, and the run ends with the same
+ *     weights and counts as without the change;
  *   - a stop voted at step k stops every mode at step k with that step's
  *     checkpoint, and the vote never travels inside a gradient;
  *   - average mode talks to the others only every --sync-every steps.
@@ -25,6 +27,10 @@
 
 struct mock {
     long rs, ag, ar, ar64, bcast, ar64_elems;
+    size_t ar_elems;     /* of the last float allreduce */
+    long regroup_at_ar;  /* this float allreduce answers RT_ERR_REGROUP (0: none) */
+    long regroup_at_ar64;/* ... this f64 allreduce */
+    long regroups;
     uint32_t votes;
     long stop_at_rs; /* agreed() says stop once this many reduce-scatters ran (0: never) */
     long stop_at_ar; /* ... once this many float allreduces ran (0: never) */
@@ -47,13 +53,17 @@ static int m_ag(void *ctx, float *buf, size_t n)
 }
 static int m_ar(void *ctx, float *buf, size_t n)
 {
-    ((struct mock *)ctx)->ar++;
-    return RT_OK;
+    struct mock *m = ctx;
+    m->ar++;
+    m->ar_elems = n;
+    return m->ar == m->regroup_at_ar ? RT_ERR_REGROUP : RT_OK;
 }
 static int m_ar64(void *ctx, double *buf, size_t n)
 {
     struct mock *m = ctx;
     m->ar64++;
+    if (m->ar64 == m->regroup_at_ar64)
+        return RT_ERR_REGROUP;
     m->ar64_elems += (long)n;
     return RT_OK;
 }
@@ -73,9 +83,17 @@ static uint32_t m_agreed(void *ctx)
     return v;
 }
 
+static int m_regroup(void *ctx, int *rank, int *world)
+{
+    ((struct mock *)ctx)->regroups++;
+    *rank = 0;
+    *world = 1;
+    return RT_OK;
+}
+
 static const struct rt_collective_ops mock_coll = {
     .reduce_scatter = m_rs, .all_gather = m_ag, .allreduce = m_ar, .allreduce_f64 = m_ar64,
-    .broadcast = m_bcast, .vote = m_vote, .agreed = m_agreed,
+    .broadcast = m_bcast, .vote = m_vote, .agreed = m_agreed, .regroup = m_regroup,
 };
 
 static int r_ready(void *ctx, double ips, const char *summary)
@@ -163,15 +181,13 @@ static void sync_like_one_process(float clip)
     tu_assert_same_weights(one, dist);
     assert_true(m.ready);
     assert_int_equal(r2.steps, 34);
-    /* the network, per step: one reduce-scatter, one all-gather */
-    assert_int_equal(m.rs, 34);
-    assert_int_equal(m.ag, 34);
-    /* f64 reductions: the norm on every step when clipping; one per
-     * --log-every step (steps 10, 20, 30: the window's sums, with the norm
-     * when not clipping); at the epoch's end the sums, then val and test */
-    long per_step = clip > 0.0f ? 34 : 0;
-    assert_int_equal(m.ar64, per_step + 3 + 1 + 2);
-    assert_int_equal(m.ar64_elems, per_step + 3 * (clip > 0.0f ? 3 : 4) + 6 + 3 + 3);
+    /* the network, per step: one allreduce of the gradient and the counts */
+    assert_int_equal(m.ar, 34);
+    assert_int_equal(m.rs + m.ag, 0);
+    assert_int_equal(m.ar_elems, 61706 + 27); /* lenet's parameters, the counts */
+    /* f64 reductions: only the evaluations of val and test at the end */
+    assert_int_equal(m.ar64, 2);
+    assert_int_equal(m.ar64_elems, 3 + 3);
     assert_int_equal(m.metrics, 3 + 1);
     assert_string_equal(m.last_ckpt, "last");
     assert_int_equal(m.last_ckpt_step, 34);
@@ -200,14 +216,39 @@ static void test_stop_vote_stops_at_that_step(void **state)
     struct rt_train_config c;
     struct rt_train_result r;
     base_config(&c, path);
-    struct mock m = {.stop_at_rs = 7};
+    struct mock m = {.stop_at_ar = 7};
     struct rt_train_net net = mock_net(&m);
     assert_int_equal(rt_train_run_dist(&c, &net, &r), RT_ERR_INTERRUPTED);
     assert_int_equal(r.steps, 7);
-    assert_int_equal(m.rs, 7);
-    assert_int_equal(m.ag, 7);
+    assert_int_equal(m.ar, 7);
     assert_string_equal(m.last_ckpt, "last");
     assert_int_equal(m.last_ckpt_step, 7);
+}
+
+/* The members change under the 12th step's allreduce, then under the
+ * epoch's close (the validation's reduction): the step and the close are
+ * redone, and the run ends with one process's weights and counts. */
+static void test_regroup_redoes_the_step(void **state)
+{
+    (void)state;
+    char one[512], dist[512];
+    snprintf(one, sizeof one, "%s/one-rg.safetensors", tu_tmpdir());
+    snprintf(dist, sizeof dist, "%s/dist-rg.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r1, r2;
+    base_config(&c, one);
+    assert_int_equal(rt_train_run(&c, &r1), 0);
+    snprintf(c.save_path, sizeof c.save_path, "%s", dist);
+    struct mock m = {.regroup_at_ar = 12, .regroup_at_ar64 = 2}; /* 1: the recovery's */
+    struct rt_train_net net = mock_net(&m);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
+    tu_assert_same_weights(one, dist);
+    assert_int_equal(m.regroups, 2);
+    assert_int_equal(r2.steps, 34);
+    assert_int_equal(m.ar, 35); /* one step twice */
+    assert_int_equal(m.ar64, 1 + 1 + 1 + 2); /* recovery, val (cut), recovery, val, test */
+    assert_true(r1.test_acc == r2.test_acc);
+    assert_true(r1.train_loss == r2.train_loss || fabs(r1.train_loss - r2.train_loss) < 1e-5);
 }
 
 /* Average mode talks to the others every --sync-every steps only (and at
@@ -246,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_sync_one_rank_is_one_process),
         cmocka_unit_test(test_sync_clipping_needs_one_more_reduction),
         cmocka_unit_test(test_stop_vote_stops_at_that_step),
+        cmocka_unit_test(test_regroup_redoes_the_step),
         cmocka_unit_test(test_average_exchanges_every_h_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
