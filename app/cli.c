@@ -124,7 +124,10 @@ static bool is_bool_flag(const char *key)
 static const char *const coord_help[] = {
     "--workers N", "number of workers (train: local worker processes on this machine)",
     "--listen ENDPOINT", "coord: where workers join, tcp://*:PORT or tcp://ADDRESS:PORT",
-    "--min-workers M", "coord: start with M workers if not all joined in time",
+    "--min-workers M", "coord: start with M workers if not all joined in time; go on while "
+                       "M remain",
+    "--max-workers M", "coord: admit workers that join during training up to M (default: "
+                       "--workers)",
     "--join-timeout S", "seconds to wait for the workers to join (default 60)",
     "--worker-timeout S", "a worker silent this long is lost and the run stops (default 30)",
     "--serve-data", "coord: send the data files to workers (cached there by content hash)",
@@ -236,6 +239,12 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
         if (parse_count(cmd, key, v, 1, 256, &n) < 0)
             return -1;
         o->min_workers = (int)n;
+        return 1;
+    }
+    if (!strcmp(key, "max-workers")) {
+        if (parse_count(cmd, key, v, 1, 256, &n) < 0)
+            return -1;
+        o->max_workers = (int)n;
         return 1;
     }
     if (!strcmp(key, "serve-data")) {
@@ -452,7 +461,11 @@ static int cmd_worker(int argc, char **argv)
     if (strncmp(o.join, "tcp://", 6) != 0)
         return usage_error("worker", "--join '%s': expected tcp://HOST:PORT", o.join);
     signal(SIGINT, on_sigint_worker);
-    int rc = rt_worker_run(&o);
+    int rc;
+    /* A worker the run went on without (it was paused or cut off too long)
+     * comes back as a new member. */
+    while ((rc = rt_worker_run(&o)) == RT_ERR_EXPELLED)
+        fprintf(stderr, "ragtag: [worker] joining %s again, as a new member\n", o.join);
     signal(SIGINT, SIG_DFL);
     return rc < 0 ? fail(rc) : 0;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "membership.h"
 #include "status.h"
 #include "transport.h"
 
@@ -41,6 +42,7 @@ struct cmd {
 struct reply {
     int rc;
     uint32_t flags;
+    int rank, world; /* RT_COMM_REGROUP: this worker's place in the new group */
     char detail[480];
 };
 
@@ -72,8 +74,17 @@ struct rt_comm {
     rt_zframes fr;
     rt_wire_droplog drops;
     char who[32];
+    /* membership (thread side): the current ring's members, the ones the
+     * coordinator announced, a buffer to check the next announcement in */
+    char self_id[24];
+    struct rt_membership *ms, *pending, *scratch;
+    bool has_pending;
+    uint64_t go_gen;     /* the coordinator's "go" came for this generation */
+    bool allow_shm;
+    size_t chunk;
 
     /* shared: the comm thread writes, any thread reads */
+    _Atomic int expelled;
     _Atomic int stop;
     _Atomic int quit;        /* destroy asks the thread to end */
     _Atomic int thread_gone; /* the thread ended: nobody answers any more */
@@ -97,6 +108,8 @@ static const char *kind_name(int kind)
         return "float64 allreduce";
     case RT_COMM_BROADCAST:
         return "broadcast";
+    case RT_COMM_REGROUP:
+        return "change of members";
     }
     return "unknown collective";
 }
@@ -181,6 +194,45 @@ static void send_hb(rt_comm *c)
     zmq_msg_close(&m);
 }
 
+static int member_rank(const struct rt_membership *ms, const char *id)
+{
+    for (int r = 0; r < ms->n; r++)
+        if (!strcmp(ms->m[r].id, id))
+            return r;
+    return -1;
+}
+
+/* "regroup": the members of a new generation, checked like any message;
+ * kept until the training thread asks to form its ring. A generation
+ * without this worker means the run goes on without it. */
+static void take_regroup(rt_comm *c)
+{
+    const char *peer = "the coordinator";
+    if (!c->ms) {
+        rt_wire_drop(&c->drops, peer, "a change of members for a ring that cannot change");
+        return;
+    }
+    uint64_t newest = c->has_pending ? c->pending->gen : c->ms->gen;
+    if (rt_membership_get(rt_wire_root(&c->msg), c->scratch) < 0) {
+        rt_wire_drop(&c->drops, peer, rt_error_detail());
+        return;
+    }
+    if (c->scratch->gen <= newest) {
+        rt_wire_drop(&c->drops, peer, "members of an old generation");
+        return;
+    }
+    if (member_rank(c->scratch, c->self_id) < 0) {
+        atomic_store(&c->expelled, 1);
+        publish_abort(c, "the run goes on without this worker: generation %llu has no place "
+                         "for it", (unsigned long long)c->scratch->gen);
+        return;
+    }
+    struct rt_membership *x = c->pending;
+    c->pending = c->scratch;
+    c->scratch = x;
+    c->has_pending = true;
+}
+
 static void handle_ctrl_msg(rt_comm *c)
 {
     char peer[64] = "the coordinator";
@@ -201,11 +253,27 @@ static void handle_ctrl_msg(rt_comm *c)
         atomic_store(&c->stop, 1);
         return;
     }
-    if (!strcmp(t, "abort")) {
+    if (!strcmp(t, "abort") || !strcmp(t, "expelled")) {
         char why[300];
         if (rt_wire_get_str(rt_wire_root(&c->msg), "reason", 0, why, sizeof why) < 0)
             snprintf(why, sizeof why, "(no reason given)");
-        publish_abort(c, "the coordinator aborted the run: %s", why);
+        bool out = !strcmp(t, "expelled");
+        if (out)
+            atomic_store(&c->expelled, 1);
+        publish_abort(c, "%s: %s", out ? "the run goes on without this worker" :
+                                         "the coordinator aborted the run", why);
+        return;
+    }
+    if (!strcmp(t, "regroup")) {
+        take_regroup(c);
+        return;
+    }
+    if (!strcmp(t, "go")) {
+        uint64_t g;
+        if (rt_wire_get_uint(rt_wire_root(&c->msg), "gen", 1, UINT32_MAX, &g) < 0)
+            rt_wire_drop(&c->drops, peer, rt_error_detail());
+        else if (g > c->go_gen)
+            c->go_gen = g;
         return;
     }
     char why[80];
@@ -238,6 +306,9 @@ static int service_ctrl(void *arg)
         return rt_error(RT_ERR_NET, "%s", why);
     if (atomic_load(&c->quit))
         return rt_error(RT_ERR_NET, "the communication thread is shutting down");
+    if (c->deadline > 0 && c->has_pending)
+        return rt_error(RT_ERR_REGROUP, "the members changed (generation %llu)",
+                        (unsigned long long)c->pending->gen);
     if (c->deadline > 0 && rt_now() > c->deadline)
         return rt_error(RT_ERR_TIMEOUT, "the %s did not finish within %g s (the collective "
                         "timeout): a rank never took part in it", c->op_name, c->op_timeout);
@@ -247,6 +318,8 @@ static int service_ctrl(void *arg)
 static int dispatch(rt_comm *c, const struct cmd *k, uint32_t *flags)
 {
     *flags = k->flags;
+    if (!c->ring)
+        return rt_error(RT_ERR_NET, "no ring: forming the last one failed");
     switch (k->kind) {
     case RT_COMM_REDUCE_SCATTER:
         return rt_ring_reduce_scatter(c->ring, k->buf, k->n, flags);
@@ -271,6 +344,87 @@ static int run_collective(rt_comm *c, const struct cmd *k, uint32_t *flags)
         rc = dispatch(c, k, flags);
     c->deadline = 0;
     return rc;
+}
+
+/* ---- a change of members ------------------------------------------------------------ */
+
+/* The ring of the pending generation, on the same inbox (peers keep
+ * sending to the same address; older generations' chunks are dropped). */
+static int form_ring(rt_comm *c)
+{
+    struct rt_membership *ms = c->pending;
+    int rank = member_rank(ms, c->self_id);
+    RT_ASSERT(rank >= 0); /* take_regroup's check */
+    void *inbox = c->ring ? rt_ring_release_inbox(c->ring) : NULL;
+    rt_ring_destroy(&c->ring);
+    if (!inbox)
+        return rt_error(RT_ERR_NET, "no ring inbox left to form generation %llu",
+                        (unsigned long long)ms->gen);
+    struct rt_ring_config rc = {.run = c->run, .members = ms, .rank = rank, .zctx = c->zctx,
+                                .inbox = &inbox, .allow_shm = c->allow_shm,
+                                .chunk_bytes = c->chunk, .idle = service_ctrl, .idle_arg = c};
+    c->ring = rt_ring_new(&rc);
+    if (!c->ring) {
+        rt_zsock_close(&inbox);
+        return rt_error_wrap(RT_ERR_NET, "forming the ring of generation %llu",
+                             (unsigned long long)ms->gen);
+    }
+    c->pending = c->ms;
+    c->ms = ms;
+    c->has_pending = false;
+    c->rank = rank;
+    c->world = ms->n;
+    snprintf(c->who, sizeof c->who, "worker rank %d", c->rank);
+    return RT_OK;
+}
+
+/* "regrouped": this worker's ring of generation gen is formed. */
+static void send_regrouped(rt_comm *c)
+{
+    rt_wire_begin(&c->w, c->run, "regrouped", 2);
+    rt_wire_put_uint(&c->w, "gen", c->ms->gen);
+    rt_wire_put_uint(&c->w, "rank", (uint64_t)c->rank);
+    zmq_msg_t m;
+    if (rt_wire_end(&c->w) < 0 || zmq_msg_init_size(&m, c->w.len) != 0) {
+        publish_abort(c, "cannot tell the coordinator the new ring is formed");
+        return;
+    }
+    memcpy(zmq_msg_data(&m), c->w.data, c->w.len);
+    ctrl_send(c, &m, 0);
+    zmq_msg_close(&m);
+}
+
+/* Form the rings of the announced generations until the coordinator says
+ * "go" for the newest: every member has formed it, so no chunk of it can
+ * reach a member still in the last one. */
+static int do_regroup(rt_comm *c, const struct cmd *k, struct reply *rep)
+{
+    for (;;) {
+        if (c->has_pending) {
+            int rc = form_ring(c);
+            if (rc < 0) {
+                service_ctrl(c); /* a newer change may explain the failure */
+                if (!c->has_pending)
+                    return rc;
+                continue;
+            }
+            send_regrouped(c);
+        }
+        while (c->go_gen < c->ms->gen && !c->has_pending) {
+            RT_TRY(service_ctrl(c));
+            if (rt_now() > k->deadline)
+                return rt_error(RT_ERR_TIMEOUT, "no 'go' from the coordinator for generation "
+                                                "%llu within %g s",
+                                (unsigned long long)c->ms->gen, c->op_timeout);
+            zmq_pollitem_t it = {.socket = c->ctrl, .events = ZMQ_POLLIN};
+            zmq_poll(&it, 1, 50);
+        }
+        if (!c->has_pending)
+            break;
+    }
+    rep->rank = c->rank;
+    rep->world = c->world;
+    return RT_OK;
 }
 
 /* Forward the frames that follow a CMD_SEND, without copying them again:
@@ -331,7 +485,11 @@ static bool handle_pipe(rt_comm *c)
         return forward(c, k.nframes);
     struct reply rep = {0};
     rt_error_clear();
-    rep.rc = run_collective(c, &k, &rep.flags);
+    if (k.kind == RT_COMM_REGROUP)
+        rep.rc = c->ms ? do_regroup(c, &k, &rep)
+                       : rt_error(RT_ERR_ARG, "this ring cannot change members");
+    else
+        rep.rc = run_collective(c, &k, &rep.flags);
     if (rep.rc < 0)
         snprintf(rep.detail, sizeof rep.detail, "%s", rt_error_detail());
     return send_reply(c, &rep);
@@ -418,6 +576,21 @@ rt_comm *rt_comm_new(const struct rt_comm_config *cfg)
     }
     c->rank = rt_ring_rank(c->ring);
     c->world = rt_ring_size(c->ring);
+    atomic_init(&c->expelled, 0);
+    if (cfg->self_id && cfg->members) {
+        c->ms = malloc(sizeof *c->ms);
+        c->pending = malloc(sizeof *c->pending);
+        c->scratch = malloc(sizeof *c->scratch);
+        if (!c->ms || !c->pending || !c->scratch) {
+            rt_error(RT_ERR_NOMEM, "no memory for the member lists");
+            goto fail;
+        }
+        *c->ms = *cfg->members;
+        c->go_gen = c->ms->gen;
+        snprintf(c->self_id, sizeof c->self_id, "%s", cfg->self_id);
+        c->allow_shm = cfg->allow_shm;
+        c->chunk = cfg->chunk_bytes;
+    }
     snprintf(c->run, sizeof c->run, "%s", cfg->run ? cfg->run : "");
     c->hb_interval = cfg->hb_interval > 0 ? cfg->hb_interval : 1.0;
     c->peer_timeout = cfg->peer_timeout > 0 ? cfg->peer_timeout : 30.0;
@@ -492,6 +665,9 @@ void rt_comm_destroy(rt_comm **cp)
     else
         rt_ring_destroy(&c->ring);
     rt_wire_droplog_flush(&c->drops);
+    free(c->ms);
+    free(c->pending);
+    free(c->scratch);
     rt_wire_writer_free(&c->w);
     rt_wire_msg_free(&c->msg);
     rt_zframes_close(&c->fr);
@@ -564,18 +740,46 @@ static int recv_reply(rt_comm *c, struct reply *rep)
     }
 }
 
-int rt_comm_wait(rt_comm *c, uint32_t *flags)
+static int wait_reply(rt_comm *c, struct reply *rep)
 {
     check(c);
     RT_ASSERT(c->busy);
     c->busy = false;
-    struct reply rep;
-    RT_TRY(recv_reply(c, &rep));
-    if (flags)
-        *flags = rep.flags;
-    if (rep.rc < 0)
-        return rt_error(rep.rc, "%s", rep.detail);
+    RT_TRY(recv_reply(c, rep));
+    if (rep->rc < 0)
+        return rt_error(rep->rc, "%s", rep->detail);
     return RT_OK;
+}
+
+int rt_comm_wait(rt_comm *c, uint32_t *flags)
+{
+    struct reply rep;
+    int rc = wait_reply(c, &rep);
+    if (rc >= 0 && flags)
+        *flags = rep.flags;
+    return rc;
+}
+
+int rt_comm_regroup(rt_comm *c, int *rank, int *world)
+{
+    struct reply rep;
+    RT_TRY(rt_comm_submit(c, RT_COMM_REGROUP, NULL, 0, 0, 0));
+    RT_TRY(wait_reply(c, &rep));
+    *rank = rep.rank;
+    *world = rep.world;
+    return RT_OK;
+}
+
+const struct rt_membership *rt_comm_members(const rt_comm *c)
+{
+    check(c);
+    return c->ms;
+}
+
+bool rt_comm_expelled(rt_comm *c)
+{
+    check(c);
+    return atomic_load(&c->expelled) != 0;
 }
 
 static int call(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint32_t *flags, int root)
@@ -670,5 +874,5 @@ bool rt_comm_stop_requested(rt_comm *c)
 const char *rt_comm_link(const rt_comm *c, bool right)
 {
     check(c);
-    return rt_ring_link(c->ring, right);
+    return c->ring ? rt_ring_link(c->ring, right) : "-";
 }

@@ -31,6 +31,12 @@ struct rt_comm_config {
     double op_timeout;   /* a collective not done this many seconds after its
                             submission fails with RT_ERR_TIMEOUT (0: 600 s) */
     int rank;
+    /* Membership changes ("regroup" from the coordinator): this worker's id,
+     * and how to form the ring of a new generation. NULL id: never. */
+    const char *self_id;
+    const struct rt_membership *members; /* the current ring's (copied) */
+    bool allow_shm;
+    size_t chunk_bytes;
 };
 
 rt_comm *rt_comm_new(const struct rt_comm_config *c);
@@ -45,6 +51,7 @@ enum rt_comm_kind {
     RT_COMM_ALLREDUCE,
     RT_COMM_ALLREDUCE_F64,
     RT_COMM_BROADCAST,
+    RT_COMM_REGROUP, /* form the ring of the pending generation (rt_comm_regroup) */
 };
 
 /* Start a collective on the thread; buf must stay untouched until
@@ -63,6 +70,19 @@ int rt_comm_all_gather(rt_comm *c, float *buf, size_t n, uint32_t *flags);
 int rt_comm_allreduce(rt_comm *c, float *buf, size_t n, uint32_t *flags);
 int rt_comm_allreduce_f64(rt_comm *c, double *buf, size_t n);
 int rt_comm_broadcast(rt_comm *c, void *buf, size_t bytes, int root);
+
+/* The coordinator announced new members (a worker lost or joining): any
+ * collective running or submitted since answers RT_ERR_REGROUP. This forms
+ * the ring of the new generation, tells the coordinator, and returns when
+ * every member has (the coordinator's "go"), with this worker's rank and
+ * world in it; RT_ERR_REGROUP again when the members changed meanwhile.
+ * Nothing pending: the current rank and world at once. */
+int rt_comm_regroup(rt_comm *c, int *rank, int *world);
+/* The members of the current generation. */
+const struct rt_membership *rt_comm_members(const rt_comm *c);
+/* The coordinator dropped this worker from its run (it was silent too
+ * long): the run goes on without it. */
+bool rt_comm_expelled(rt_comm *c);
 
 /* Forward a control message (and raw frames, copied) to the coordinator:
  * the whole message, or nothing when it cannot be built (RT_ERR_NOMEM). A

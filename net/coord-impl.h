@@ -39,8 +39,12 @@ struct coord_worker {
     unsigned char rid[256]; /* ZeroMQ routing id of its connection */
     size_t rid_len;
     char peer[64];
-    int rank;
+    int rank;               /* in the current generation; -1: not a member */
     bool ready, done;
+    bool pending;           /* joined during training: set up, not yet a member */
+    bool gone;              /* lost: the run went on without it */
+    bool regrouped;         /* formed the ring of the generation announced */
+    double expelled_at;     /* when it was last told it is out */
     double last_seen, ips;
     int fd;                 /* the TCP connection its last message came on, or -1 */
     double closed_at;       /* when that connection closed (0: open) */
@@ -106,6 +110,12 @@ struct coord {
     char summary[1024];
     long interrupted_step;
     struct coord_ckpt ck;
+    /* members that come and go (coord_elastic.c) */
+    bool training;          /* in the train phase */
+    uint64_t regroup_gen;   /* the generation announced, not yet "go" (0: none) */
+    double regroup_t0;
+    double short_since;     /* members below --min-workers since (0: not) */
+    long lost, joined;
 };
 
 /* coord.c */
@@ -139,6 +149,11 @@ int coord_join_timeout(struct coord *k);
 int coord_setup_timeout(struct coord *k);
 int coord_check_alive(struct coord *k);
 void coord_assign_ranks(struct coord *k);
+/* A new worker from the hello in k->fr (route) with member m. */
+struct coord_worker *coord_add_member(struct coord *k, const struct rt_member *m,
+                                      const char *peer);
+/* The members' order: by name (start order never matters). */
+void coord_sort_by_name(struct coord_worker **order, int n);
 /* By rank: rank r's worker. */
 static inline struct coord_worker *coord_rank(struct coord *k, int r)
 {
@@ -148,6 +163,9 @@ static inline struct coord_worker *coord_rank(struct coord *k, int r)
 /* coord_job.c */
 int coord_job_read_model(struct coord *k);
 int coord_job_send(struct coord *k);
+/* The job to a worker that joins during training (its rank and place come
+ * with the generation that admits it). */
+int coord_job_send_late(struct coord *k, struct coord_worker *w);
 int coord_job_serve_file(struct coord *k, struct coord_worker *w);
 void coord_job_free(struct coord *k);
 
@@ -165,6 +183,25 @@ int coord_ckpt_send_resume(struct coord *k, struct coord_worker *w);
 int coord_ckpt_part(struct coord *k, struct coord_worker *w);
 void coord_ckpt_close(struct coord_ckpt *ck);
 
+/* coord_elastic.c */
+/* Whether members may change during training (sync mode). */
+bool coord_elastic(const struct coord *k);
+/* A member or joiner is lost: the run goes on without it (a new
+ * generation), or fails when it cannot. */
+int coord_lose(struct coord *k, struct coord_worker *w, const char *why);
+/* A hello during training: admitted as a joiner (the job), or turned away. */
+int coord_admit(struct coord *k, const struct rt_member *m, const char *peer);
+/* "ready" of a joiner: admitted at a new generation. */
+int coord_joiner_ready(struct coord *k, struct coord_worker *w);
+/* "regrouped": w formed the ring of the announced generation. */
+int coord_regrouped(struct coord *k, struct coord_worker *w);
+/* Members still in the run (current generation, not lost). */
+int coord_alive(const struct coord *k);
+/* The train phase's clock: too few members for too long fails the run. */
+int coord_elastic_clock(struct coord *k);
+/* A message from a worker the run went on without: tell it so. */
+void coord_expel(struct coord *k, struct coord_worker *w);
+
 /* coord_report.c */
 void coord_sanitize(char *s);
 int coord_report_open(struct coord *k);
@@ -173,6 +210,9 @@ int coord_report_progress(struct coord *k, struct coord_worker *w);
 int coord_report_line(struct coord *k, struct coord_worker *w);
 int coord_report_metrics(struct coord *k, struct coord_worker *w);
 void coord_report_table(struct coord *k);
+/* A membership event in the --metrics file ("lost", "joined"). */
+void coord_report_event(struct coord *k, const char *event, const struct coord_worker *w,
+                        const char *why);
 /* A worker's "done": its result kept in w (w->done set when well-formed). */
 void coord_report_done(struct coord *k, struct coord_worker *w);
 /* A worker's "error" or failed "done": the error that ends the run. */

@@ -130,13 +130,27 @@ static int setup_leave(struct coord *k)
         coord_send_all(k, "start", NULL);
         return RT_OK;
     }
-    for (int r = 0; r < k->nw; r++)
+    for (int r = 0; r < k->ms.n; r++)
         RT_TRY(coord_ckpt_send_resume(k, coord_rank(k, r)));
     return RT_OK;
 }
 
 /* train */
-static bool train_finished(const struct coord *k) { return k->ndone >= k->nw; }
+static int train_enter(struct coord *k)
+{
+    k->training = true;
+    return RT_OK;
+}
+/* Every member of the current generation is done. */
+static bool train_finished(const struct coord *k)
+{
+    if (k->regroup_gen)
+        return false;
+    for (int r = 0; r < k->ms.n; r++)
+        if (!k->w[k->by_rank[r]].done)
+            return false;
+    return true;
+}
 static int train_on_stop(struct coord *k)
 {
     if (k->stop_sent)
@@ -180,6 +194,9 @@ static const struct coord_action setup_actions[] = {
 static const struct coord_action train_actions[] = {
     {"hello", hello_late},
     {"hb", ignore},
+    {"regrouped", coord_regrouped},
+    {"ready", coord_joiner_ready},
+    {"fetch", coord_job_serve_file},
     {"progress", coord_report_progress},
     {"line", coord_report_line},
     {"metrics", coord_report_metrics},
@@ -194,7 +211,8 @@ static const struct coord_phase phases[] = {
      .on_clock = join_on_clock, .actions = join_actions, .leave = join_leave},
     {.name = "setup", .finished = setup_finished, .on_stop = setup_on_stop, .heartbeat = true,
      .on_clock = setup_on_clock, .actions = setup_actions, .leave = setup_leave},
-    {.name = "train", .finished = train_finished, .on_stop = train_on_stop, .heartbeat = true,
+    {.name = "train", .enter = train_enter, .finished = train_finished,
+     .on_stop = train_on_stop, .heartbeat = true,
      .on_clock = coord_check_alive, .actions = train_actions},
 };
 
@@ -229,7 +247,11 @@ static int run_phase(struct coord *k, const struct coord_phase *p)
         if (rc > 0)
             break;
         struct coord_worker *w = NULL;
-        if (coord_next_msg(k, 100, &w) > 0)
+        if (coord_next_msg(k, 100, &w) <= 0)
+            continue;
+        if (w && w->gone)
+            coord_expel(k, w); /* the run went on without it */
+        else
             RT_TRY(dispatch(k, p->actions, w));
     }
     return p->leave ? p->leave(k) : RT_OK;

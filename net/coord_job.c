@@ -64,13 +64,13 @@ static int option_add(void *arg, const char *key, const char *value)
     return RT_OK;
 }
 
-static void put_job(struct coord *k, int r)
+static void put_job(struct coord *k, int r, const struct rt_membership *ms)
 {
     const struct rt_coord_options *o = k->o;
     const struct rt_train_config *c = k->c;
     rt_wire_begin(&k->wr, k->run, "job", 12 + (o->serve_data ? 1 : 0));
     rt_wire_put_uint(&k->wr, "rank", (uint64_t)r);
-    rt_membership_put(&k->wr, &k->ms);
+    rt_membership_put(&k->wr, ms);
     rt_wire_put_str(&k->wr, "model_name", c->model_path);
     rt_wire_put_bin(&k->wr, "model", k->model_text, k->model_len);
     rt_wire_put_bool(&k->wr, "checkpoints", c->checkpoint_dir[0] != '\0');
@@ -94,11 +94,26 @@ int coord_job_send(struct coord *k)
 {
     RT_TRY(rt_train_config_each(k->c, option_add, k));
     for (int r = 0; r < k->nw; r++) {
-        put_job(k, r);
+        put_job(k, r, &k->ms);
         RT_TRY(rt_wire_end(&k->wr));
         RT_TRY(coord_send(k, coord_rank(k, r), NULL, NULL, 0));
     }
     return RT_OK;
+}
+
+int coord_job_send_late(struct coord *k, struct coord_worker *w)
+{
+    if (k->ms.n >= RT_MAX_WORKERS)
+        return rt_error(RT_ERR_ARG, "a run holds at most %d workers", RT_MAX_WORKERS);
+    struct rt_membership *ms = malloc(sizeof *ms);
+    if (!ms)
+        return rt_error(RT_ERR_NOMEM, "no memory for a member list");
+    *ms = k->ms;
+    ms->m[ms->n++] = w->m; /* a place for now: the generation that admits it gives its own */
+    put_job(k, ms->n - 1, ms);
+    free(ms);
+    RT_TRY(rt_wire_end(&k->wr));
+    return coord_send(k, w, NULL, NULL, 0);
 }
 
 static int stream_file(struct coord *k, struct coord_worker *w, uint64_t i, FILE *f)

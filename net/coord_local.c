@@ -56,6 +56,14 @@ int coord_local_start(struct coord *k)
     return RT_OK;
 }
 
+static struct coord_worker *find_name(struct coord *k, const char *name)
+{
+    for (int j = 0; j < k->nw; j++)
+        if (!strcmp(k->w[j].m.name, name))
+            return &k->w[j];
+    return NULL;
+}
+
 static bool said_done(struct coord *k, const char *name)
 {
     for (int j = 0; j < k->nw; j++)
@@ -77,9 +85,15 @@ int coord_local_check(struct coord *k)
         local_name(i, name, sizeof name);
         if (!rt_children_exited(k->local, i, 2.0, &st) || said_done(k, name))
             continue;
-        return rt_error(RT_ERR_NET, "local worker %d %s %d", i,
-                        WIFEXITED(st) ? "exited with status" : "was killed by signal",
-                        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        char why[96];
+        snprintf(why, sizeof why, "its process %s %d",
+                 WIFEXITED(st) ? "exited with status" : "was killed by signal",
+                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        struct coord_worker *w = find_name(k, name);
+        if (!w)
+            return rt_error(RT_ERR_NET, "local worker %d: %s", i, why);
+        if (!w->gone)
+            RT_TRY(coord_lose(k, w, why));
     }
     return RT_OK;
 }

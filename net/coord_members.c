@@ -41,7 +41,8 @@ static int turn_away(struct coord *k, const struct rt_member *m, const char *fro
     return RT_OK;
 }
 
-static void add_member(struct coord *k, const struct rt_member *m, const char *peer)
+struct coord_worker *coord_add_member(struct coord *k, const struct rt_member *m,
+                                      const char *peer)
 {
     struct coord_worker *n = &k->w[k->nw++];
     memset(n, 0, sizeof *n);
@@ -52,6 +53,12 @@ static void add_member(struct coord *k, const struct rt_member *m, const char *p
     n->last_seen = rt_now();
     n->fd = zmq_msg_get(&k->fr.f[1], ZMQ_SRCFD);
     n->rank = -1;
+    return n;
+}
+
+static void add_member(struct coord *k, const struct rt_member *m, const char *peer)
+{
+    coord_add_member(k, m, peer);
     coord_note("worker %s joined from %s (%s, %s) [%d/%d]", m->name, peer[0] ? peer : m->host,
                m->host, m->endpoint, k->nw, k->o->workers);
 }
@@ -85,6 +92,8 @@ int coord_hello(struct coord *k, struct coord_worker *w, bool open)
         snprintf(why, sizeof why, "worker id %s already joined as %s", m.id, same->m.name);
         return turn_away(k, &m, from, true, why);
     }
+    if (!open && coord_elastic(k) && k->training)
+        return coord_admit(k, &m, from);
     if (!open || k->nw >= k->o->workers) {
         snprintf(why, sizeof why, "run %.8s already has its %d workers", k->run, k->nw);
         return turn_away(k, &m, from, true, why);
@@ -105,12 +114,17 @@ static int cmp_workers(const void *a, const void *b)
     return c ? c : strcmp(x->m.id, y->m.id);
 }
 
+void coord_sort_by_name(struct coord_worker **order, int n)
+{
+    qsort(order, (size_t)n, sizeof order[0], cmp_workers);
+}
+
 /* The members by name (start order never matters). */
 static void sort_members(struct coord *k, struct coord_worker **order)
 {
     for (int i = 0; i < k->nw; i++)
         order[i] = &k->w[i];
-    qsort(order, (size_t)k->nw, sizeof order[0], cmp_workers);
+    coord_sort_by_name(order, k->nw);
 }
 
 void coord_assign_ranks(struct coord *k)
@@ -181,19 +195,21 @@ int coord_setup_timeout(struct coord *k)
 int coord_check_alive(struct coord *k)
 {
     double now = rt_now();
+    char why[200];
     for (int i = 0; i < k->nw; i++) {
         struct coord_worker *w = &k->w[i];
-        if (!w->done && w->closed_at > 0.0 && now - w->closed_at > CLOSED_GRACE &&
-            !coord_has_input(k))
-            return rt_error(RT_ERR_NET, "lost worker %s (rank %d, %s): its connection closed "
-                                        "%.1f s ago (the process died or its host cut it)",
-                            w->m.name, w->rank, w->m.host, now - w->closed_at);
-        if (!w->done && now - w->last_seen > k->o->worker_timeout)
-            return rt_error(RT_ERR_NET, "lost worker %s (rank %d, %s): nothing heard from it "
-                                        "for %.0f s", w->m.name, w->rank, w->m.host,
-                            now - w->last_seen);
+        if (w->done || w->gone)
+            continue;
+        if (w->closed_at > 0.0 && now - w->closed_at > CLOSED_GRACE && !coord_has_input(k)) {
+            snprintf(why, sizeof why, "its connection closed %.1f s ago (the process died or "
+                                      "its host cut it)", now - w->closed_at);
+            RT_TRY(coord_lose(k, w, why));
+        } else if (now - w->last_seen > k->o->worker_timeout) {
+            snprintf(why, sizeof why, "nothing heard from it for %.0f s", now - w->last_seen);
+            RT_TRY(coord_lose(k, w, why));
+        }
     }
-    return RT_OK;
+    return coord_elastic_clock(k);
 }
 
 /* "ready": the worker built its model and data and measured its speed;
@@ -204,7 +220,7 @@ int coord_ready(struct coord *k, struct coord_worker *w)
     double ips;
     rt_wire_map r = rt_wire_root(&k->msg);
     if (rt_wire_get_uint(r, "rank", 0, RT_MAX_WORKERS, &rank) < 0 ||
-        rt_wire_get_f64(r, "ips", 0, 1e12, &ips) < 0 || (int)rank != w->rank) {
+        rt_wire_get_f64(r, "ips", 0, 1e12, &ips) < 0 || ((int)rank != w->rank && !w->pending)) {
         rt_wire_drop(&k->drops, w->m.name, "a bad 'ready'");
         return RT_OK;
     }
@@ -212,7 +228,9 @@ int coord_ready(struct coord *k, struct coord_worker *w)
         k->nready++;
     w->ready = true;
     w->ips = ips;
-    k->ms.m[w->rank].images_per_s = ips;
+    w->m.images_per_s = ips;
+    if (w->rank >= 0)
+        k->ms.m[w->rank].images_per_s = ips;
     if (w->rank == 0 && rt_wire_get_str(r, "summary", 0, k->summary, sizeof k->summary) == 0)
         coord_sanitize(k->summary);
     return RT_OK;

@@ -133,17 +133,18 @@ static void first_shares(struct coord *k, long *share)
     long sh[RT_MAX_WORKERS];
     bool act[RT_MAX_WORKERS];
     bool plan = k->c->partition == RT_PARTITION_BALANCED && k->c->mode != RT_MODE_GOSSIP;
-    for (int r = 0; plan && r < k->nw; r++) {
+    int n = k->ms.n;
+    for (int r = 0; plan && r < n; r++) {
         speed[r] = coord_rank(k, r)->ips;
         act[r] = true;
     }
     if (plan) {
-        rt_plan_standby(k->nw, speed, k->c->min_share, act);
-        rt_plan_shares(k->c->batch, k->nw, speed, act, sh);
+        rt_plan_standby(n, speed, k->c->min_share, act);
+        rt_plan_shares(k->c->batch, n, speed, act, sh);
     }
-    for (int r = 0; r < k->nw; r++) {
+    for (int r = 0; r < n; r++) {
         size_t lo, hi;
-        rt_slice((size_t)k->c->batch, k->nw, r, &lo, &hi);
+        rt_slice((size_t)k->c->batch, n, r, &lo, &hi);
         share[r] = plan ? sh[r] : (long)(hi - lo);
     }
 }
@@ -152,18 +153,19 @@ void coord_report_table(struct coord *k)
 {
     long share[RT_MAX_WORKERS];
     first_shares(k, share);
-    coord_note("cluster of %d worker%s, run %.8s, generation %llu:", k->nw,
-               k->nw == 1 ? "" : "s", k->run, (unsigned long long)k->ms.gen);
+    int n = k->ms.n;
+    coord_note("cluster of %d worker%s, run %.8s, generation %llu:", n, n == 1 ? "" : "s",
+               k->run, (unsigned long long)k->ms.gen);
     fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %9s %6s  %s\n", "rank", "name", "host",
             "backend", "device", "threads", "img/s", "share", "ring");
-    for (int r = 0; r < k->nw; r++) {
+    for (int r = 0; r < n; r++) {
         struct coord_worker *w = coord_rank(k, r);
         char ring[64];
-        if (k->nw == 1)
+        if (n == 1)
             snprintf(ring, sizeof ring, "-");
         else
             snprintf(ring, sizeof ring, "%s -> %d",
-                     rt_membership_link_kind(&k->ms, r, k->o->allow_shm), (r + 1) % k->nw);
+                     rt_membership_link_kind(&k->ms, r, k->o->allow_shm), (r + 1) % n);
         fprintf(stderr, "  %4d  %-14.14s %-14.14s %-8s %-30.30s %7d %9.0f %6ld  %s\n", r,
                 w->m.name, w->m.host, w->m.backend, w->m.device, w->m.threads, w->ips,
                 share[r], ring);
@@ -238,7 +240,8 @@ int coord_report_failed(struct coord *k, struct coord_worker *w)
 static int check_replicas(struct coord *k)
 {
     struct coord_worker *w0 = coord_rank(k, 0);
-    for (int r = 1; r < k->nw; r++) {
+    int n = k->ms.n;
+    for (int r = 1; r < n; r++) {
         struct coord_worker *w = coord_rank(k, r);
         if (w->hash != w0->hash)
             return rt_error(RT_ERR_NET, "replicas diverged: rank %d (%s) ends with parameter "
@@ -247,12 +250,33 @@ static int check_replicas(struct coord *k)
                             (unsigned long long)w0->hash);
     }
     coord_note("replicas identical: parameter hash %016llx on all %d worker%s",
-               (unsigned long long)w0->hash, k->nw, k->nw == 1 ? "" : "s");
+               (unsigned long long)w0->hash, n, n == 1 ? "" : "s");
     return RT_OK;
+}
+
+void coord_report_event(struct coord *k, const char *event, const struct coord_worker *w,
+                        const char *why)
+{
+    if (!k->mf)
+        return;
+    rt_metrics_begin(k->mf);
+    rt_metrics_str(k->mf, "event", event);
+    rt_metrics_int(k->mf, "generation", (long)k->ms.gen + (!strcmp(event, "lost") ? 1 : 0));
+    rt_metrics_str(k->mf, "name", w->m.name);
+    rt_metrics_str(k->mf, "host", w->m.host);
+    rt_metrics_int(k->mf, "rank", w->rank);
+    rt_metrics_str(k->mf, "reason", why);
+    rt_metrics_int(k->mf, "workers", coord_alive(k));
+    if (rt_metrics_end(k->mf) < 0)
+        coord_note("cannot write the metrics file: %s", rt_error_detail());
 }
 
 int coord_report_end(struct coord *k, double t_start, struct rt_train_result *res)
 {
+    if (k->lost || k->joined)
+        fprintf(stderr, "ragtag: [members] %ld lost, %ld joined; the run ended in generation "
+                        "%llu with %d workers\n", k->lost, k->joined,
+                (unsigned long long)k->ms.gen, k->ms.n);
     struct coord_worker *w0 = coord_rank(k, 0);
     *res = w0->res;
     res->seconds = rt_now() - t_start;

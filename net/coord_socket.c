@@ -126,7 +126,8 @@ void coord_send_simple(struct coord *k, struct coord_worker *w, const char *type
 void coord_send_all(struct coord *k, const char *type, const char *reason)
 {
     for (int i = 0; i < k->nw; i++)
-        coord_send_simple(k, &k->w[i], type, reason);
+        if (!k->w[i].gone)
+            coord_send_simple(k, &k->w[i], type, reason);
 }
 
 void coord_heartbeat(struct coord *k)

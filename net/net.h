@@ -19,7 +19,10 @@ struct rt_coord_options {
     char listen[256];      /* tcp://HOST:PORT (HOST * for all interfaces); empty:
                               127.0.0.1 and a free port */
     int workers;           /* N to wait for */
-    int min_workers;       /* > 0: start with this many when the join timeout ends */
+    int min_workers;       /* > 0: start with this many when the join timeout ends;
+                              during training (sync), the fewest the run goes on with */
+    int max_workers;       /* most members at once, joins during training
+                              included (0: --workers) */
     double join_timeout;   /* seconds to wait for the workers (default 60) */
     double setup_timeout;  /* seconds from the job to every worker ready (default 300) */
     double worker_timeout; /* silence after which a worker is lost (default 30) */

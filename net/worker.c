@@ -522,18 +522,8 @@ static int w_restore(void *ctx, struct rt_ckpt_restore *to)
     return 1;
 }
 
-static int w_ready(void *ctx, double ips, const char *summary)
+static int form_ring(struct worker *w, rt_ring **ring)
 {
-    struct worker *w = ctx;
-    static const char *const want[] = {"start", NULL};
-    rt_wire_begin(&w->w, w->run, "ready", 3);
-    rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
-    rt_wire_put_f64(&w->w, "ips", ips);
-    rt_wire_put_str(&w->w, "summary", summary);
-    RT_TRY(rt_wire_end(&w->w));
-    RT_TRY(send_ctrl(w, NULL, NULL, 0));
-    RT_TRY(wait_for(w, want, -1, 0));
-    RT_TRY(take_resume(w));
     struct rt_ring_config rc = {
         .run = w->run,
         .members = &w->ms,
@@ -543,9 +533,80 @@ static int w_ready(void *ctx, double ips, const char *summary)
         .allow_shm = w->allow_shm,
         .chunk_bytes = w->chunk,
     };
-    rt_ring *ring = rt_ring_new(&rc);
-    if (!ring)
-        return RT_ERR_NET;
+    *ring = rt_ring_new(&rc);
+    return *ring ? RT_OK : RT_ERR_NET;
+}
+
+/* The members of a "regroup" in w->msg: a newer generation, with us. */
+static int take_members(struct worker *w)
+{
+    uint64_t before = w->ms.gen;
+    RT_TRY(rt_membership_get(rt_wire_root(&w->msg), &w->ms));
+    if (w->ms.gen <= before)
+        return rt_error(RT_ERR_FORMAT, "members of generation %llu after %llu",
+                        (unsigned long long)w->ms.gen, (unsigned long long)before);
+    for (int r = 0; r < w->ms.n; r++)
+        if (!strcmp(w->ms.m[r].id, w->me.id)) {
+            w->rank = r;
+            w->world = w->ms.n;
+            return RT_OK;
+        }
+    return rt_error(RT_ERR_FORMAT, "generation %llu has no place for this worker",
+                    (unsigned long long)w->ms.gen);
+}
+
+/* A worker that joins a run under way: the coordinator's "regroup" is its
+ * start. Form the ring of that generation, say so, and wait for "go" (every
+ * member formed it), or for a newer generation, and form that one. */
+static int join_running(struct worker *w, rt_ring **ring)
+{
+    static const char *const want[] = {"go", "regroup", NULL};
+    for (;;) {
+        RT_TRY(take_members(w));
+        if (*ring) {
+            w->inbox = rt_ring_release_inbox(*ring);
+            rt_ring_destroy(ring);
+        }
+        RT_TRY(form_ring(w, ring));
+        rt_wire_begin(&w->w, w->run, "regrouped", 2);
+        rt_wire_put_uint(&w->w, "gen", w->ms.gen);
+        rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
+        RT_TRY(rt_wire_end(&w->w));
+        RT_TRY(send_ctrl(w, NULL, NULL, 0));
+        for (;;) {
+            RT_TRY(wait_for(w, want, 1, 0));
+            if (!strcmp(w->msg.type, "regroup"))
+                break;
+            uint64_t g;
+            if (rt_wire_get_uint(rt_wire_root(&w->msg), "gen", 1, UINT32_MAX, &g) == 0 &&
+                g == w->ms.gen)
+                return RT_OK;
+        }
+    }
+}
+
+/* Ready: wait for "start" (or, joining a run under way, "regroup": then
+ * 1), form the ring and hand every socket to the comm thread. */
+static int w_ready(void *ctx, double ips, const char *summary)
+{
+    struct worker *w = ctx;
+    static const char *const want[] = {"start", "regroup", NULL};
+    rt_wire_begin(&w->w, w->run, "ready", 3);
+    rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
+    rt_wire_put_f64(&w->w, "ips", ips);
+    rt_wire_put_str(&w->w, "summary", summary);
+    RT_TRY(rt_wire_end(&w->w));
+    RT_TRY(send_ctrl(w, NULL, NULL, 0));
+    RT_TRY(wait_for(w, want, -1, 0));
+    bool late = !strcmp(w->msg.type, "regroup");
+    rt_ring *ring = NULL;
+    int rc = late ? join_running(w, &ring) : take_resume(w);
+    if (rc == RT_OK && !late)
+        rc = form_ring(w, &ring);
+    if (rc < 0) {
+        rt_ring_destroy(&ring);
+        return rc;
+    }
     struct rt_comm_config cc = {
         .ring = &ring,
         .zctx = w->zctx,
@@ -553,14 +614,37 @@ static int w_ready(void *ctx, double ips, const char *summary)
         .run = w->run,
         .hb_interval = w->hb,
         .peer_timeout = w->peer_timeout,
+        .self_id = w->me.id,
+        .members = &w->ms,
+        .allow_shm = w->allow_shm,
+        .chunk_bytes = w->chunk,
     };
     w->comm = rt_comm_new(&cc);
     if (!w->comm) {
         rt_ring_destroy(&ring);
         return RT_ERR_NET;
     }
-    say(w, "ring formed: rank %d of %d, links %s (left) / %s (right)", w->rank, w->world,
-        rt_comm_link(w->comm, false), rt_comm_link(w->comm, true));
+    say(w, "%s: rank %d of %d, generation %llu, links %s (left) / %s (right)",
+        late ? "joined the run under way" : "ring formed", w->rank, w->world,
+        (unsigned long long)w->ms.gen, rt_comm_link(w->comm, false), rt_comm_link(w->comm, true));
+    return late ? 1 : RT_OK;
+}
+
+/* The members changed: the comm thread forms the new ring. */
+static int w_regroup(void *ctx, int *rank, int *world)
+{
+    struct worker *w = ctx;
+    uint64_t gen = w->ms.gen;
+    RT_TRY(rt_comm_regroup(w->comm, rank, world));
+    w->votes_in = 0; /* of the step that did not complete; our own votes stand */
+    if (rt_comm_members(w->comm)->gen == gen)
+        return RT_OK;
+    w->ms = *rt_comm_members(w->comm);
+    w->rank = *rank;
+    w->world = *world;
+    say(w, "generation %llu: rank %d of %d, links %s (left) / %s (right)",
+        (unsigned long long)w->ms.gen, w->rank, w->world, rt_comm_link(w->comm, false),
+        rt_comm_link(w->comm, true));
     return RT_OK;
 }
 
@@ -623,6 +707,7 @@ static const struct rt_collective_ops worker_collectives = {
     .broadcast = w_bcast,
     .vote = w_vote,
     .agreed = w_agreed,
+    .regroup = w_regroup,
 };
 
 /* Gossip: every rank's inbox, passed round the ring, then a socket to each. */
@@ -889,7 +974,11 @@ int rt_worker_run(const struct rt_worker_options *o)
             (unsigned long long)res.params_hash);
 
 out:
-    if (joined && (w->ctrl || w->comm))
+    if (rc < 0 && w->comm && rt_comm_expelled(w->comm)) {
+        say(w, "%s", rt_comm_aborted(w->comm));
+        rc = rt_error(RT_ERR_EXPELLED, "%s", rt_comm_aborted(w->comm));
+    }
+    if (joined && (w->ctrl || w->comm) && rc != RT_ERR_EXPELLED)
         report_end(w, rc, &res);
     rt_gossip_destroy(&w->gossip);
     rt_comm_destroy(&w->comm); /* lingers until the last report left */

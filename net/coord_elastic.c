@@ -1,0 +1,221 @@
+/* coord_elastic.c — members that come and go during training (sync mode).
+ *
+ * A member lost (its connection closed, its process died, or it fell
+ * silent for --worker-timeout) is dropped, and the others go on in a new
+ * generation: the coordinator announces its members ("regroup"), each
+ * member forms the ring of that generation and says so ("regrouped"), and
+ * once every one has, "go" starts its data. The members redo at most the
+ * step in flight with the state of the most advanced one (the trainer's
+ * recover method). A worker that says hello during training gets the job,
+ * sets up, measures its speed, and is admitted at the next generation,
+ * where it receives the state from the members. Below --min-workers the
+ * run waits --join-timeout for joiners, then stops (the last checkpoint is
+ * whole). Every change is logged as "ragtag: [members] ..." and written
+ * to the --metrics file as an event. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "coord-impl.h"
+#include "status.h"
+
+bool coord_elastic(const struct coord *k) { return k->c->mode == RT_MODE_SYNC; }
+
+static void members_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void members_note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ragtag: [members] ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+int coord_alive(const struct coord *k)
+{
+    int n = 0;
+    for (int i = 0; i < k->nw; i++)
+        n += k->w[i].rank >= 0 && !k->w[i].gone;
+    return n;
+}
+
+static int joiners(const struct coord *k, bool ready_only)
+{
+    int n = 0;
+    for (int i = 0; i < k->nw; i++)
+        n += k->w[i].pending && !k->w[i].gone && (!ready_only || k->w[i].ready);
+    return n;
+}
+
+static int min_members(const struct coord *k)
+{
+    return k->o->min_workers > 0 ? k->o->min_workers : 1;
+}
+
+/* A new generation: the members still here and the joiners that are
+ * ready, ranked by name; each is told its members. */
+static int regroup(struct coord *k)
+{
+    struct coord_worker *order[RT_MAX_WORKERS];
+    int n = 0;
+    for (int i = 0; i < k->nw; i++) {
+        struct coord_worker *w = &k->w[i];
+        if (!w->gone && (w->rank >= 0 || (w->pending && w->ready)))
+            order[n++] = w;
+    }
+    coord_sort_by_name(order, n);
+    k->ms.gen++;
+    k->ms.n = n;
+    for (int r = 0; r < n; r++) {
+        struct coord_worker *w = order[r];
+        if (w->pending) {
+            w->pending = false;
+            k->joined++;
+            members_note("generation %llu: admitted %s (%s) as rank %d", 
+                         (unsigned long long)k->ms.gen, w->m.name, w->m.host, r);
+            coord_report_event(k, "joined", w, "admitted");
+        }
+        w->rank = r;
+        w->regrouped = false;
+        k->by_rank[r] = (int)(w - k->w);
+        k->ms.m[r] = w->m;
+        k->ms.m[r].images_per_s = w->ips;
+    }
+    k->regroup_gen = k->ms.gen;
+    k->regroup_t0 = rt_now();
+    k->short_since = 0.0;
+    for (int r = 0; r < n; r++) {
+        rt_wire_begin(&k->wr, k->run, "regroup", 2);
+        rt_membership_put(&k->wr, &k->ms);
+        RT_TRY(rt_wire_end(&k->wr));
+        RT_TRY(coord_send(k, coord_rank(k, r), NULL, NULL, 0));
+    }
+    return RT_OK;
+}
+
+/* Regroup when enough members (with the ready joiners) are there. */
+static int regroup_if_enough(struct coord *k)
+{
+    int have = coord_alive(k) + joiners(k, true);
+    if (have >= min_members(k))
+        return regroup(k);
+    if (k->short_since == 0.0) {
+        k->short_since = rt_now();
+        members_note("%d worker%s left, fewer than --min-workers %d: waiting up to %.0f s "
+                     "(--join-timeout) for workers to join", have, have == 1 ? "" : "s",
+                     min_members(k), k->o->join_timeout);
+    }
+    return RT_OK;
+}
+
+int coord_lose(struct coord *k, struct coord_worker *w, const char *why)
+{
+    if (!coord_elastic(k) || !k->training)
+        return rt_error(RT_ERR_NET, "lost worker %s (rank %d, %s): %s", w->m.name, w->rank,
+                        w->m.host, why);
+    w->gone = true;
+    if (w->rank < 0) {
+        members_note("worker %s (%s) lost while joining: %s", w->m.name, w->m.host, why);
+        return RT_OK;
+    }
+    k->lost++;
+    int left = coord_alive(k);
+    members_note("generation %llu: lost rank %d (%s, %s): %s; %d worker%s continue",
+                 (unsigned long long)k->ms.gen + 1, w->rank, w->m.name, w->m.host, why, left,
+                 left == 1 ? "" : "s");
+    coord_report_event(k, "lost", w, why);
+    w->rank = -1;
+    if (left == 0 && joiners(k, false) == 0)
+        return rt_error(RT_ERR_NET, "every worker was lost (the last: %s, %s)", w->m.name, why);
+    return regroup_if_enough(k);
+}
+
+int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
+{
+    int cap = k->o->max_workers > 0 ? k->o->max_workers : k->o->workers;
+    char why[200];
+    const char *no = NULL;
+    if (coord_alive(k) + joiners(k, false) >= cap) {
+        snprintf(why, sizeof why, "run %.8s has its %d workers (--max-workers)", k->run, cap);
+        no = why;
+    } else if (k->nw >= RT_MAX_WORKERS) {
+        no = "the coordinator has no room for another worker";
+    }
+    for (int i = 0; !no && i < k->nw; i++)
+        if (!k->w[i].gone && !strcmp(k->w[i].m.name, m->name)) {
+            snprintf(why, sizeof why, "a worker named %s is in the run (give --name)", m->name);
+            no = why;
+        }
+    if (no) {
+        (void)coord_send_reject(k, rt_zframe_data(&k->fr, 0), rt_zframe_size(&k->fr, 0),
+                                m->name, no);
+        coord_note("turned away worker %s from %s: %s", m->name, peer, no);
+        return RT_OK;
+    }
+    struct coord_worker *w = coord_add_member(k, m, peer);
+    w->pending = true;
+    members_note("worker %s joining from %s (%s, %s): it sets up, then the members hand it "
+                 "their state", m->name, peer, m->host, m->endpoint);
+    return coord_job_send_late(k, w);
+}
+
+int coord_joiner_ready(struct coord *k, struct coord_worker *w)
+{
+    if (!w->pending) {
+        coord_drop_unexpected(k, w);
+        return RT_OK;
+    }
+    bool was = w->ready;
+    RT_TRY(coord_ready(k, w));
+    return !was && w->ready ? regroup_if_enough(k) : RT_OK;
+}
+
+int coord_regrouped(struct coord *k, struct coord_worker *w)
+{
+    uint64_t gen, rank;
+    rt_wire_map r = rt_wire_root(&k->msg);
+    if (rt_wire_get_uint(r, "gen", 1, UINT32_MAX, &gen) < 0 ||
+        rt_wire_get_uint(r, "rank", 0, RT_MAX_WORKERS - 1, &rank) < 0) {
+        rt_wire_drop(&k->drops, w->m.name, rt_error_detail());
+        return RT_OK;
+    }
+    if (gen != k->regroup_gen || (int)rank != w->rank)
+        return RT_OK; /* an older generation's, overtaken by a newer one */
+    w->regrouped = true;
+    for (int r = 0; r < k->ms.n; r++)
+        if (!coord_rank(k, r)->regrouped)
+            return RT_OK;
+    for (int r = 0; r < k->ms.n; r++) {
+        rt_wire_begin(&k->wr, k->run, "go", 1);
+        rt_wire_put_uint(&k->wr, "gen", gen);
+        RT_TRY(rt_wire_end(&k->wr));
+        RT_TRY(coord_send(k, coord_rank(k, r), NULL, NULL, 0));
+    }
+    members_note("generation %llu formed in %.2f s: %d worker%s", (unsigned long long)gen,
+                 rt_now() - k->regroup_t0, k->ms.n, k->ms.n == 1 ? "" : "s");
+    k->regroup_gen = 0;
+    coord_report_table(k);
+    return RT_OK;
+}
+
+int coord_elastic_clock(struct coord *k)
+{
+    if (k->short_since > 0.0 && rt_now() - k->short_since > k->o->join_timeout)
+        return rt_error(RT_ERR_NET, "only %d worker%s left (--min-workers %d) and none joined "
+                                    "within %.0f s", coord_alive(k),
+                        coord_alive(k) == 1 ? "" : "s", min_members(k), k->o->join_timeout);
+    return RT_OK;
+}
+
+void coord_expel(struct coord *k, struct coord_worker *w)
+{
+    double now = rt_now();
+    if (now - w->expelled_at < 2.0)
+        return;
+    w->expelled_at = now;
+    coord_send_simple(k, w, "expelled", "it was lost (closed or silent) and the run went on "
+                                        "without it");
+}
