@@ -365,6 +365,18 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
     return 0;
 }
 
+/* A worker the run went on without (it was paused or cut off too long)
+ * comes back as a new member. */
+static int run_worker(const struct rt_worker_options *o)
+{
+    signal(SIGINT, on_sigint_worker);
+    int rc;
+    while ((rc = rt_worker_run(o)) == RT_ERR_EXPELLED)
+        fprintf(stderr, "ragtag: [worker] joining %s again, as a new member\n", o->join);
+    signal(SIGINT, SIG_DFL);
+    return rc < 0 ? fail(rc) : 0;
+}
+
 static int cmd_worker(int argc, char **argv)
 {
     if (argc >= 2 && is_help(argv[1])) {
@@ -460,14 +472,7 @@ static int cmd_worker(int argc, char **argv)
         return usage_error("worker", "%s", "needs --join tcp://HOST:PORT (the coordinator)");
     if (strncmp(o.join, "tcp://", 6) != 0)
         return usage_error("worker", "--join '%s': expected tcp://HOST:PORT", o.join);
-    signal(SIGINT, on_sigint_worker);
-    int rc;
-    /* A worker the run went on without (it was paused or cut off too long)
-     * comes back as a new member. */
-    while ((rc = rt_worker_run(&o)) == RT_ERR_EXPELLED)
-        fprintf(stderr, "ragtag: [worker] joining %s again, as a new member\n", o.join);
-    signal(SIGINT, SIG_DFL);
-    return rc < 0 ? fail(rc) : 0;
+    return run_worker(&o);
 }
 
 static int cmd_eval(int argc, char **argv)

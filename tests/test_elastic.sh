@@ -1,0 +1,144 @@
+#!/bin/sh
+# Workers come and go, the run goes on (sync mode, real processes on
+# 127.0.0.x): kill -9 of one of 4 joined workers at a random moment, of a
+# local worker of `train --workers 3`, a worker that joins mid-run, one
+# paused past --worker-timeout (dropped, then back as a new member), and
+# churn (two losses and two joins in one run). Each run must finish with
+# status 0, name what happened, end with identical replicas, use every
+# training sample exactly once in every epoch ("samples" in the metrics),
+# and (for the kill) reach the fault-free run's test accuracy within a point.
+set -u
+RAGTAG=${RAGTAG:-./src/ragtag}
+top_srcdir=${top_srcdir:-.}
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z "${RAGTAG_DATA_DIR:-}" ]; then
+  echo "SKIP: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+pids=""
+cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+model="$top_srcdir/examples/lenet.cfg"
+ntrain=10800
+run="--data fashion-mnist --limit 12000 --val 0.1 --batch 48 --partition static --progress lines"
+fails=0
+port=$((22000 + ($$ % 2000) * 10))
+
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+
+worker() { # name address log [extra flags]
+  name=$1 addr=$2 log=$3
+  shift 3
+  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --advertise "$addr" --name "$name" \
+    --threads 1 --connect-timeout 60 "$@" >"$log" 2>&1 &
+  pids="$pids $!"
+}
+started() { # log: wait (up to 60 s) for the first epoch line
+  i=0
+  while [ $i -lt 600 ] && ! grep -q "^epoch 1/" "$1"; do sleep 0.1; i=$((i + 1)); done
+}
+wait_all() { for p in $pids; do wait "$p" 2>/dev/null; done; pids=""; }
+# every epoch of a metrics file used each of the $ntrain samples once
+samples_exact() { # metrics epochs
+  n=$(grep -c "\"samples\": $ntrain[,}]" "$1")
+  [ "$n" -eq "$2" ] && ! grep "\"samples\"" "$1" | grep -vq "\"samples\": $ntrain[,}]"
+}
+test_acc() { sed -n 's/.*test_acc \([0-9.]*\)%.*/\1/p' "$1" | tail -n 1; }
+same_acc() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 1 && d >= -1) }'; }
+
+# ---- the fault-free run, to compare with --------------------------------------------
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 4 --listen "tcp://127.0.0.1:$port" $run --epochs 6 \
+  --metrics "$tmp/m0.jsonl" >"$tmp/c0.log" 2>&1 & c=$!
+for n in w1 w2 w3 w4; do worker $n 127.0.0.1 "$tmp/$n-0.log"; done
+wait $c; s0=$?; wait_all
+acc0=$(test_acc "$tmp/c0.log")
+[ $s0 -eq 0 ] && samples_exact "$tmp/m0.jsonl" 6 && ok "fault-free run: 4 workers, test_acc $acc0%" ||
+  { bad "the fault-free run (status $s0)"; tail -n 5 "$tmp/c0.log"; }
+
+# ---- kill -9 one of 4 workers at a random moment --------------------------------------
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 4 --listen "tcp://127.0.0.1:$port" $run --epochs 6 \
+  --metrics "$tmp/m1.jsonl" >"$tmp/c1.log" 2>&1 & c=$!
+for n in w1 w2 w3 w4; do worker $n 127.0.0.1 "$tmp/$n-1.log"; done
+set -- $pids
+victim=$(( ($$ % 4) + 1 )); vpid=$(eval echo \${$victim})
+started "$tmp/c1.log"
+sleep "0.$(($$ % 10))"
+kill -9 "$vpid"
+wait $c; s1=$?; wait_all
+acc1=$(test_acc "$tmp/c1.log")
+if [ $s1 -eq 0 ] && grep -q "lost rank [0-9] (w$victim, .*its connection closed.*3 workers continue" "$tmp/c1.log" &&
+   grep -q "replicas identical: parameter hash [0-9a-f]* on all 3 workers" "$tmp/c1.log" &&
+   samples_exact "$tmp/m1.jsonl" 6 && grep -q '"event": "lost"' "$tmp/m1.jsonl" && same_acc "$acc0" "$acc1"; then
+  ok "kill -9 of w$victim of 4: 3 workers went on ($(grep -o "[0-9]* step[s]* redone" "$tmp/c1.log" || echo "no step redone")), replicas identical, every epoch's samples exact, test_acc $acc1% (fault-free $acc0%)"
+else bad "kill -9 of w$victim: status $s1, test_acc $acc1 vs $acc0"; grep "members\|samples\|FAIL\|error" "$tmp/c1.log" | tail -n 8; fi
+
+# ---- kill -9 a local worker of train --workers 3 --------------------------------------
+"$RAGTAG" train "$model" --workers 3 --threads 1 $run --epochs 6 --metrics "$tmp/m2.jsonl" \
+  >"$tmp/c2.log" 2>&1 & c=$!
+started "$tmp/c2.log"
+kid=$(pgrep -P $c | head -n 1)
+kill -9 "$kid"
+wait $c; s2=$?
+if [ $s2 -eq 0 ] && grep -q "lost rank .*killed by signal 9\|lost rank .*connection closed" "$tmp/c2.log" &&
+   grep -q "on all 2 workers" "$tmp/c2.log" && samples_exact "$tmp/m2.jsonl" 6; then
+  ok "kill -9 of a local worker: the other 2 went on, samples exact"
+else bad "kill -9 of a local worker: status $s2"; grep "members\|error" "$tmp/c2.log" | tail -n 5; fi
+
+# ---- a worker joins mid-run --------------------------------------------------------
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 2 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
+  --epochs 8 --metrics "$tmp/m3.jsonl" >"$tmp/c3.log" 2>&1 & c=$!
+worker j1 127.0.0.1 "$tmp/j1.log"
+worker j2 127.0.0.1 "$tmp/j2.log"
+started "$tmp/c3.log"
+worker j3 127.0.0.1 "$tmp/j3.log"
+wait $c; s3=$?; wait_all
+h=$(sed -n 's/.*replicas identical: parameter hash \([0-9a-f]*\) on all 3 workers.*/\1/p' "$tmp/c3.log")
+share=$(awk '/generation 2:/ { t = 1; next } t && $2 == "j3" { print $(NF - 3); exit }' "$tmp/c3.log")
+if [ $s3 -eq 0 ] && grep -q "admitted j3" "$tmp/c3.log" && [ -n "$h" ] &&
+   grep -q "done: .* parameters hash $h" "$tmp/j3.log" && [ "${share:-0}" -gt 0 ] &&
+   samples_exact "$tmp/m3.jsonl" 8; then
+  ok "a worker joined mid-run: admitted with a share of $share, its replica equal to the others' (hash $h), samples exact"
+else bad "a worker joining: status $s3, hash '$h', share '$share'"; grep "members\|error" "$tmp/c3.log" | tail -n 5; tail -n 3 "$tmp/j3.log"; fi
+
+# ---- paused past --worker-timeout: dropped, then back as a new member ---------------------
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 3 --listen "tcp://127.0.0.1:$port" $run --epochs 14 \
+  --worker-timeout 3 --metrics "$tmp/m4.jsonl" >"$tmp/c4.log" 2>&1 & c=$!
+worker p1 127.0.0.1 "$tmp/p1.log"
+worker p2 127.0.0.1 "$tmp/p2.log"; p2=$!
+worker p3 127.0.0.1 "$tmp/p3.log"
+started "$tmp/c4.log"
+kill -STOP $p2; sleep 5; kill -CONT $p2
+wait $c; s4=$?; wait_all
+if [ $s4 -eq 0 ] && grep -q "lost rank [0-9] (p2, .*nothing heard from it" "$tmp/c4.log" &&
+   grep -q "the run goes on without this worker" "$tmp/p2.log" &&
+   grep -q "joining .* again, as a new member" "$tmp/p2.log" && samples_exact "$tmp/m4.jsonl" 14; then
+  ok "SIGSTOP past the timeout: dropped, the run went on; after SIGCONT it rejoined as a new member$(grep -q 'admitted p2' "$tmp/c4.log" && echo ' and was admitted')"
+else bad "a paused worker: status $s4"; grep "members\|error" "$tmp/c4.log" | tail -n 5; tail -n 4 "$tmp/p2.log"; fi
+
+# ---- churn: two losses and two joins within one run ----------------------------------------
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 3 --listen "tcp://127.0.0.1:$port" $run --epochs 10 \
+  --metrics "$tmp/m5.jsonl" >"$tmp/c5.log" 2>&1 & c=$!
+worker c1 127.0.0.1 "$tmp/x1.log"
+worker c2 127.0.0.1 "$tmp/x2.log"; k1=$!
+worker c3 127.0.0.1 "$tmp/x3.log"; k2=$!
+started "$tmp/c5.log"
+kill -9 $k1; sleep 0.7
+worker c4 127.0.0.1 "$tmp/x4.log"; sleep 1.5
+kill -9 $k2; sleep 0.3
+worker c5 127.0.0.1 "$tmp/x5.log"
+wait $c; s5=$?; wait_all
+lost=$(grep -c "\] generation [0-9]*: lost rank" "$tmp/c5.log")
+joined=$(grep -c "admitted c[45]" "$tmp/c5.log")
+if [ $s5 -eq 0 ] && [ "$lost" -eq 2 ] && [ "$joined" -ge 1 ] && grep -q "replicas identical" "$tmp/c5.log" &&
+   samples_exact "$tmp/m5.jsonl" 10; then
+  ok "churn: $lost lost and $joined joined in one run, replicas identical, every epoch's samples exact"
+else bad "churn: status $s5, $lost lost, $joined joined"; grep -v "^epoch\|plan\]\|^  " "$tmp/c5.log" | tail -n 12; fi
+
+[ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "all elastic checks passed"
