@@ -26,6 +26,9 @@
 #define OP_TIMEOUT_DEFAULT 600.0
 #define SLICE_MS 100     /* how often a waiting side looks at the other's state */
 #define REPLY_GRACE 5.0  /* the training thread's margin over the comm thread's deadline */
+#define RING_SETUP_TIMEOUT 10.0 /* a new generation's neighbours form their rings at once */
+#define SELF_PAUSE 2.0   /* a gap between two looks at the coordinator this long: we were
+                            stopped, not the coordinator silent */
 
 enum { CMD_QUIT = 100, CMD_SEND = 101 };
 
@@ -65,7 +68,7 @@ struct rt_comm {
     double hb_interval, peer_timeout, op_timeout;
 
     /* thread side */
-    double last_hb_sent, last_seen;
+    double last_hb_sent, last_seen, last_service;
     double deadline;     /* of the collective running; 0 between collectives */
     const char *op_name; /* its name, for the timeout's message */
     bool ctrl_broken;    /* a send to the coordinator failed: send nothing more */
@@ -79,6 +82,7 @@ struct rt_comm {
     char self_id[24];
     struct rt_membership *ms, *pending, *scratch;
     bool has_pending;
+    void *spare_inbox;   /* the inbox, while no ring holds it (a failed set-up) */
     uint64_t go_gen;     /* the coordinator's "go" came for this generation */
     bool allow_shm;
     size_t chunk;
@@ -287,6 +291,11 @@ static void handle_ctrl_msg(rt_comm *c)
 static int service_ctrl(void *arg)
 {
     rt_comm *c = arg;
+    double now0 = rt_now();
+    if (now0 - c->last_service > SELF_PAUSE)
+        c->last_seen = now0; /* this process was stopped (SIGSTOP, a frozen VM): what the
+                              * coordinator sent meanwhile is still to be read */
+    c->last_service = now0;
     if (c->ctrl) {
         for (int k = 0; k < 256; k++) {
             int rc = rt_zframes_recv(c->ctrl, &c->fr, ZMQ_DONTWAIT);
@@ -355,17 +364,17 @@ static int form_ring(rt_comm *c)
     struct rt_membership *ms = c->pending;
     int rank = member_rank(ms, c->self_id);
     RT_ASSERT(rank >= 0); /* take_regroup's check */
-    void *inbox = c->ring ? rt_ring_release_inbox(c->ring) : NULL;
+    void *inbox = c->ring ? rt_ring_release_inbox(c->ring) : c->spare_inbox;
+    c->spare_inbox = NULL;
     rt_ring_destroy(&c->ring);
-    if (!inbox)
-        return rt_error(RT_ERR_NET, "no ring inbox left to form generation %llu",
-                        (unsigned long long)ms->gen);
+    RT_ASSERT(inbox); /* a ring's, or kept from a failed attempt */
     struct rt_ring_config rc = {.run = c->run, .members = ms, .rank = rank, .zctx = c->zctx,
                                 .inbox = &inbox, .allow_shm = c->allow_shm,
-                                .chunk_bytes = c->chunk, .idle = service_ctrl, .idle_arg = c};
+                                .chunk_bytes = c->chunk, .setup_timeout = RING_SETUP_TIMEOUT,
+                                .idle = service_ctrl, .idle_arg = c};
     c->ring = rt_ring_new(&rc);
     if (!c->ring) {
-        rt_zsock_close(&inbox);
+        c->spare_inbox = inbox; /* for the next generation's ring */
         return rt_error_wrap(RT_ERR_NET, "forming the ring of generation %llu",
                              (unsigned long long)ms->gen);
     }
@@ -394,6 +403,23 @@ static void send_regrouped(rt_comm *c)
     zmq_msg_close(&m);
 }
 
+/* After a ring of generation gen could not be formed (a neighbour was lost
+ * meanwhile): whether the coordinator announces a newer one within the
+ * worker timeout. */
+static bool newer_generation(rt_comm *c, uint64_t gen)
+{
+    double until = rt_now() + c->peer_timeout;
+    while (rt_now() < until) {
+        if (service_ctrl(c) < 0)
+            return false;
+        if (c->has_pending && c->pending->gen > gen)
+            return true;
+        zmq_pollitem_t it = {.socket = c->ctrl, .events = ZMQ_POLLIN};
+        zmq_poll(&it, 1, 50);
+    }
+    return false;
+}
+
 /* Form the rings of the announced generations until the coordinator says
  * "go" for the newest: every member has formed it, so no chunk of it can
  * reach a member still in the last one. */
@@ -401,13 +427,12 @@ static int do_regroup(rt_comm *c, const struct cmd *k, struct reply *rep)
 {
     for (;;) {
         if (c->has_pending) {
+            uint64_t gen = c->pending->gen;
             int rc = form_ring(c);
-            if (rc < 0) {
-                service_ctrl(c); /* a newer change may explain the failure */
-                if (!c->has_pending)
-                    return rc;
-                continue;
-            }
+            if (rc < 0 && !newer_generation(c, gen))
+                return rc;
+            if (rc < 0)
+                continue; /* a neighbour was lost meanwhile: the next generation */
             send_regrouped(c);
         }
         while (c->go_gen < c->ms->gen && !c->has_pending) {
@@ -498,7 +523,7 @@ static bool handle_pipe(rt_comm *c)
 static void *comm_main(void *arg)
 {
     rt_comm *c = arg;
-    c->last_seen = c->last_hb_sent = rt_now();
+    c->last_seen = c->last_hb_sent = c->last_service = rt_now();
     while (!atomic_load(&c->quit)) {
         zmq_pollitem_t it[2] = {{.socket = c->pipe_thread, .events = ZMQ_POLLIN},
                                 {.socket = c->ctrl, .events = ZMQ_POLLIN}};
@@ -665,6 +690,7 @@ void rt_comm_destroy(rt_comm **cp)
     else
         rt_ring_destroy(&c->ring);
     rt_wire_droplog_flush(&c->drops);
+    rt_zsock_close(&c->spare_inbox);
     free(c->ms);
     free(c->pending);
     free(c->scratch);

@@ -199,6 +199,8 @@ int coord_regrouped(struct coord *k, struct coord_worker *w);
 int coord_alive(const struct coord *k);
 /* The train phase's clock: too few members for too long fails the run. */
 int coord_elastic_clock(struct coord *k);
+/* The run is over: joiners not yet admitted are told so. */
+void coord_elastic_end(struct coord *k);
 /* A message from a worker the run went on without: tell it so. */
 void coord_expel(struct coord *k, struct coord_worker *w);
 

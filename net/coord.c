@@ -356,6 +356,7 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
         rc = coord_prepare(k);
     for (size_t i = 0; rc == RT_OK && i < sizeof phases / sizeof phases[0]; i++)
         rc = run_phase(k, &phases[i]);
+    coord_elastic_end(k);
     if (rc == RT_OK)
         rc = coord_report_end(k, t_start, res);
     coord_abort(k, rc);

@@ -219,3 +219,11 @@ void coord_expel(struct coord *k, struct coord_worker *w)
     coord_send_simple(k, w, "expelled", "it was lost (closed or silent) and the run went on "
                                         "without it");
 }
+
+void coord_elastic_end(struct coord *k)
+{
+    for (int i = 0; i < k->nw; i++)
+        if (k->w[i].pending && !k->w[i].gone)
+            coord_send_simple(k, &k->w[i], "abort", "the run ended before this worker was "
+                                                    "admitted");
+}

@@ -77,7 +77,7 @@ int coord_report_line(struct coord *k, struct coord_worker *w)
 
 static const char *const metric_keys[] = {
     "epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc",
-    "lr", "images_per_s", "seconds", "loss", "acc", "grad_norm", "samples",
+    "lr", "images_per_s", "seconds", "loss", "acc", "grad_norm", "samples", "steps_redone",
     "consensus_distance", "consensus_relative", NULL,
 };
 

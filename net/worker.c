@@ -43,6 +43,7 @@
 
 #define WORKER_MAX_FRAME ((int64_t)1 << 30) /* weights when resuming */
 #define MAX_MODEL_TEXT (512u << 10)
+#define SELF_PAUSE 2.0 /* seconds a loop that runs every 100 ms never misses unless stopped */
 
 static volatile sig_atomic_t worker_stop;
 
@@ -132,13 +133,16 @@ static void send_hb(struct worker *w)
  * job is known), and a worker gives up after `limit` seconds (0: never). */
 static int wait_for(struct worker *w, const char *const *want, int nframes, double limit)
 {
-    double t0 = rt_now(), last_note = t0;
+    double t0 = rt_now(), last_note = t0, last_loop = t0;
     for (;;) {
         if (worker_stop)
             return rt_error(RT_ERR_INTERRUPTED, "interrupted");
         zmq_pollitem_t it = {.socket = w->ctrl, .events = ZMQ_POLLIN};
         zmq_poll(&it, 1, 100);
         double now = rt_now();
+        if (now - last_loop > SELF_PAUSE)
+            w->last_seen = now; /* this process was stopped: the coordinator gets a fresh clock */
+        last_loop = now;
         if (w->run[0] && now - w->last_hb >= w->hb)
             send_hb(w);
         if (w->run[0] && now - w->last_seen > w->peer_timeout)
@@ -226,8 +230,11 @@ static int open_sockets(struct worker *w)
     w->ctrl = rt_zsock_new(w->zctx, ZMQ_DEALER, WORKER_MAX_FRAME, 0);
     if (!w->ctrl)
         return RT_ERR_NET;
-    int one = 1;
+    int one = 1, ms = 30000;
     zmq_setsockopt(w->ctrl, ZMQ_IMMEDIATE, &one, sizeof one); /* no hellos pile up unsent */
+    /* no send waits for ever on a coordinator that is gone (the job sets
+     * the run's --worker-timeout) */
+    zmq_setsockopt(w->ctrl, ZMQ_SNDTIMEO, &ms, sizeof ms);
     return rt_zsock_connect(w->ctrl, o->join);
 }
 
@@ -358,6 +365,8 @@ static int join(struct worker *w)
             return rt_error(RT_ERR_FORMAT, "%s", why);
         }
         w->last_seen = w->last_hb = rt_now();
+        int ms = (int)(w->peer_timeout * 1000.0);
+        zmq_setsockopt(w->ctrl, ZMQ_SNDTIMEO, &ms, sizeof ms);
         say(w, "joined run %.8s as rank %d of %d", w->run, w->rank, w->world);
         return RT_OK;
     }

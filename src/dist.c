@@ -118,11 +118,18 @@ int rt_dist_begin(struct rt_trainer *t, const char *mode_words)
     RT_TRY(joined);
     d->pl.plan_speed = ips; /* gossip's first epoch is planned from it */
     if (joined) {
-        /* a run under way took this worker in: its group and its state */
+        /* a run under way took this worker in: its group and its state
+         * (again when the members change meanwhile: it has none yet) */
         const rt_collective *c = t->coll;
         RT_ASSERT(c->ops->regroup && t->mode->recover);
-        RT_TRY(c->ops->regroup(c->ctx, &t->rank, &t->world));
-        return t->mode->recover(t, true);
+        d->no_state = true;
+        for (;;) {
+            int rc = c->ops->regroup(c->ctx, &t->rank, &t->world);
+            if (rc == RT_OK)
+                rc = t->mode->recover(t, true);
+            if (rc != RT_ERR_REGROUP)
+                return rc;
+        }
     }
     RT_TRY(rt_replica_broadcast(&d->r));
     RT_TRY(dist_restore(t, d));

@@ -12,6 +12,8 @@ struct rt_dist {
     struct rt_replica r;
     struct rt_planner pl;
     double last_norm;   /* the gradient's norm at the last step (NaN: not measured) */
+    bool no_state;      /* joined, or a recovery was cut while receiving: this replica
+                           holds no state to give the others */
     long local_steps;   /* local optimiser steps (average, gossip) */
     double local_train; /* seconds in step loops (average, gossip) */
     long averagings;    /* pairwise averagings applied (gossip) */

@@ -105,7 +105,6 @@ static int share_state(struct rt_trainer *t, struct rt_dist *d, int src, bool be
         RT_TRY(rt_replica_push(r));
         RT_TRY(rt_replica_push_state(r));
     }
-    rt_optim_set_steps(t->opt, t->pos.step);
     return RT_OK;
 }
 
@@ -114,13 +113,19 @@ int rt_dist_recover(struct rt_trainer *t, bool fresh)
     struct rt_dist *d = t->ms;
     rt_slice(d->r.np, t->world, t->rank, &d->r.lo, &d->r.hi);
     int src;
-    RT_TRY(find_source(t, fresh, &src));
+    RT_TRY(find_source(t, fresh || d->no_state, &src));
     struct recover_head h;
     head_fill(t, &h);
     RT_TRY(COLL(t)->broadcast(CTX(t), &h, sizeof h, src));
+    /* A receiver cut off in the middle holds half of two states: none it
+     * may give (its progress key says so) until a recovery completes. */
+    if (t->rank != src)
+        d->no_state = true;
+    RT_TRY(share_state(t, d, src, h.have_best));
     if (t->rank != src)
         head_take(t, &h);
-    RT_TRY(share_state(t, d, src, h.have_best));
+    rt_optim_set_steps(t->opt, t->pos.step);
+    d->no_state = false;
     RT_TRY(rt_planner_regroup(&d->pl));
     if (t->rank == 0)
         RT_TRY(rt_trainer_say(t, "ragtag: [members] %d worker%s go on from step %ld (epoch %ld) "
