@@ -55,6 +55,15 @@ static int min_members(const struct coord *k)
     return k->o->min_workers > 0 ? k->o->min_workers : 1;
 }
 
+/* A message to a member that cannot leave (its connection is gone: the
+ * router cannot route to it) makes it lost at the next look, which the
+ * next generation follows; it never fails the run. */
+static void send_or_lose(struct coord *k, struct coord_worker *w)
+{
+    if (coord_send(k, w, NULL, NULL, 0) < 0 && w->closed_at == 0.0)
+        w->closed_at = rt_now() - 1.0;
+}
+
 /* A new generation: the members still here and the joiners that are
  * ready, ranked by name; each is told its members. */
 static int regroup(struct coord *k)
@@ -91,7 +100,7 @@ static int regroup(struct coord *k)
         rt_wire_begin(&k->wr, k->run, "regroup", 2);
         rt_membership_put(&k->wr, &k->ms);
         RT_TRY(rt_wire_end(&k->wr));
-        RT_TRY(coord_send(k, coord_rank(k, r), NULL, NULL, 0));
+        send_or_lose(k, coord_rank(k, r));
     }
     return RT_OK;
 }
@@ -159,7 +168,12 @@ int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
     w->pending = true;
     members_note("worker %s joining from %s (%s, %s): it sets up, then the members hand it "
                  "their state", m->name, peer, m->host, m->endpoint);
-    return coord_job_send_late(k, w);
+    if (coord_job_send_late(k, w) < 0) {
+        members_note("worker %s left before its job could reach it: %s", m->name,
+                     rt_error_detail());
+        w->gone = true;
+    }
+    return RT_OK;
 }
 
 int coord_joiner_ready(struct coord *k, struct coord_worker *w)
@@ -192,7 +206,7 @@ int coord_regrouped(struct coord *k, struct coord_worker *w)
         rt_wire_begin(&k->wr, k->run, "go", 1);
         rt_wire_put_uint(&k->wr, "gen", gen);
         RT_TRY(rt_wire_end(&k->wr));
-        RT_TRY(coord_send(k, coord_rank(k, r), NULL, NULL, 0));
+        send_or_lose(k, coord_rank(k, r));
     }
     members_note("generation %llu formed in %.2f s: %d worker%s", (unsigned long long)gen,
                  rt_now() - k->regroup_t0, k->ms.n, k->ms.n == 1 ? "" : "s");
