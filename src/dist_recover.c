@@ -111,7 +111,6 @@ static int share_state(struct rt_trainer *t, struct rt_dist *d, int src, bool be
 int rt_dist_recover(struct rt_trainer *t, bool fresh)
 {
     struct rt_dist *d = t->ms;
-    rt_slice(d->r.np, t->world, t->rank, &d->r.lo, &d->r.hi);
     int src;
     RT_TRY(find_source(t, fresh || d->no_state, &src));
     struct recover_head h;

@@ -15,7 +15,6 @@ int rt_replica_init(struct rt_replica *r, const rt_collective *coll, rt_model *m
     r->m = m;
     r->np = rt_model_param_count(m);
     r->ns = rt_model_state_count(m);
-    rt_slice(r->np, coll->world, coll->rank, &r->lo, &r->hi);
     rt_dev *dev = rt_model_dev(m);
     if (rt_view_host(rt_model_params(m)) && !strcmp(rt_dev_backend(dev), "cpu")) {
         r->alias = true;

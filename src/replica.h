@@ -20,7 +20,6 @@ struct rt_replica {
     const rt_collective *coll;
     rt_model *m;
     size_t np, ns;   /* parameters, state (batch-norm statistics) */
-    size_t lo, hi;   /* this rank's slice of the parameters (rt_slice) */
     bool alias;      /* the model's buffers are host memory */
     rt_dev *hdev;    /* the mirrors' cpu device, when not aliased */
     rt_buf *hp, *hg;
