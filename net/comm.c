@@ -26,7 +26,6 @@
 #define OP_TIMEOUT_DEFAULT 600.0
 #define SLICE_MS 100     /* how often a waiting side looks at the other's state */
 #define REPLY_GRACE 5.0  /* the training thread's margin over the comm thread's deadline */
-#define RING_SETUP_TIMEOUT 10.0 /* a new generation's neighbours form their rings at once */
 #define SELF_PAUSE 2.0   /* a gap between two looks at the coordinator this long: we were
                             stopped, not the coordinator silent */
 
@@ -370,7 +369,7 @@ static int form_ring(rt_comm *c)
     RT_ASSERT(inbox); /* a ring's, or kept from a failed attempt */
     struct rt_ring_config rc = {.run = c->run, .members = ms, .rank = rank, .zctx = c->zctx,
                                 .inbox = &inbox, .allow_shm = c->allow_shm,
-                                .chunk_bytes = c->chunk, .setup_timeout = RING_SETUP_TIMEOUT,
+                                .chunk_bytes = c->chunk, .setup_timeout = RT_RING_SETUP_TIMEOUT,
                                 .idle = service_ctrl, .idle_arg = c};
     c->ring = rt_ring_new(&rc);
     if (!c->ring) {

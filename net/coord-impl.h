@@ -189,6 +189,8 @@ bool coord_elastic(const struct coord *k);
 /* A member or joiner is lost: the run goes on without it (a new
  * generation), or fails when it cannot. */
 int coord_lose(struct coord *k, struct coord_worker *w, const char *why);
+int coord_member_failed(struct coord *k, struct coord_worker *w, int status, const char *msg);
+int coord_joiner_failed(struct coord *k, struct coord_worker *w);
 /* A hello during training: admitted as a joiner (the job), or turned away. */
 int coord_admit(struct coord *k, const struct rt_member *m, const char *peer);
 /* "ready" of a joiner: admitted at a new generation. */

@@ -169,8 +169,7 @@ static int train_done(struct coord *k, struct coord_worker *w)
         return RT_OK;
     k->ndone++;
     if (w->status < 0 && w->status != RT_ERR_INTERRUPTED)
-        return rt_error(RT_ERR_NET, "worker %s (rank %d, %s) failed: %s", w->m.name, w->rank,
-                        w->m.host, w->message);
+        return coord_member_failed(k, w, w->status, w->message);
     if (w->status == RT_ERR_INTERRUPTED)
         k->interrupted_step = w->res.steps;
     return RT_OK;
@@ -202,7 +201,7 @@ static const struct coord_action train_actions[] = {
     {"metrics", coord_report_metrics},
     {"ckpt", coord_ckpt_part},
     {"done", train_done},
-    {"error", coord_report_failed},
+    {"error", coord_joiner_failed},
     {NULL, NULL},
 };
 

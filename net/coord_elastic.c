@@ -142,6 +142,33 @@ int coord_lose(struct coord *k, struct coord_worker *w, const char *why)
     return regroup_if_enough(k);
 }
 
+/* A member that stopped on a failure of the cluster's links (a ring that
+ * would not form, a collective that timed out) is one lost: the others go
+ * on. Any other failure (the data, the model, a diverged loss) would stop
+ * them all the same way, so it stops the run, saying why. */
+int coord_member_failed(struct coord *k, struct coord_worker *w, int status, const char *msg)
+{
+    bool link = status == RT_ERR_NET || status == RT_ERR_TIMEOUT || status == RT_ERR_REGROUP;
+    if (!link || !coord_elastic(k) || !k->training || w->gone)
+        return rt_error(RT_ERR_NET, "worker %s (rank %d, %s) failed: %s", w->m.name, w->rank,
+                        w->m.host, msg);
+    char why[700];
+    snprintf(why, sizeof why, "it failed: %s", msg);
+    return coord_lose(k, w, why);
+}
+
+/* An "error" during training: a joiner's costs the run nothing. */
+int coord_joiner_failed(struct coord *k, struct coord_worker *w)
+{
+    if (!w->pending || w->gone)
+        return coord_report_failed(k, w);
+    char msg[600] = "", why[700];
+    rt_wire_get_str(rt_wire_root(&k->msg), "message", 0, msg, sizeof msg);
+    coord_sanitize(msg);
+    snprintf(why, sizeof why, "it failed: %s", msg[0] ? msg : "(no message)");
+    return coord_lose(k, w, why);
+}
+
 int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
 {
     int cap = k->o->max_workers > 0 ? k->o->max_workers : k->o->workers;

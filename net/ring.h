@@ -43,6 +43,11 @@ typedef struct rt_ring rt_ring;
 
 /* Called while a collective waits (about every 50 ms): return < 0 (with a
  * detail) to abandon the collective, e.g. when the coordinator aborts. */
+/* How long a new generation's ring waits for its neighbours: they form it at
+ * the same moment, so a missing one was lost meanwhile (the next generation
+ * follows), not slow. */
+#define RT_RING_SETUP_TIMEOUT 10.0
+
 typedef int (*rt_ring_idle_fn)(void *arg);
 
 struct rt_ring_config {

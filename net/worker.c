@@ -531,7 +531,7 @@ static int w_restore(void *ctx, struct rt_ckpt_restore *to)
     return 1;
 }
 
-static int form_ring(struct worker *w, rt_ring **ring)
+static int form_ring(struct worker *w, rt_ring **ring, double setup_timeout)
 {
     struct rt_ring_config rc = {
         .run = w->run,
@@ -541,6 +541,7 @@ static int form_ring(struct worker *w, rt_ring **ring)
         .inbox = &w->inbox,
         .allow_shm = w->allow_shm,
         .chunk_bytes = w->chunk,
+        .setup_timeout = setup_timeout,
     };
     *ring = rt_ring_new(&rc);
     return *ring ? RT_OK : RT_ERR_NET;
@@ -564,19 +565,41 @@ static int take_members(struct worker *w)
                     (unsigned long long)w->ms.gen);
 }
 
+/* Take the newest of the "regroup"s already queued: the members of the
+ * generations between are gone, and their rings could never form. */
+static int skip_to_newest(struct worker *w)
+{
+    static const char *const want[] = {"regroup", NULL};
+    for (;;) {
+        zmq_pollitem_t it = {.socket = w->ctrl, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, 0) <= 0 || !(it.revents & ZMQ_POLLIN))
+            return RT_OK;
+        if (wait_for(w, want, 1, 0.2) < 0)
+            return RT_OK; /* only a heartbeat or an older generation's "go" */
+        RT_TRY(take_members(w));
+    }
+}
+
 /* A worker that joins a run under way: the coordinator's "regroup" is its
  * start. Form the ring of that generation, say so, and wait for "go" (every
- * member formed it), or for a newer generation, and form that one. */
+ * member formed it), or for a newer generation, and form that one. A ring
+ * that cannot form (a member was lost meanwhile) waits for the next one. */
 static int join_running(struct worker *w, rt_ring **ring)
 {
     static const char *const want[] = {"go", "regroup", NULL};
+    static const char *const next[] = {"regroup", NULL};
     for (;;) {
         RT_TRY(take_members(w));
+        RT_TRY(skip_to_newest(w));
         if (*ring) {
             w->inbox = rt_ring_release_inbox(*ring);
             rt_ring_destroy(ring);
         }
-        RT_TRY(form_ring(w, ring));
+        if (form_ring(w, ring, RT_RING_SETUP_TIMEOUT) < 0) {
+            say(w, "%s; waiting for the next generation", rt_error_detail());
+            RT_TRY(wait_for(w, next, 1, w->peer_timeout));
+            continue;
+        }
         rt_wire_begin(&w->w, w->run, "regrouped", 2);
         rt_wire_put_uint(&w->w, "gen", w->ms.gen);
         rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
@@ -611,7 +634,7 @@ static int w_ready(void *ctx, double ips, const char *summary)
     rt_ring *ring = NULL;
     int rc = late ? join_running(w, &ring) : take_resume(w);
     if (rc == RT_OK && !late)
-        rc = form_ring(w, &ring);
+        rc = form_ring(w, &ring, 0);
     if (rc < 0) {
         rt_ring_destroy(&ring);
         return rc;
