@@ -81,6 +81,7 @@ struct rt_comm {
     char self_id[24];
     struct rt_membership *ms, *pending, *scratch;
     bool has_pending;
+    _Atomic int changing;  /* has_pending, for the training thread (rt_comm_members_changing) */
     void *spare_inbox;   /* the inbox, while no ring holds it (a failed set-up) */
     uint64_t go_gen;     /* the coordinator's "go" came for this generation */
     bool allow_shm;
@@ -234,6 +235,7 @@ static void take_regroup(rt_comm *c)
     c->pending = c->scratch;
     c->scratch = x;
     c->has_pending = true;
+    atomic_store(&c->changing, 1);
 }
 
 static void handle_ctrl_msg(rt_comm *c)
@@ -380,6 +382,7 @@ static int form_ring(rt_comm *c)
     c->pending = c->ms;
     c->ms = ms;
     c->has_pending = false;
+    atomic_store(&c->changing, 0);
     c->rank = rank;
     c->world = ms->n;
     snprintf(c->who, sizeof c->who, "worker rank %d", c->rank);
@@ -628,6 +631,7 @@ rt_comm *rt_comm_new(const struct rt_comm_config *cfg)
     atomic_init(&c->quit, 0);
     atomic_init(&c->thread_gone, 0);
     atomic_init(&c->abort_claimed, 0);
+    atomic_init(&c->changing, 0);
     atomic_init(&c->abort_reason, NULL);
     if (open_pipe(c) < 0)
         goto fail;
@@ -882,6 +886,12 @@ close:
     for (int i = 0; i < made; i++)
         zmq_msg_close(&m[i]);
     return rc;
+}
+
+bool rt_comm_members_changing(rt_comm *c)
+{
+    check(c);
+    return atomic_load(&c->changing) != 0;
 }
 
 const char *rt_comm_aborted(rt_comm *c)

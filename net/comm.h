@@ -94,6 +94,9 @@ int rt_comm_send(rt_comm *c, const rt_wire_writer *w, const void *const *frames,
  * message could not leave), or NULL; any thread may ask. The first reason
  * is kept: the string never changes and lives as long as the comm. */
 const char *rt_comm_aborted(rt_comm *c);
+/* The coordinator announced a new generation that this worker has not
+ * formed yet (for work that uses no collective: gossip's steps). */
+bool rt_comm_members_changing(rt_comm *c);
 
 /* The coordinator asked the run to stop (Ctrl-C on it). */
 bool rt_comm_stop_requested(rt_comm *c);

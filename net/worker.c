@@ -742,10 +742,12 @@ static const struct rt_collective_ops worker_collectives = {
     .regroup = w_regroup,
 };
 
-/* Gossip: every rank's inbox, passed round the ring, then a socket to each. */
+/* Gossip: every rank's inbox, passed round the ring, then a socket to each;
+ * again, with new links, after the members changed. */
 static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
 {
     struct worker *w = ctx;
+    rt_gossip_destroy(&w->gossip);
     char ip[RT_ENDPOINT_MAX];
     RT_TRY(rt_net_endpoint_host(w->me.endpoint, ip, sizeof ip));
     struct rt_gossip_config gc = {
@@ -780,9 +782,18 @@ static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
     return rc;
 }
 
+/* A step uses no collective: a change of members is seen here. */
+static int members_changing(struct worker *w)
+{
+    return rt_comm_members_changing(w->comm)
+               ? rt_error(RT_ERR_REGROUP, "the members changed: the gossip links are re-formed")
+               : RT_OK;
+}
+
 static int w_gossip_step(void *ctx, float *params, size_t n, bool initiate)
 {
     (void)n;
+    RT_TRY(members_changing(ctx));
     return rt_gossip_step(((struct worker *)ctx)->gossip, params, initiate);
 }
 
@@ -793,6 +804,7 @@ static int w_gossip_drain(void *ctx, float *params, size_t n, long epoch)
     (void)n;
     struct worker *w = ctx;
     for (;;) {
+        RT_TRY(members_changing(w));
         int rc = rt_gossip_drain(w->gossip, params, (uint64_t)epoch, 1.0);
         if (rc != RT_ERR_TIMEOUT)
             return rc;

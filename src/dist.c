@@ -151,6 +151,7 @@ int rt_dist_epoch_sums(struct rt_trainer *t, struct rt_epoch *e)
     e->seen = (long)s[2];
     e->seen_all = e->seen;
     e->has_samples = true;
+    e->sums_global = true; /* a close done again does not sum them again */
     double nn = (double)t->ntrain;
     if (e->whole &&
         (s[3] != nn || s[4] != nn * (nn - 1) / 2 || s[5] != (nn - 1) * nn * (2 * nn - 1) / 6))

@@ -44,6 +44,23 @@ int rt_dist_end(struct rt_trainer *t);
 int rt_dist_recover(struct rt_trainer *t, bool fresh);
 void rt_dist_free(struct rt_dist *d);
 
+/* The last state every member agreed on (dist_commit.c): average and
+ * gossip go back to it when the members change. */
+struct rt_commit {
+    float *buf;             /* weights, each optimiser buffer, batch-norm state */
+    size_t floats;
+    struct rt_train_pos pos;
+    struct rt_epoch ep;     /* the epoch's sums over all members, then */
+    bool valid;
+};
+/* Copy the replica's state and position now (every member holds the same). */
+int rt_commit_take(struct rt_commit *k, struct rt_trainer *t);
+/* Go back to it: state, position, the epoch's sums. */
+int rt_commit_restore(const struct rt_commit *k, struct rt_trainer *t);
+/* It was taken at this position already. */
+bool rt_commit_here(const struct rt_commit *k, const struct rt_trainer *t);
+void rt_commit_free(struct rt_commit *k);
+
 /* One optimiser step of this worker alone on all of its parameters (host). */
 int rt_dist_local_step(struct rt_trainer *t, struct rt_dist *d);
 

@@ -12,15 +12,15 @@
 #include "train-testing.h"
 
 struct average {
-    struct rt_dist d; /* first: the shared methods see a struct rt_dist */
-    double since;     /* samples since the last averaging */
-    bool exchanged;   /* the last step averaged */
+    struct rt_dist d;       /* first: the shared methods see a struct rt_dist */
+    struct rt_tally since;  /* this worker's counts since the last averaging */
+    struct rt_commit agreed; /* the state at the last averaging (dist_commit.c) */
+    bool commit_due;        /* an averaging completed: keep its state at the next step */
+    bool exchanged;         /* the last step averaged */
 };
 
-static int average_rows(const struct rt_trainer *t)
-{
-    return t->c.partition == RT_PARTITION_BALANCED ? t->c.batch : rt_dist_even_rows(t);
-}
+/* Any share of the batch: the plan gives a worker more when others leave. */
+static int average_rows(const struct rt_trainer *t) { return t->c.batch; }
 
 static int average_init(struct rt_trainer *t)
 {
@@ -38,11 +38,28 @@ static int average_begin(struct rt_trainer *t)
     return rt_dist_begin(t, words);
 }
 
-static int average_epoch_begin(struct rt_trainer *t, struct rt_epoch *e) { return RT_OK; }
+/* The epoch's sums are over all workers: counts travel with the averaging. */
+static int average_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
+{
+    struct average *a = t->ms;
+    e->sums_global = true;
+    return rt_commit_here(&a->agreed, t) ? RT_OK : rt_commit_take(&a->agreed, t);
+}
+
+/* The state of an averaging, kept once its step's counts are in the
+ * epoch's sums (the loop adds them after the step). */
+static int keep_agreed(struct rt_trainer *t, struct average *a)
+{
+    if (!a->commit_due)
+        return RT_OK;
+    a->commit_due = false;
+    return rt_commit_take(&a->agreed, t);
+}
 
 static int average_part(struct rt_trainer *t, struct rt_step *s)
 {
     struct rt_dist *d = t->ms;
+    RT_TRY(keep_agreed(t, t->ms));
     RT_TRY(rt_planner_replan_if_due(&d->pl, t->pos.step));
     rt_planner_part(&d->pl, s->n, &s->a, &s->b);
     long nl = s->b - s->a;
@@ -56,15 +73,19 @@ static int average_part(struct rt_trainer *t, struct rt_step *s)
  * worker weighs nothing). With SGD and H = 1 this is exactly sync's maths;
  * averaging the state too keeps the workers' momenta from pulling apart
  * between averagings (measured: +0.4 points after one lenet epoch with
- * Adam). Every rank ends with the same bits: one ring sum, one scale. */
-static int average_params(struct rt_trainer *t, struct average *a)
+ * Adam). Every rank ends with the same bits: one ring sum, one scale. The
+ * counts since the last averaging ride in the first sum: *all gets them
+ * over all workers. */
+static int average_params(struct rt_trainer *t, struct average *a, struct rt_tally *all)
 {
     const rt_collective *c = t->coll;
     struct rt_replica *r = &a->d.r;
-    double tot = a->since;
-    RT_TRY(c->ops->allreduce_f64(c->ctx, &tot, 1));
-    if (tot > 0.0) {
-        float w = (float)(a->since / tot);
+    double sums[RT_TALLY_FLOATS];
+    rt_tally_to_f64(&a->since, sums);
+    RT_TRY(c->ops->allreduce_f64(c->ctx, sums, RT_TALLY_FLOATS));
+    rt_tally_from_f64(sums, all);
+    if (all->seen > 0) {
+        float w = (float)((double)a->since.seen / (double)all->seen);
         RT_TRY(rt_op_scale(r->odev, r->np, w, r->pv));
         RT_TRY(c->ops->allreduce(c->ctx, r->p, r->np));
         for (int i = 0; i < rt_optim_state_count(t->opt); i++) {
@@ -73,10 +94,14 @@ static int average_params(struct rt_trainer *t, struct average *a)
             RT_TRY(c->ops->allreduce(c->ctx, rt_view_host(v), r->np));
         }
     }
-    a->since = 0.0;
+    a->since = (struct rt_tally){0};
+    a->commit_due = true;
     return rt_replica_push(r);
 }
 
+/* A step counts nothing until its averaging, which counts the steps since
+ * on every worker: the epoch's sums and the --log-every windows are the
+ * cluster's, and a worker lost between two averagings takes no counts. */
 static int average_after_backward(struct rt_trainer *t, struct rt_step *s)
 {
     struct average *a = t->ms;
@@ -90,12 +115,13 @@ static int average_after_backward(struct rt_trainer *t, struct rt_step *s)
     if (nl > 0) {
         rt_optim_set_steps(t->opt, t->pos.step);
         RT_TRY(rt_dist_local_step(t, &a->d));
-        a->since += nl;
         a->d.local_steps++;
     }
+    rt_tally_add(&a->since, &s->tally);
+    s->tally = (struct rt_tally){0};
     uint32_t agreed = 0;
     if (exchange) {
-        RT_TRY(average_params(t, a));
+        RT_TRY(average_params(t, a, &s->tally));
         agreed = c->ops->agreed(c->ctx);
         rt_planner_agreed(&a->d.pl, agreed, t->pos.step);
     } else {
@@ -108,20 +134,51 @@ static int average_after_backward(struct rt_trainer *t, struct rt_step *s)
     return RT_OK;
 }
 
+/* The windows are the cluster's already (the averaging's counts). */
+static int average_log_window(struct rt_trainer *t, const struct rt_step *s, double w[3],
+                              bool *emit, double *grad_norm)
+{
+    struct average *a = t->ms;
+    *emit = s->exchanged && w[2] > 0.0;
+    *grad_norm = a->d.last_norm;
+    return RT_OK;
+}
+
 static int average_epoch_end(struct rt_trainer *t, struct rt_epoch *e)
 {
     struct average *a = t->ms;
     a->d.local_train += e->t_train;
-    if (t->pos.step % t->c.sync_every != 0)
-        RT_TRY(average_params(t, a));
+    RT_TRY(keep_agreed(t, a));
+    if (t->pos.step % t->c.sync_every != 0) {
+        struct rt_tally all = {0};
+        RT_TRY(average_params(t, a, &all));
+        rt_epoch_add(e, &all);
+        RT_TRY(keep_agreed(t, a));
+    }
     return rt_dist_epoch_sums(t, e);
+}
+
+/* The members changed: go back to the last averaging (the samples since
+ * are walked again by the new group), then take the most advanced
+ * member's state, which is one averaging later where its averaging
+ * completed and this one's did not. */
+static int average_recover(struct rt_trainer *t, bool fresh)
+{
+    struct average *a = t->ms;
+    if (!fresh)
+        RT_TRY(rt_commit_restore(&a->agreed, t));
+    a->since = (struct rt_tally){0};
+    a->commit_due = false;
+    RT_TRY(rt_dist_recover(t, fresh));
+    return rt_commit_take(&a->agreed, t);
 }
 
 static int average_checkpoint(struct rt_trainer *t, enum rt_ckpt_which which)
 {
     struct average *a = t->ms;
+    struct rt_tally all;
     if (which == RT_CKPT_STOP && !a->exchanged)
-        RT_TRY(average_params(t, a)); /* the checkpoint holds one model */
+        RT_TRY(average_params(t, a, &all)); /* the checkpoint holds one model */
     return rt_dist_checkpoint(t, which);
 }
 
@@ -130,6 +187,7 @@ static void average_destroy(struct rt_trainer *t)
     struct average *a = t->ms;
     if (!t->ms)
         return;
+    rt_commit_free(&a->agreed);
     rt_dist_free(&a->d);
     free(a);
     t->ms = NULL;
@@ -143,12 +201,13 @@ const struct rt_mode_ops rt_mode_average = {
     .epoch_begin = average_epoch_begin,
     .part = average_part,
     .after_backward = average_after_backward,
-    .log_window = rt_dist_log_window,
+    .log_window = average_log_window,
     .progress = rt_mode_progress_global,
     .epoch_end = average_epoch_end,
     .evaluate = rt_dist_evaluate,
     .agree = rt_dist_agree,
     .checkpoint = average_checkpoint,
+    .recover = average_recover,
     .end = rt_dist_end,
     .destroy = average_destroy,
 };

@@ -19,14 +19,26 @@ struct gossip {
     float *mean;      /* np floats: the mean of the replicas */
     long epoch;
     long first, count, done; /* this worker's run of the epoch's local batches */
+    struct rt_commit agreed; /* the state at the epoch's start, where all replicas
+                              * are one (dist_commit.c), and at its close */
+    bool linked;             /* the pairwise links are up */
 };
+
+/* The local batch: the same on every worker for the whole run (the
+ * coordinator fixes it), whoever joins or leaves. */
+static int gossip_rows(const struct rt_trainer *t)
+{
+    return t->c.local_batch > 0 ? t->c.local_batch : rt_dist_even_rows(t);
+}
 
 static int gossip_init(struct rt_trainer *t)
 {
+    if (!t->pairwise)
+        return rt_error(RT_ERR_CONFIG, "--mode gossip needs a transport for pairwise averaging");
     struct gossip *g = calloc(1, sizeof *g);
     if (!g)
         return rt_error(RT_ERR_NOMEM, "out of memory");
-    RT_TRY(rt_dist_init(t, &g->d, false, false, rt_dist_even_rows(t)));
+    RT_TRY(rt_dist_init(t, &g->d, false, false, gossip_rows(t)));
     if (!(g->mean = malloc((g->d.r.np ? g->d.r.np : 1) * sizeof(float))))
         return rt_error(RT_ERR_NOMEM, "out of memory");
     return RT_OK;
@@ -36,9 +48,10 @@ static int gossip_begin(struct rt_trainer *t)
 {
     struct rt_train_pos *pos = &t->pos;
     RT_TRY(rt_dist_begin(t, ", mode gossip"));
-    if (!t->pairwise)
-        return rt_error(RT_ERR_CONFIG, "--mode gossip needs a transport for pairwise averaging");
-    RT_TRY(t->pairwise->ops->begin(t->pairwise->ctx, rt_model_param_count(t->m), pos->epoch));
+    struct gossip *g = t->ms;
+    if (!g->linked) /* a joiner's recovery linked it already */
+        RT_TRY(t->pairwise->ops->begin(t->pairwise->ctx, rt_model_param_count(t->m), pos->epoch));
+    g->linked = true;
     if (pos->step > pos->epoch * t->spe) {
         RT_TRY(rt_trainer_say(t, "ragtag: [plan] gossip: the checkpoint stopped inside epoch "
                                  "%ld; that epoch starts over",
@@ -68,12 +81,12 @@ static int gossip_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
         for (int r = 0; r < t->world && len < (int)sizeof buf - 24; r++)
             len += snprintf(buf + len, sizeof buf - len, "%s%ld", r ? " " : "", pl->nshare[r]);
         RT_TRY(rt_trainer_say(t, "ragtag: [plan] gossip epoch %ld: local batches of %d by rank: %s",
-                              e->epoch + 1, rt_dist_even_rows(t), buf));
+                              e->epoch + 1, gossip_rows(t), buf));
     }
     e->first = g->first;
     e->count = g->count;
     e->whole = true; /* an epoch a checkpoint stopped inside starts over */
-    return RT_OK;
+    return rt_commit_here(&g->agreed, t) ? RT_OK : rt_commit_take(&g->agreed, t);
 }
 
 static int gossip_part(struct rt_trainer *t, struct rt_step *s)
@@ -185,7 +198,23 @@ static int gossip_epoch_end(struct rt_trainer *t, struct rt_epoch *e)
     }
     t->pos.step = (e->epoch + 1) * t->spe;
     rt_optim_set_steps(t->opt, t->pos.step);
-    return rt_dist_epoch_sums(t, e);
+    RT_TRY(rt_dist_epoch_sums(t, e));
+    return rt_commit_take(&g->agreed, t); /* a change of members in the close redoes it */
+}
+
+/* The members changed: no step is global in gossip, so the epoch's walk
+ * starts over from the state every replica shared at its start (or its
+ * close, where the source had closed it), with new links and shares for
+ * the new group. */
+static int gossip_recover(struct rt_trainer *t, bool fresh)
+{
+    struct gossip *g = t->ms;
+    if (!fresh)
+        RT_TRY(rt_commit_restore(&g->agreed, t));
+    RT_TRY(rt_dist_recover(t, fresh));
+    RT_TRY(t->pairwise->ops->begin(t->pairwise->ctx, rt_model_param_count(t->m), t->pos.epoch));
+    g->linked = true;
+    return rt_commit_take(&g->agreed, t);
 }
 
 static void gossip_destroy(struct rt_trainer *t)
@@ -194,6 +223,7 @@ static void gossip_destroy(struct rt_trainer *t)
     if (!t->ms)
         return;
     free(g->mean);
+    rt_commit_free(&g->agreed);
     rt_dist_free(&g->d);
     free(g);
     t->ms = NULL;
@@ -201,7 +231,7 @@ static void gossip_destroy(struct rt_trainer *t)
 
 const struct rt_mode_ops rt_mode_gossip = {
     .name = "gossip",
-    .rows = rt_dist_even_rows,
+    .rows = gossip_rows,
     .init = gossip_init,
     .begin = gossip_begin,
     .epoch_begin = gossip_epoch_begin,
@@ -213,6 +243,7 @@ const struct rt_mode_ops rt_mode_gossip = {
     .evaluate = rt_dist_evaluate,
     .agree = rt_dist_agree,
     .checkpoint = rt_dist_checkpoint,
+    .recover = gossip_recover,
     .end = rt_dist_end,
     .destroy = gossip_destroy,
 };

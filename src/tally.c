@@ -47,3 +47,37 @@ void rt_tally_used(const struct rt_tally *t, double used[3])
     used[1] = s;
     used[2] = q;
 }
+
+void rt_tally_add(struct rt_tally *t, const struct rt_tally *u)
+{
+    t->loss += u->loss;
+    t->correct += u->correct;
+    t->seen += u->seen;
+    for (int k = 0; k < 8; k++)
+        t->ib[k] += u->ib[k];
+    for (int k = 0; k < 16; k++)
+        t->qb[k] += u->qb[k];
+}
+
+/* Doubles hold every count exactly (each digit sum stays below 2^53). */
+void rt_tally_to_f64(const struct rt_tally *t, double *out)
+{
+    out[0] = t->loss;
+    out[1] = (double)t->correct;
+    out[2] = (double)t->seen;
+    for (int k = 0; k < 8; k++)
+        out[3 + k] = (double)t->ib[k];
+    for (int k = 0; k < 16; k++)
+        out[11 + k] = (double)t->qb[k];
+}
+
+void rt_tally_from_f64(const double *in, struct rt_tally *t)
+{
+    t->loss = in[0];
+    t->correct = lrint(in[1]);
+    t->seen = lrint(in[2]);
+    for (int k = 0; k < 8; k++)
+        t->ib[k] = (uint64_t)llrint(in[3 + k]);
+    for (int k = 0; k < 16; k++)
+        t->qb[k] = (uint64_t)llrint(in[11 + k]);
+}

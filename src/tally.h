@@ -28,6 +28,11 @@ void rt_tally_add_index(struct rt_tally *t, uint32_t idx);
 /* t to RT_TALLY_FLOATS floats, and back (after they were summed). */
 void rt_tally_encode(const struct rt_tally *t, float *out);
 void rt_tally_decode(const float *in, struct rt_tally *t);
+/* t += u. */
+void rt_tally_add(struct rt_tally *t, const struct rt_tally *u);
+/* t as RT_TALLY_FLOATS doubles (for an f64 sum: exact at any size), and back. */
+void rt_tally_to_f64(const struct rt_tally *t, double *out);
+void rt_tally_from_f64(const double *in, struct rt_tally *t);
 /* The count, sum and sum of squares of the indices. */
 void rt_tally_used(const struct rt_tally *t, double used[3]);
 

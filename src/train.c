@@ -161,6 +161,17 @@ static int step_compute(struct rt_trainer *t, struct rt_step *s)
     return RT_OK;
 }
 
+void rt_epoch_add(struct rt_epoch *e, const struct rt_tally *k)
+{
+    double used[3];
+    rt_tally_used(k, used);
+    e->loss_sum += k->loss;
+    e->correct += k->correct;
+    e->seen += k->seen;
+    for (int i = 0; i < 3; i++)
+        e->used[i] += used[i];
+}
+
 static int step_log(struct rt_trainer *t, const struct rt_epoch *e, const struct rt_step *s,
                     struct window *w, long done, double ips)
 {
@@ -189,14 +200,8 @@ static int step_report(struct rt_trainer *t, struct rt_epoch *e, const struct rt
                        struct window *w, double *last_report)
 {
     const struct rt_tally *k = &s->tally;
-    double used[3];
-    rt_tally_used(k, used);
     e->done++;
-    e->loss_sum += k->loss;
-    e->correct += k->correct;
-    e->seen += k->seen;
-    for (int i = 0; i < 3; i++)
-        e->used[i] += used[i];
+    rt_epoch_add(e, k);
     e->seen_all += s->n; /* the step's batch: global (sync, average) or local (gossip) */
     w->loss += k->loss;
     w->correct += k->correct;
@@ -268,50 +273,65 @@ static bool steps_over(const struct rt_trainer *t, const struct rt_epoch *e)
     return t->pos.epoch > e->epoch || t->pos.step >= (e->epoch + 1) * t->spe;
 }
 
-/* One step, redone when the members change under it: from the position
- * the new group agreed on, which may be past this epoch's steps (*over). */
+/* Steps (or, where the position moves only at the epoch's end, batches)
+ * taken again after a regroup moved this worker from (step, done). */
+static void count_redone(struct rt_trainer *t, struct rt_epoch *e, long step, long done)
+{
+    long back = t->pos.step != step ? step - t->pos.step : done - e->done;
+    e->redone += back >= 0 ? back + 1 : 0;
+}
+
+/* One step; when the members change under it, the new group's position
+ * (which may be back at the last agreement, or past this epoch's steps):
+ * *redo says the walk starts again from there. */
 static int step_or_regroup(struct rt_trainer *t, struct rt_epoch *e, struct rt_step *s,
-                           bool *redo, bool *over)
+                           bool *redo)
 {
     int rc = train_step(t, s);
     *redo = rc == RT_ERR_REGROUP;
     if (!*redo)
         return rc;
-    long before = t->pos.step;
+    long step = t->pos.step, done = e->done;
     RT_TRY(regroup(t));
-    e->redone += t->pos.step <= before;
-    *over = steps_over(t, e);
-    if (*over)
-        return RT_OK;
-    return rt_loader_start(t->loader, e->epoch, t->pos.step - e->epoch * t->spe);
+    count_redone(t, e, step, done);
+    return RT_OK;
 }
 
-static int train_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_report)
+/* This worker's walk of the epoch's batches from where the position is;
+ * 1 when a change of members sends it back to start again. */
+static int walk_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_report)
 {
     e->first = t->pos.step - e->epoch * t->spe;
     e->count = -1;
     RT_TRY(t->mode->epoch_begin(t, e));
     RT_TRY(rt_loader_start(t->loader, e->epoch, e->first));
-    e->t0 = rt_now();
     struct window w = {0};
     int rc = 1;
     struct rt_step s;
-    bool over = steps_over(t, e), redo;
-    while (!over && (e->count < 0 || e->done < e->count) &&
+    bool redo;
+    while (!steps_over(t, e) && (e->count < 0 || e->done < e->count) &&
            (rc = rt_loader_next(t->loader, &s.x, &s.y, &s.n)) > 0) {
         s = (struct rt_step){.x = s.x, .y = s.y, .n = s.n};
-        RT_TRY(step_or_regroup(t, e, &s, &redo, &over));
-        if (redo) {
-            w = (struct window){0};
-            continue;
-        }
+        RT_TRY(step_or_regroup(t, e, &s, &redo));
+        if (redo)
+            return 1;
         RT_TRY(step_report(t, e, &s, &w, last_report));
         if (s.leave_epoch)
             break; /* the epoch's end tells everybody */
         if (s.stop)
             return interrupted(t);
     }
-    return over || rc >= 0 ? RT_OK : rc;
+    return steps_over(t, e) || rc >= 0 ? RT_OK : rc;
+}
+
+static int train_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_report)
+{
+    e->t0 = rt_now();
+    int rc;
+    while ((rc = walk_epoch(t, e, last_report)) == 1)
+        if (steps_over(t, e))
+            return RT_OK;
+    return rc;
 }
 
 /* ---- the epoch's report, early stopping --------------------------------------------- */
@@ -508,7 +528,9 @@ static int close_once(struct rt_trainer *t, struct rt_epoch *e, bool *stop_early
     return t->mode->checkpoint(t, RT_CKPT_LAST);
 }
 
-static int close_epoch(struct rt_trainer *t, struct rt_epoch *e, bool *stop_early)
+/* *again: the new group went back into the epoch's steps (to the last
+ * state every member agreed on): walk them again, then close. */
+static int close_epoch(struct rt_trainer *t, struct rt_epoch *e, bool *stop_early, bool *again)
 {
     for (;;) {
         int rc = close_once(t, e, stop_early);
@@ -516,27 +538,35 @@ static int close_epoch(struct rt_trainer *t, struct rt_epoch *e, bool *stop_earl
             return rc;
         t->pos.epoch = e->epoch; /* nothing else changed before the last collective */
         *stop_early = false;
+        long step = t->pos.step, done = e->done;
         RT_TRY(regroup(t));
         if (t->pos.epoch > e->epoch) {
             *stop_early = t->res->stopped_early = stops_early(t);
             return RT_OK; /* closed by the member whose state this one took */
+        }
+        if (!steps_over(t, e) || (e->count >= 0 && e->done < e->count)) {
+            count_redone(t, e, step, done);
+            *again = true;
+            return RT_OK;
         }
     }
 }
 
 static int fit(struct rt_trainer *t)
 {
-    bool stop_early = false;
+    bool stop_early = false, again = false;
     double last_report = 0.0;
     struct rt_epoch *e = t->ep;
     while (t->pos.epoch < t->c.epochs && !stop_early) {
         if (e->epoch != t->pos.epoch)
             *e = (struct rt_epoch){.epoch = t->pos.epoch,
                                    .whole = t->pos.step == t->pos.epoch * t->spe};
-        e->t_epoch = rt_now();
+        if (!again)
+            e->t_epoch = rt_now();
+        again = false;
         RT_TRY(train_epoch(t, e, &last_report));
         if (t->pos.epoch == e->epoch)
-            RT_TRY(close_epoch(t, e, &stop_early));
+            RT_TRY(close_epoch(t, e, &stop_early, &again));
         else /* a regroup took the state of a member past this epoch's close */
             stop_early = t->res->stopped_early = stops_early(t);
     }

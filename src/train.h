@@ -52,6 +52,7 @@ struct rt_train_config {
     enum rt_dist_mode mode;
     enum rt_partition partition;
     int sync_every;       /* average mode: steps between averagings (default 8) */
+    int local_batch;      /* gossip: images per local batch (0: batch / starting workers) */
     long replan_every;    /* balanced: re-plan the shares every K steps (default 200) */
     float replan_change;  /* ... and when a speed moved by more than this fraction (0.2) */
     float min_share;      /* standby below this fraction of an equal share (0.1; 0: never) */

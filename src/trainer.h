@@ -138,6 +138,8 @@ extern const struct rt_mode_ops rt_mode_local, rt_mode_sync, rt_mode_average, rt
 /* The loop's shared pieces, for the modes. */
 /* A different, reproducible dropout seed for every step. */
 uint64_t rt_step_seed(uint64_t seed, long step);
+/* A step's counts into the epoch's sums. */
+void rt_epoch_add(struct rt_epoch *e, const struct rt_tally *k);
 /* forward, loss and backward of `n` images of the batch from image a,
  * with gradient scale `gscale` (loss and correct counted into s when
  * `count`). */

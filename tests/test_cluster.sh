@@ -223,9 +223,10 @@ if [ $s1 -ne 0 ] && [ $s2 -ne 0 ] && [ $waited -le 8 ] &&
   ok "kill -9 of the coordinator: both workers said so and exited (status $s1, $s2) within ${waited} s (--worker-timeout 4)"
 else bad "workers after their coordinator was killed: status $s1 $s2 after ${waited} s"; tail -n 3 "$tmp/k1.log" "$tmp/k2.log"; fi
 
-# ---- average mode cannot change members: a killed worker stops the run, named ----------
+# ---- below --min-workers: a killed worker, named; no joiner within --join-timeout stops the run --
 port=$((port + 1))
-"$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" --data fashion-mnist \
+"$RAGTAG" coord "$model" --workers 2 --min-workers 2 --join-timeout 2 \
+  --listen "tcp://127.0.0.1:$port" --data fashion-mnist \
   --limit 12000 --val 0 --epochs 50 --batch 32 --progress lines --mode average \
   >"$tmp/c13.log" 2>&1 & c=$!
 worker d1 127.0.0.2 "$tmp/d1.log"; d1=$!
@@ -239,10 +240,11 @@ waited=$(($(date +%s) - t0))
 wait $d1; s1=$?
 wait $d2 2>/dev/null
 pids=""
-if [ $sc -ne 0 ] && [ $s1 -ne 0 ] && [ $waited -le 5 ] &&
-   grep -q "lost worker d2 (rank [0-9]*, [^)]*): its connection closed" "$tmp/c13.log"; then
-  ok "kill -9 of a worker (average mode): the coordinator named it within ${waited} s (--worker-timeout 30) and stopped the run"
-else bad "a killed worker: coordinator status $sc, worker status $s1 after ${waited} s"; tail -n 3 "$tmp/c13.log"; fi
+if [ $sc -ne 0 ] && [ $s1 -ne 0 ] && [ $waited -le 8 ] &&
+   grep -q "lost rank [0-9] (d2, [^)]*): its connection closed" "$tmp/c13.log" &&
+   grep -q "only 1 worker left (--min-workers 2) and none joined within 2 s" "$tmp/c13.log"; then
+  ok "kill -9 of one of 2 workers with --min-workers 2: named at once, the run stopped after --join-timeout 2 (${waited} s)"
+else bad "below --min-workers: coordinator status $sc, worker status $s1 after ${waited} s"; tail -n 3 "$tmp/c13.log"; fi
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all cluster checks passed"

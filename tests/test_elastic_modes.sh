@@ -1,0 +1,92 @@
+#!/bin/sh
+# Average and gossip modes keep going when members change (real processes
+# on 127.0.0.1): kill -9 of one of 4 workers at a random moment, and a
+# worker that joins mid-run. Both modes go back to their last agreement
+# (average: the last averaging; gossip: the epoch's start) and walk the
+# samples since with the members left (src/dist_commit.c). Each run must
+# finish with status 0, name the lost worker, end with identical replicas,
+# use every sample exactly once in every epoch ("samples" in the metrics),
+# and (for the kill) reach the fault-free run's test accuracy within a point.
+set -u
+RAGTAG=${RAGTAG:-./src/ragtag}
+top_srcdir=${top_srcdir:-.}
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z "${RAGTAG_DATA_DIR:-}" ]; then
+  echo "SKIP: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+pids=""
+cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+model="$top_srcdir/examples/lenet.cfg"
+ntrain=10800
+run="--data fashion-mnist --limit 12000 --val 0.1 --batch 48 --partition static --progress lines"
+fails=0
+port=$((26000 + ($$ % 2000) * 10))
+
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+worker() { # name log
+  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$1" --threads 1 --connect-timeout 60 \
+    >"$2" 2>&1 &
+  pids="$pids $!"
+}
+started() { # log: wait (up to 60 s) for the first epoch line
+  i=0
+  while [ $i -lt 600 ] && ! grep -q "^epoch 1/" "$1"; do sleep 0.1; i=$((i + 1)); done
+}
+wait_all() { for p in $pids; do wait "$p" 2>/dev/null; done; pids=""; }
+samples_exact() { # metrics epochs
+  n=$(grep -c "\"samples\": $ntrain[,}]" "$1")
+  [ "$n" -eq "$2" ] && ! grep "\"samples\"" "$1" | grep -vq "\"samples\": $ntrain[,}]"
+}
+test_acc() { sed -n 's/.*test_acc \([0-9.]*\)%.*/\1/p' "$1" | tail -n 1; }
+same_acc() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 1 && d >= -1) }'; }
+
+for mode in "average --sync-every 4" gossip; do
+  m=${mode%% *}
+  # the fault-free run
+  port=$((port + 1))
+  "$RAGTAG" coord "$model" --workers 4 --listen "tcp://127.0.0.1:$port" $run --mode $mode \
+    --epochs 4 --metrics "$tmp/$m-0.jsonl" >"$tmp/$m-0.log" 2>&1 & c=$!
+  for n in w1 w2 w3 w4; do worker $n "$tmp/$m-$n-0.log"; done
+  wait $c; s0=$?; wait_all
+  acc0=$(test_acc "$tmp/$m-0.log")
+  [ $s0 -eq 0 ] && samples_exact "$tmp/$m-0.jsonl" 4 || { bad "$m: the fault-free run (status $s0)"; tail -n 5 "$tmp/$m-0.log"; }
+
+  # kill -9 one of 4 at a random moment
+  port=$((port + 1))
+  "$RAGTAG" coord "$model" --workers 4 --listen "tcp://127.0.0.1:$port" $run --mode $mode \
+    --epochs 4 --metrics "$tmp/$m-1.jsonl" >"$tmp/$m-1.log" 2>&1 & c=$!
+  for n in w1 w2 w3 w4; do worker $n "$tmp/$m-$n-1.log"; done
+  set -- $pids
+  victim=$(( ($$ % 4) + 1 )); vpid=$(eval echo \${$victim})
+  started "$tmp/$m-1.log"
+  sleep "0.$(($$ % 10))"
+  kill -9 "$vpid"
+  wait $c; s1=$?; wait_all
+  acc1=$(test_acc "$tmp/$m-1.log")
+  if [ $s1 -eq 0 ] && grep -q "lost rank [0-9] (w$victim, .*3 workers continue" "$tmp/$m-1.log" &&
+     grep -q "replicas identical: parameter hash [0-9a-f]* on all 3 workers" "$tmp/$m-1.log" &&
+     samples_exact "$tmp/$m-1.jsonl" 4 && same_acc "$acc0" "$acc1"; then
+    ok "$m: kill -9 of w$victim of 4: 3 went on ($(grep -o "[0-9]* steps* redone" "$tmp/$m-1.log" || echo "none redone")), replicas identical, samples exact, test_acc $acc1% (fault-free $acc0%)"
+  else bad "$m: kill -9 of w$victim: status $s1, test_acc $acc1 vs $acc0"; grep "members\|samples\|error" "$tmp/$m-1.log" | tail -n 8; fi
+
+  # a worker joins mid-run
+  port=$((port + 1))
+  "$RAGTAG" coord "$model" --workers 2 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
+    --mode $mode --epochs 6 --metrics "$tmp/$m-3.jsonl" >"$tmp/$m-3.log" 2>&1 & c=$!
+  worker j1 "$tmp/$m-j1.log"
+  worker j2 "$tmp/$m-j2.log"
+  started "$tmp/$m-3.log"
+  worker j3 "$tmp/$m-j3.log"
+  wait $c; s3=$?; wait_all
+  h=$(sed -n 's/.*replicas identical: parameter hash \([0-9a-f]*\) on all 3 workers.*/\1/p' "$tmp/$m-3.log")
+  if [ $s3 -eq 0 ] && grep -q "admitted j3" "$tmp/$m-3.log" && [ -n "$h" ] &&
+     grep -q "done: .* parameters hash $h" "$tmp/$m-j3.log" && samples_exact "$tmp/$m-3.jsonl" 6; then
+    ok "$m: a worker joined mid-run: admitted, its replica equal to the others' (hash $h), samples exact"
+  else bad "$m: a worker joining: status $s3, hash '$h'"; grep "members\|error" "$tmp/$m-3.log" | tail -n 5; tail -n 3 "$tmp/$m-j3.log"; fi
+done
+
+[ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "all elastic checks of average and gossip passed"
