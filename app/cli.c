@@ -371,8 +371,9 @@ static int run_worker(const struct rt_worker_options *o)
 {
     signal(SIGINT, on_sigint_worker);
     int rc;
-    while ((rc = rt_worker_run(o)) == RT_ERR_EXPELLED)
-        fprintf(stderr, "ragtag: [worker] joining %s again, as a new member\n", o->join);
+    while ((rc = rt_worker_run(o)) == RT_ERR_EXPELLED || rc == RT_ERR_STANDBY)
+        fprintf(stderr, "ragtag: [worker] joining %s again, as a new member%s\n", o->join,
+                rc == RT_ERR_STANDBY ? " (admitted when it is fast enough)" : "");
     signal(SIGINT, SIG_DFL);
     return rc < 0 ? fail(rc) : 0;
 }

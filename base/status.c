@@ -24,6 +24,7 @@ const char *rt_strerror(int status)
     case RT_ERR_INTERRUPTED: return "interrupted";
     case RT_ERR_REGROUP: return "the members changed";
     case RT_ERR_EXPELLED: return "expelled from the run";
+    case RT_ERR_STANDBY: return "on standby";
     default: return "unknown error";
     }
 }

@@ -28,7 +28,8 @@ typedef enum rt_status {
     RT_ERR_TIMEOUT = -11,    /* a wait ran out */
     RT_ERR_INTERRUPTED = -12, /* stopped by a signal */
     RT_ERR_REGROUP = -13,    /* the members of a run changed under a collective */
-    RT_ERR_EXPELLED = -14    /* this worker was dropped from its run */
+    RT_ERR_EXPELLED = -14,   /* this worker was dropped from its run */
+    RT_ERR_STANDBY = -15     /* too slow to help: this worker left the ring for now */
 } rt_status;
 
 /* Name of a status code, e.g. "format error". Never NULL. */

@@ -34,6 +34,8 @@
 #include "transport.h"
 #include "wire.h"
 
+#define COORD_PROBE_EVERY 10.0 /* seconds between a held joiner's speed measures */
+
 struct coord_worker {
     struct rt_member m;
     unsigned char rid[256]; /* ZeroMQ routing id of its connection */
@@ -45,6 +47,7 @@ struct coord_worker {
     bool gone;              /* lost: the run went on without it */
     bool regrouped;         /* formed the ring of the generation announced */
     double expelled_at;     /* when it was last told it is out */
+    double probe_at;        /* a joiner too slow for a share: when it measures again (0: not held) */
     double last_seen, ips;
     int fd;                 /* the TCP connection its last message came on, or -1 */
     double closed_at;       /* when that connection closed (0: open) */

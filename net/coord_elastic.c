@@ -48,11 +48,14 @@ int coord_alive(const struct coord *k)
     return n;
 }
 
+/* Joiners (ready_only: set up, measured and fast enough to be admitted). */
 static int joiners(const struct coord *k, bool ready_only)
 {
     int n = 0;
-    for (int i = 0; i < k->nw; i++)
-        n += k->w[i].pending && !k->w[i].gone && (!ready_only || k->w[i].ready);
+    for (int i = 0; i < k->nw; i++) {
+        const struct coord_worker *w = &k->w[i];
+        n += w->pending && !w->gone && (!ready_only || (w->ready && w->probe_at == 0.0));
+    }
     return n;
 }
 
@@ -78,7 +81,7 @@ static int regroup(struct coord *k)
     int n = 0;
     for (int i = 0; i < k->nw; i++) {
         struct coord_worker *w = &k->w[i];
-        if (!w->gone && (w->rank >= 0 || (w->pending && w->ready)))
+        if (!w->gone && (w->rank >= 0 || (w->pending && w->ready && w->probe_at == 0.0)))
             order[n++] = w;
     }
     coord_sort_by_name(order, n);
@@ -126,26 +129,35 @@ static int regroup_if_enough(struct coord *k)
     return RT_OK;
 }
 
-int coord_lose(struct coord *k, struct coord_worker *w, const char *why)
+/* A member out of the ring: lost, or gone on standby (event). */
+static int drop_member(struct coord *k, struct coord_worker *w, const char *event,
+                       const char *why)
 {
-    if (!coord_elastic(k) || !k->training)
-        return rt_error(RT_ERR_NET, "lost worker %s (rank %d, %s): %s", w->m.name, w->rank,
-                        w->m.host, why);
     w->gone = true;
     if (w->rank < 0) {
         members_note("worker %s (%s) lost while joining: %s", w->m.name, w->m.host, why);
         return RT_OK;
     }
-    k->lost++;
+    bool lost = !strcmp(event, "lost");
+    k->lost += lost;
     int left = coord_alive(k);
-    members_note("generation %llu: lost rank %d (%s, %s): %s; %d worker%s continue",
-                 (unsigned long long)k->ms.gen + 1, w->rank, w->m.name, w->m.host, why, left,
-                 left == 1 ? "" : "s");
-    coord_report_event(k, "lost", w, why);
+    members_note("generation %llu: %srank %d (%s, %s)%s: %s; %d worker%s",
+                 (unsigned long long)k->ms.gen + 1, lost ? "lost " : "", w->rank, w->m.name,
+                 w->m.host, lost ? "" : " left the ring", why, left,
+                 left == 1 ? " continues" : "s continue");
+    coord_report_event(k, event, w, why);
     w->rank = -1;
     if (left == 0 && joiners(k, false) == 0)
         return rt_error(RT_ERR_NET, "every worker was lost (the last: %s, %s)", w->m.name, why);
     return regroup_if_enough(k);
+}
+
+int coord_lose(struct coord *k, struct coord_worker *w, const char *why)
+{
+    if (!coord_elastic(k) || !k->training)
+        return rt_error(RT_ERR_NET, "lost worker %s (rank %d, %s): %s", w->m.name, w->rank,
+                        w->m.host, why);
+    return drop_member(k, w, "lost", why);
 }
 
 /* A member that stopped on a failure of the cluster's links (a ring that
@@ -155,6 +167,8 @@ int coord_lose(struct coord *k, struct coord_worker *w, const char *why)
 int coord_member_failed(struct coord *k, struct coord_worker *w, int status, const char *msg)
 {
     bool link = status == RT_ERR_NET || status == RT_ERR_TIMEOUT || status == RT_ERR_REGROUP;
+    if (status == RT_ERR_STANDBY && k->training && !w->gone && w->rank >= 0)
+        return drop_member(k, w, "standby", msg); /* it joins again, as a new member */
     if (!link || !coord_elastic(k) || !k->training || w->gone)
         return rt_error(RT_ERR_NET, "worker %s (rank %d, %s) failed: %s", w->m.name, w->rank,
                         w->m.host, msg);
@@ -209,14 +223,46 @@ int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
     return RT_OK;
 }
 
+/* The members' mean speed (their last measure), or 0. */
+static double members_mean_speed(const struct coord *k)
+{
+    double sum = 0.0;
+    int n = 0;
+    for (int i = 0; i < k->nw; i++)
+        if (k->w[i].rank >= 0 && !k->w[i].gone && k->w[i].ips > 0.0)
+            sum += k->w[i].ips, n++;
+    return n ? sum / n : 0.0;
+}
+
+/* Whether a joiner is fast enough to take a share: the planner's rule for
+ * a worker back from standby (partition.h: 1.5 x --min-share of the mean),
+ * where a plan would put it on standby at once. */
+static bool fast_enough(const struct coord *k, const struct coord_worker *w, double *mean)
+{
+    *mean = members_mean_speed(k);
+    bool roles = k->c->mode != RT_MODE_GOSSIP && k->c->partition == RT_PARTITION_BALANCED;
+    return !roles || k->c->min_share <= 0.0f || *mean <= 0.0 ||
+           w->ips >= 1.5 * (double)k->c->min_share * *mean;
+}
+
 int coord_joiner_ready(struct coord *k, struct coord_worker *w)
 {
     if (!w->pending) {
         coord_drop_unexpected(k, w);
         return RT_OK;
     }
-    bool was = w->ready;
+    bool was = w->ready && w->probe_at == 0.0;
     RT_TRY(coord_ready(k, w));
+    double mean;
+    if (!fast_enough(k, w, &mean)) {
+        if (w->probe_at == 0.0)
+            members_note("worker %s stays on standby: %.0f img/s, below 1.5 x --min-share %g of "
+                         "the members' mean %.0f img/s; it measures again every %.0f s",
+                         w->m.name, w->ips, (double)k->c->min_share, mean, COORD_PROBE_EVERY);
+        w->probe_at = rt_now() + COORD_PROBE_EVERY;
+        return RT_OK;
+    }
+    w->probe_at = 0.0;
     return !was && w->ready ? regroup_if_enough(k) : RT_OK;
 }
 
@@ -250,6 +296,14 @@ int coord_regrouped(struct coord *k, struct coord_worker *w)
 
 int coord_elastic_clock(struct coord *k)
 {
+    double now = rt_now();
+    for (int i = 0; i < k->nw; i++) {
+        struct coord_worker *w = &k->w[i];
+        if (w->pending && !w->gone && w->probe_at > 0.0 && now >= w->probe_at) {
+            w->probe_at = now + 1e9; /* until its next "ready" */
+            coord_send_simple(k, w, "probe", "measure your speed again");
+        }
+    }
     if (k->short_since > 0.0 && rt_now() - k->short_since > k->o->join_timeout)
         return rt_error(RT_ERR_NET, "only %d worker%s left (--min-workers %d) and none joined "
                                     "within %.0f s", coord_alive(k),
@@ -271,6 +325,6 @@ void coord_elastic_end(struct coord *k)
 {
     for (int i = 0; i < k->nw; i++)
         if (k->w[i].pending && !k->w[i].gone)
-            coord_send_simple(k, &k->w[i], "abort", "the run ended before this worker was "
-                                                    "admitted");
+            coord_send_simple(k, &k->w[i], "finished", "the run ended before this worker was "
+                                                       "admitted");
 }

@@ -85,6 +85,7 @@ struct worker {
     struct rt_train_config c;
     struct rt_train_testing testing; /* --throttle */
     bool want_ckpt, want_final, allow_shm;
+    bool finished;     /* the run ended before this worker was admitted */
     size_t chunk;
     double hb, peer_timeout;
     struct rt_data_manifest man;
@@ -171,6 +172,10 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
         }
         w->last_seen = now;
         const char *t = w->msg.type;
+        if (!strcmp(t, "finished")) {
+            w->finished = true;
+            return rt_error(RT_ERR_INTERRUPTED, "the run ended before this worker was admitted");
+        }
         if (!strcmp(t, "abort") || !strcmp(t, "reject")) {
             char why[300];
             if (rt_wire_get_str(rt_wire_root(&w->msg), "reason", 0, why, sizeof why) < 0)
@@ -622,7 +627,7 @@ static int join_running(struct worker *w, rt_ring **ring)
 static int w_ready(void *ctx, double ips, const char *summary)
 {
     struct worker *w = ctx;
-    static const char *const want[] = {"start", "regroup", NULL};
+    static const char *const want[] = {"start", "regroup", "probe", NULL};
     rt_wire_begin(&w->w, w->run, "ready", 3);
     rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
     rt_wire_put_f64(&w->w, "ips", ips);
@@ -630,6 +635,8 @@ static int w_ready(void *ctx, double ips, const char *summary)
     RT_TRY(rt_wire_end(&w->w));
     RT_TRY(send_ctrl(w, NULL, NULL, 0));
     RT_TRY(wait_for(w, want, -1, 0));
+    if (!strcmp(w->msg.type, "probe"))
+        return 2;
     bool late = !strcmp(w->msg.type, "regroup");
     rt_ring *ring = NULL;
     int rc = late ? join_running(w, &ring) : take_resume(w);
@@ -1018,6 +1025,11 @@ int rt_worker_run(const struct rt_worker_options *o)
             (unsigned long long)res.params_hash);
 
 out:
+    if (rc < 0 && w->finished) {
+        say(w, "%s: done", rt_error_detail());
+        rc = RT_OK;
+        joined = false; /* nothing to report */
+    }
     if (rc < 0 && w->comm && rt_comm_expelled(w->comm)) {
         say(w, "%s", rt_comm_aborted(w->comm));
         rc = rt_error(RT_ERR_EXPELLED, "%s", rt_comm_aborted(w->comm));

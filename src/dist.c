@@ -114,7 +114,9 @@ int rt_dist_begin(struct rt_trainer *t, const char *mode_words)
              t->data.test ? t->data.test->n : 0, rt_model_param_count(t->m),
              rt_optim_kind_name(c->optim.kind), c->optim.lr, c->batch, t->world, c->epochs,
              mode_words);
-    int joined = t->rep.ops->ready(t->rep.ctx, ips * d->pl.quota_scale, line);
+    int joined;
+    while ((joined = t->rep.ops->ready(t->rep.ctx, ips * d->pl.quota_scale, line)) == 2)
+        RT_TRY(measure_throughput(t, d, &ips)); /* held back as too slow: again */
     RT_TRY(joined);
     d->pl.plan_speed = ips; /* gossip's first epoch is planned from it */
     if (joined) {

@@ -61,6 +61,7 @@ static int average_part(struct rt_trainer *t, struct rt_step *s)
     struct rt_dist *d = t->ms;
     RT_TRY(keep_agreed(t, t->ms));
     RT_TRY(rt_planner_replan_if_due(&d->pl, t->pos.step));
+    RT_TRY(rt_planner_check_leave(&d->pl));
     rt_planner_part(&d->pl, s->n, &s->a, &s->b);
     long nl = s->b - s->a;
     s->gscale = 1.0f / (float)(nl > 0 ? nl : 1); /* the mean over this worker's samples */

@@ -56,6 +56,7 @@ static int sync_part(struct rt_trainer *t, struct rt_step *s)
     /* re-planned on every worker at once: the votes that asked for it
      * reached everybody */
     RT_TRY(rt_planner_replan_if_due(&d->pl, t->pos.step));
+    RT_TRY(rt_planner_check_leave(&d->pl));
     rt_planner_part(&d->pl, s->n, &s->a, &s->b);
     rt_planner_step_begin(&d->pl, s);
     return RT_OK;

@@ -27,6 +27,8 @@ static void planner_quota(struct rt_planner *p, const struct rt_trainer *t)
     double th = t->c.threads > 0 ? t->c.threads : (cores > 0 ? (double)cores : 1.0);
     p->quota_scale = q > 0.0 && q < th ? q / th : 1.0;
     p->quota = p->quota_scale < 1.0 ? q : 0.0;
+    p->qcpu0 = rt_cpu_now();
+    p->qwall0 = rt_now();
     if (p->quota_scale < 1.0)
         fprintf(stderr, "ragtag: [plan] rank %d: its cgroup allows %.2f cores for %.0f compute "
                         "threads: its speeds count x %.2f\n",
@@ -40,6 +42,7 @@ int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balan
     p->balanced = balanced;
     p->roles = roles;
     p->throttle = 1.0f;
+    p->can_leave = roles && t->coll && t->coll->ops->regroup;
     int W = t->world;
     if (W > RT_MAX_WORKERS)
         return rt_error(RT_ERR_CONFIG, "%d workers: a run holds at most %d", W, RT_MAX_WORKERS);
@@ -92,24 +95,25 @@ int rt_planner_say_plan(const struct rt_planner *p, long step, const char *why)
 }
 
 /* What a quota-limited worker can sustain: its quota, less the CPU it
- * spends outside computing (ring traffic, its optimiser slice, ...) at the
- * step rate the last plan aimed at, turned into samples at the CPU cost of
- * a sample. burst x quota / threads alone leaves no room for the ring
- * work, and a worker that runs out of quota freezes the ring. */
+ * spends outside computing (ring traffic, the optimiser update, ...) at
+ * the step rate the cluster reached since the last plan, turned into
+ * samples at the CPU cost of a sample. burst x quota / threads alone
+ * leaves no room for the ring work, and a worker that runs out of quota
+ * freezes the ring. The rate reached, not the sum of the planned speeds:
+ * with small models the work outside computing is most of a step, and the
+ * planned rate (which that work slows) would leave no quota at all. */
 static double quota_speed(struct rt_planner *p, double rep)
 {
-    const struct rt_trainer *t = p->t;
     if (p->quota > 0.0 && p->qsteps >= 8 && p->qsamples > 0 && p->qcompute > 0.0) {
         double other = fmax(0.0, rt_cpu_now() - p->qcpu0 - p->qcompute) / (double)p->qsteps;
         double per_sample = p->qcompute / (double)p->qsamples;
-        double sum = 0.0;
-        for (int r = 0; r < t->world; r++)
-            sum += p->speed[r];
-        double rate = sum > 0.0 ? sum / t->c.batch : 0.0; /* steps/s of the last plan */
+        double wall = rt_now() - p->qwall0;
+        double rate = wall > 0.0 ? (double)p->qsteps / wall : 0.0; /* steps/s reached */
         double avail = p->quota - rate * other;
         rep = fmin(rep, avail > 0.0 ? avail / per_sample : 1e-3);
     }
     p->qcpu0 = rt_cpu_now();
+    p->qwall0 = rt_now();
     p->qcompute = 0.0;
     p->qsamples = p->qsteps = 0;
     return rep;
@@ -139,9 +143,10 @@ static void say_roles(const struct rt_planner *p, const bool *was, long step)
     for (int r = 0; r < W; r++) {
         if (was[r] && !p->active[r])
             rt_trainer_say(t, "ragtag: [plan] rank %d on standby at step %ld: %.0f img/s is below "
-                              "--min-share %g of the mean %.0f img/s; it keeps its replica and "
-                              "takes no samples",
-                           r, step, p->speed[r], (double)t->c.min_share, mean);
+                              "--min-share %g of the mean %.0f img/s; %s",
+                           r, step, p->speed[r], (double)t->c.min_share, mean,
+                           p->can_leave ? "it leaves the ring until it is fast enough"
+                                        : "it keeps its replica and takes no samples");
         else if (!was[r] && p->active[r] && p->plans > 1)
             rt_trainer_say(t, "ragtag: [plan] rank %d back from standby at step %ld: %.0f img/s",
                            r, step, p->speed[r]);
@@ -170,6 +175,7 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
         was[r] = p->active[r];
     }
     bool roles = p->roles && rt_plan_standby(W, p->speed, t->c.min_share, p->active);
+    p->leaving = p->can_leave && W > 1 && !p->active[t->rank];
     rt_plan_shares(t->c.batch, W, p->speed, p->active, p->share);
     p->plans++;
     /* A move of a sample or two is noise (a smaller share runs at fewer
@@ -212,6 +218,17 @@ int rt_planner_regroup(struct rt_planner *p)
         return RT_OK;
     /* shares at 0: the new plan counts as a change, and rank 0 logs it */
     return rt_planner_replan(p, t->pos.step, rt_planner_rate(p), "the members changed");
+}
+
+int rt_planner_check_leave(const struct rt_planner *p)
+{
+    if (!p->leaving)
+        return RT_OK;
+    const struct rt_trainer *t = p->t;
+    return rt_error(RT_ERR_STANDBY, "on standby at step %ld: %.0f img/s is below --min-share %g "
+                                    "of the others' mean; this worker leaves the ring and joins "
+                                    "again when it is fast enough",
+                    t->pos.step, p->speed[t->rank], (double)t->c.min_share);
 }
 
 int rt_planner_replan_if_due(struct rt_planner *p, long step)

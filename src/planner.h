@@ -22,6 +22,8 @@ struct rt_planner {
     const struct rt_trainer *t;
     bool balanced;        /* shares by speed (else even, static) */
     bool roles;           /* standby decisions (not gossip) */
+    bool can_leave;       /* the members may change: a worker on standby leaves the ring */
+    bool leaving;         /* this worker just went on standby and leaves */
     /* speeds and roles as last exchanged; the shares of a full batch and
      * of the last short one */
     double *speed;
@@ -39,6 +41,7 @@ struct rt_planner {
     /* since the last plan, for a quota-limited worker: process CPU time at
      * its start, CPU spent computing, samples and steps */
     double qcpu0, qcompute;
+    double qwall0;        /* when qcpu0 was read: the step rate actually reached */
     long qsamples, qsteps;
     double wall_rate;     /* gossip: samples / step-loop seconds of the last epoch */
 };
@@ -53,6 +56,11 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
  * active again, speeds exchanged, a new plan. */
 int rt_planner_regroup(struct rt_planner *p);
 /* The plan due since the last exchange's votes, if any. */
+/* RT_ERR_STANDBY when the last plan put this worker on standby and it
+ * leaves the ring (it joins again when its speed comes back): a worker on
+ * a fraction of a core would otherwise slow every step by forwarding ring
+ * traffic with nothing to add. */
+int rt_planner_check_leave(const struct rt_planner *p);
 int rt_planner_replan_if_due(struct rt_planner *p, long step);
 /* This worker's part [a, b) of a global batch of n (full: the whole batch). */
 void rt_planner_part(struct rt_planner *p, long n, long *a, long *b);

@@ -53,7 +53,9 @@ struct rt_ckpt_restore {
 struct rt_reporter_ops {
     /* The model and data are ready: this worker's measured images/s and a
      * one-line summary of the run; returns when the run may start (every
-     * worker is ready). NULL in one process. */
+     * worker is ready): 0, or 1 when a run under way took this worker in
+     * (the members hand it their state), or 2 when it is asked to measure
+     * its speed again (too slow yet to take a share). NULL in one process. */
     int (*ready)(void *ctx, double images_per_s, const char *summary);
     /* Within an epoch: batches done of total, running loss and accuracy,
      * images/s, seconds left. Called often; rate-limited by the caller. */

@@ -293,6 +293,7 @@ static void test_standby_keeps_the_maths(void **state)
     uneven_run_matches_one_machine("stb", "--workers 2 --throttle 1,0.02 --min-share 0.2",
                                    "1 worker + 1 on standby");
     assert_true(log_has("stb.log", "rank 1 on standby at step 0"));
+    assert_true(log_has("stb.log", "rank 1 (local-1, ") && log_has("stb.log", " left the ring: "));
     assert_true(log_has("stb.log", "by rank: 64 0"));
 }
 
