@@ -48,6 +48,7 @@ struct coord_worker {
     bool regrouped;         /* formed the ring of the generation announced */
     double expelled_at;     /* when it was last told it is out */
     double probe_at;        /* a joiner too slow for a share: when it measures again (0: not held) */
+    bool left_standby;      /* it left the ring on standby (its next joins wait longer) */
     double last_seen, ips;
     int fd;                 /* the TCP connection its last message came on, or -1 */
     double closed_at;       /* when that connection closed (0: open) */

@@ -140,6 +140,7 @@ static int drop_member(struct coord *k, struct coord_worker *w, const char *even
     }
     bool lost = !strcmp(event, "lost");
     k->lost += lost;
+    w->left_standby = !lost;
     int left = coord_alive(k);
     members_note("generation %llu: %srank %d (%s, %s)%s: %s; %d worker%s",
                  (unsigned long long)k->ms.gen + 1, lost ? "lost " : "", w->rank, w->m.name,
@@ -245,14 +246,33 @@ static bool fast_enough(const struct coord *k, const struct coord_worker *w, dou
            w->ips >= 1.5 * (double)k->c->min_share * *mean;
 }
 
+/* How often a worker of this name left the ring on standby. */
+static int standby_times(const struct coord *k, const char *name)
+{
+    int n = 0;
+    for (int i = 0; i < k->nw; i++)
+        n += k->w[i].gone && k->w[i].left_standby && !strcmp(k->w[i].m.name, name);
+    return n;
+}
+
 int coord_joiner_ready(struct coord *k, struct coord_worker *w)
 {
     if (!w->pending) {
         coord_drop_unexpected(k, w);
         return RT_OK;
     }
-    bool was = w->ready && w->probe_at == 0.0;
+    bool first = !w->ready, was = w->ready && w->probe_at == 0.0;
     RT_TRY(coord_ready(k, w));
+    int times = standby_times(k, w->m.name);
+    if (first && times > 0) {
+        /* Its speed alone does not say what it cost the ring: back after a
+         * wait that doubles each time it had to leave. */
+        double wait = COORD_PROBE_EVERY * (double)(1 << (times < 5 ? times - 1 : 4));
+        members_note("worker %s left the ring on standby %d time%s: it measures again in %.0f s",
+                     w->m.name, times, times == 1 ? "" : "s", wait);
+        w->probe_at = rt_now() + wait;
+        return RT_OK;
+    }
     double mean;
     if (!fast_enough(k, w, &mean)) {
         if (w->probe_at == 0.0)

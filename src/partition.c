@@ -131,6 +131,56 @@ bool rt_plan_standby(int world, const double *speed, double min_share, bool *act
     return changed;
 }
 
+double rt_plan_step_time(long n, int world, const double *speed, const double *overhead,
+                         const bool *active)
+{
+    double sum = 0.0, omax = 0.0;
+    for (int r = 0; r < world; r++) {
+        if (active && !active[r])
+            continue;
+        sum += isfinite(speed[r]) && speed[r] > 0.0 ? speed[r] : 0.0;
+        omax = isfinite(overhead[r]) && overhead[r] > omax ? overhead[r] : omax;
+    }
+    return sum > 0.0 ? (double)n / sum + omax : INFINITY;
+}
+
+/* The step time with worker r's role flipped. */
+static double flipped_time(long n, int world, const double *speed, const double *overhead,
+                           bool *active, int r)
+{
+    active[r] = !active[r];
+    double t = rt_plan_step_time(n, world, speed, overhead, active);
+    active[r] = !active[r];
+    return t;
+}
+
+bool rt_plan_standby_overhead(long n, int world, const double *speed, const double *overhead,
+                              double gain, bool *active)
+{
+    int fastest = 0;
+    for (int r = 1; r < world; r++)
+        if ((isfinite(speed[r]) ? speed[r] : 0.0) > (isfinite(speed[fastest]) ? speed[fastest] : 0.0))
+            fastest = r;
+    bool changed = false;
+    for (int round = 0; round < world; round++) {
+        double now = rt_plan_step_time(n, world, speed, overhead, active), best = now;
+        int pick = -1;
+        for (int r = 0; r < world; r++) {
+            if (r == fastest)
+                continue;
+            double t = flipped_time(n, world, speed, overhead, active, r);
+            double need = active[r] ? 1.0 - gain : 1.0 - 2.0 * gain;
+            if (t < now * need && t < best)
+                best = t, pick = r;
+        }
+        if (pick < 0)
+            break;
+        active[pick] = !active[pick];
+        changed = true;
+    }
+    return changed;
+}
+
 void rt_plan_offsets(int world, const long *share, long *off)
 {
     long o = 0;

@@ -51,6 +51,21 @@ void rt_plan_shares(long n, int world, const double *speed, const bool *active, 
  * everybody active. Returns whether any worker changed role. */
 bool rt_plan_standby(int world, const double *speed, double min_share, bool *active);
 
+/* Seconds of a step of n samples cut in proportion to speed between the
+ * active workers, each also spending overhead[r] seconds per step outside
+ * computing (forwarding ring traffic, the optimiser update: for a worker on
+ * a fraction of a core, a real cost): n / (sum of speeds) + the largest
+ * overhead. INFINITY when no active worker has a speed. */
+double rt_plan_step_time(long n, int world, const double *speed, const double *overhead,
+                         const bool *active);
+/* Standby for workers that cost a step more than they add: while taking
+ * one active worker out (the fastest never) makes the step at least
+ * `gain` shorter (0.05: 5%), it goes on standby; a standby one comes back
+ * when adding it makes the step 2 x gain shorter. Returns whether any
+ * worker changed role. */
+bool rt_plan_standby_overhead(long n, int world, const double *speed, const double *overhead,
+                              double gain, bool *active);
+
 /* The CPU quota of this process's cgroup in cores (cgroup v1 cpu.cfs_quota_us
  * / cpu.cfs_period_us, or v2 cpu.max, the smallest along the path to the
  * root), e.g. 0.25 for `docker run --cpus 0.25`; 0 when there is none or it

@@ -17,6 +17,7 @@
 #include "trainer.h"
 
 #define STANDBY_PROBE_EVERY 8 /* steps between a standby worker's probes */
+#define STANDBY_GAIN 0.05     /* standby for a worker whose leaving shortens the step 5% */
 
 /* A worker in a CPU-quota cgroup (docker --cpus) computes in bursts: what
  * it sustains is its burst speed x quota / threads. */
@@ -48,7 +49,8 @@ int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balan
         return rt_error(RT_ERR_CONFIG, "%d workers: a run holds at most %d", W, RT_MAX_WORKERS);
     /* room for the most workers a run holds: the members may change */
     const int M = RT_MAX_WORKERS;
-    p->speed = calloc((size_t)M, sizeof *p->speed);
+    p->speed = calloc((size_t)M * 2, sizeof *p->speed);
+    p->overhead = p->speed ? p->speed + M : NULL;
     p->active = calloc((size_t)M, sizeof *p->active);
     p->share = calloc((size_t)M * 4, sizeof *p->share);
     if (!p->speed || !p->active || !p->share)
@@ -110,6 +112,7 @@ static double quota_speed(struct rt_planner *p, double rep)
         double wall = rt_now() - p->qwall0;
         double rate = wall > 0.0 ? (double)p->qsteps / wall : 0.0; /* steps/s reached */
         double avail = p->quota - rate * other;
+        p->my_overhead = other / p->quota; /* wall seconds per step at its quota */
         rep = fmin(rep, avail > 0.0 ? avail / per_sample : 1e-3);
     }
     p->qcpu0 = rt_cpu_now();
@@ -119,14 +122,32 @@ static double quota_speed(struct rt_planner *p, double rep)
     return rep;
 }
 
-/* Everybody's current speed, the same bits on every rank. */
+/* Everybody's current speed and overhead, the same bits on every rank. */
 static int exchange_speeds(struct rt_planner *p, double mine)
 {
     const struct rt_trainer *t = p->t;
-    for (int r = 0; r < t->world; r++)
-        p->speed[r] = 0.0;
-    p->speed[t->rank] = mine;
-    return t->coll->ops->allreduce_f64(t->coll->ctx, p->speed, (size_t)t->world);
+    int W = t->world;
+    double both[2 * RT_MAX_WORKERS] = {0};
+    both[t->rank] = mine;
+    both[W + t->rank] = p->my_overhead;
+    RT_TRY(t->coll->ops->allreduce_f64(t->coll->ctx, both, (size_t)(2 * W)));
+    memcpy(p->speed, both, (size_t)W * sizeof *both);
+    memcpy(p->overhead, both + W, (size_t)W * sizeof *both);
+    return RT_OK;
+}
+
+/* Who is on standby: too slow for a share (--min-share), or costing the
+ * step more than its samples save (its per-step overhead). */
+static bool plan_roles(struct rt_planner *p)
+{
+    const struct rt_trainer *t = p->t;
+    if (!p->roles)
+        return false;
+    bool a = rt_plan_standby(t->world, p->speed, t->c.min_share, p->active);
+    bool b = t->c.min_share > 0.0f &&
+             rt_plan_standby_overhead(t->c.batch, t->world, p->speed, p->overhead,
+                                      STANDBY_GAIN, p->active);
+    return a || b;
 }
 
 /* Rank 0 says who went on standby or came back. */
@@ -141,12 +162,17 @@ static void say_roles(const struct rt_planner *p, const bool *was, long step)
             mean += p->speed[r], nact++;
     mean = nact ? mean / nact : 0.0;
     for (int r = 0; r < W; r++) {
+        char why[160];
+        if (p->speed[r] < (double)t->c.min_share * mean)
+            snprintf(why, sizeof why, "%.0f img/s is below --min-share %g of the mean %.0f img/s",
+                     p->speed[r], (double)t->c.min_share, mean);
+        else
+            snprintf(why, sizeof why, "its %.1f ms a step outside computing cost the step more "
+                     "than its samples save", 1e3 * p->overhead[r]);
         if (was[r] && !p->active[r])
-            rt_trainer_say(t, "ragtag: [plan] rank %d on standby at step %ld: %.0f img/s is below "
-                              "--min-share %g of the mean %.0f img/s; %s",
-                           r, step, p->speed[r], (double)t->c.min_share, mean,
-                           p->can_leave ? "it leaves the ring until it is fast enough"
-                                        : "it keeps its replica and takes no samples");
+            rt_trainer_say(t, "ragtag: [plan] rank %d on standby at step %ld: %s; %s", r, step,
+                           why, p->can_leave ? "it leaves the ring until it is fast enough"
+                                             : "it keeps its replica and takes no samples");
         else if (!was[r] && p->active[r] && p->plans > 1)
             rt_trainer_say(t, "ragtag: [plan] rank %d back from standby at step %ld: %.0f img/s",
                            r, step, p->speed[r]);
@@ -174,7 +200,7 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
         old[r] = p->share[r];
         was[r] = p->active[r];
     }
-    bool roles = p->roles && rt_plan_standby(W, p->speed, t->c.min_share, p->active);
+    bool roles = plan_roles(p);
     p->leaving = p->can_leave && W > 1 && !p->active[t->rank];
     rt_plan_shares(t->c.batch, W, p->speed, p->active, p->share);
     p->plans++;
@@ -225,10 +251,10 @@ int rt_planner_check_leave(const struct rt_planner *p)
     if (!p->leaving)
         return RT_OK;
     const struct rt_trainer *t = p->t;
-    return rt_error(RT_ERR_STANDBY, "on standby at step %ld: %.0f img/s is below --min-share %g "
-                                    "of the others' mean; this worker leaves the ring and joins "
-                                    "again when it is fast enough",
-                    t->pos.step, p->speed[t->rank], (double)t->c.min_share);
+    return rt_error(RT_ERR_STANDBY, "on standby at step %ld (%.0f img/s, %.1f ms a step outside "
+                                    "computing): it costs the others more than it adds; this "
+                                    "worker leaves the ring and joins again when it is fast enough",
+                    t->pos.step, p->speed[t->rank], 1e3 * p->overhead[t->rank]);
 }
 
 int rt_planner_replan_if_due(struct rt_planner *p, long step)

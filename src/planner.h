@@ -27,6 +27,8 @@ struct rt_planner {
     /* speeds and roles as last exchanged; the shares of a full batch and
      * of the last short one */
     double *speed;
+    double *overhead;     /* seconds per step each spends outside computing (quota workers) */
+    double my_overhead;   /* this worker's, measured since the last plan */
     bool *active;
     long *share, *off, *nshare, *noff;
     struct rt_speedo speedo;

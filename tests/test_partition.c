@@ -73,6 +73,41 @@ static void test_standby_gets_nothing(void **state)
     assert_true(a2[1]);
 }
 
+/* A worker on a fifth of a core: its samples are few, but the ring
+ * traffic and the update it must do every step take it 5 ms, which every
+ * step then waits for. */
+static void test_standby_for_overhead(void **state)
+{
+    (void)state;
+    double speed[3] = {12000.0, 12000.0, 1300.0};
+    double over[3] = {0.0006, 0.0006, 0.005};
+    bool active[3] = {true, true, true};
+    double all = rt_plan_step_time(64, 3, speed, over, active);
+    assert_true(fabs(all - (64.0 / 25300.0 + 0.005)) < 1e-12);
+    assert_true(rt_plan_standby_overhead(64, 3, speed, over, 0.05, active));
+    assert_true(active[0] && active[1] && !active[2]);
+    assert_true(rt_plan_step_time(64, 3, speed, over, active) < 0.5 * all);
+    /* back only when it helps by twice the margin: 1% better is not enough */
+    over[2] = 0.0007;
+    assert_false(rt_plan_standby_overhead(64, 3, speed, over, 0.05, active));
+    assert_false(active[2]);
+    speed[2] = 6000.0;
+    over[2] = 0.0;
+    assert_true(rt_plan_standby_overhead(64, 3, speed, over, 0.05, active));
+    assert_true(active[2]);
+    /* no overhead: every worker's samples shorten the step, nobody leaves */
+    double none[3] = {0.0, 0.0, 0.0};
+    double slow[3] = {12000.0, 12000.0, 50.0};
+    bool act[3] = {true, true, true};
+    assert_false(rt_plan_standby_overhead(64, 3, slow, none, 0.05, act));
+    /* the fastest never leaves, even when it alone is slow to step */
+    double big[2] = {0.01, 0.0};
+    double sp[2] = {1000.0, 900.0};
+    bool a2[2] = {true, true};
+    rt_plan_standby_overhead(64, 2, sp, big, 0.05, a2);
+    assert_true(a2[0]);
+}
+
 static void test_unmeasured_speeds_still_get_work(void **state)
 {
     (void)state;
@@ -111,6 +146,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shares_add_up_and_follow_speeds),
         cmocka_unit_test(test_standby_gets_nothing),
+        cmocka_unit_test(test_standby_for_overhead),
         cmocka_unit_test(test_unmeasured_speeds_still_get_work),
         cmocka_unit_test(test_speed_window),
     };
