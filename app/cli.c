@@ -129,7 +129,7 @@ static const char *const coord_help[] = {
     "--max-workers M", "coord: admit workers that join during training up to M (default: "
                        "--workers)",
     "--join-timeout S", "seconds to wait for the workers to join (default 60)",
-    "--worker-timeout S", "a worker silent this long is lost and the run stops (default 30)",
+    "--worker-timeout S", "a worker silent this long is lost; the others go on (default 30)",
     "--serve-data", "coord: send the data files to workers (cached there by content hash)",
     "--no-shm", "never use shared memory between workers of one machine (TCP only)",
     "--chunk BYTES", "ring pipeline chunk (default 262144)",
