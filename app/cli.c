@@ -401,7 +401,9 @@ static int cmd_worker(int argc, char **argv)
                "  --parent PID         die with process PID (how train --workers N starts\n"
                "                       its local workers: none outlives a killed parent)\n"
                "  --throttle F         testing aid: run at fraction F (0 < F <= 1) of this\n"
-               "                       machine's speed by sleeping (docs/heterogeneous.md)\n");
+               "                       machine's speed by sleeping (docs/heterogeneous.md)\n"
+               "  --stall-at STEP:S    testing aid: the training thread hangs S seconds at\n"
+               "                       STEP (its heartbeats stop: the run goes on without it)\n");
         return 0;
     }
     struct rt_worker_options o;
@@ -428,7 +430,8 @@ static int cmd_worker(int argc, char **argv)
                     {"name", o.name, sizeof o.name},
                     {"backend", o.backend, sizeof o.backend},
                     {"cache", o.cache_dir, sizeof o.cache_dir},
-                    {"throttle", o.throttle, sizeof o.throttle}};
+                    {"throttle", o.throttle, sizeof o.throttle},
+                    {"stall-at", o.stall_at, sizeof o.stall_at}};
         bool taken = false;
         for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++) {
             if (strcmp(key, strs[k].key) != 0)

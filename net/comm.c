@@ -82,6 +82,12 @@ struct rt_comm {
     struct rt_membership *ms, *pending, *scratch;
     bool has_pending;
     _Atomic int changing;  /* has_pending, for the training thread (rt_comm_members_changing) */
+    /* The training thread's liveness (rt_comm_alive): its last sign of
+     * progress, its longest stretch between two, and whether it waits on
+     * this thread now (which is not its stall). */
+    _Atomic double alive_at, longest_busy;
+    _Atomic int train_waiting;
+    bool stall_said;
     void *spare_inbox;   /* the inbox, while no ring holds it (a failed set-up) */
     uint64_t go_gen;     /* the coordinator's "go" came for this generation */
     bool allow_shm;
@@ -173,10 +179,46 @@ static void ctrl_send(rt_comm *c, zmq_msg_t *m, int flags)
 
 /* A heartbeat that finds the queue full (EAGAIN) is skipped: the
  * coordinator is not reading, and its own silence watch tells. */
+/* A sign of progress; `count`: the stretch since the last one was the
+ * training thread's own work (not a wait on this thread). */
+static void stamp(rt_comm *c, bool count)
+{
+    double now = rt_now(), busy = now - atomic_load(&c->alive_at);
+    if (count && busy > atomic_load(&c->longest_busy))
+        atomic_store(&c->longest_busy, busy);
+    atomic_store(&c->alive_at, now);
+}
+
+/* The training thread has shown no progress (a step, an evaluation batch)
+ * for longer than the worker timeout plus ten of its longest stretches:
+ * stuck (a hung driver call, a deadlock). The heartbeats then stop, so the
+ * coordinator counts this worker lost and the others go on. */
+static bool training_stalled(rt_comm *c)
+{
+    if (atomic_load(&c->train_waiting))
+        return false;
+    double busy = rt_now() - atomic_load(&c->alive_at);
+    double limit = c->peer_timeout + 10.0 * atomic_load(&c->longest_busy);
+    if (busy <= limit)
+        return false;
+    if (!c->stall_said)
+        fprintf(stderr, "ragtag: [%s] the training thread made no progress for %.0f s (its "
+                        "longest stretch so far: %.1f s): heartbeats stop, so that the run goes "
+                        "on without this worker\n", c->who, busy, atomic_load(&c->longest_busy));
+    c->stall_said = true;
+    if (busy > limit + 10.0 * c->peer_timeout) {
+        /* Still stuck long after the run went on: no process hangs for good. */
+        fprintf(stderr, "ragtag: [%s] the training thread is still stuck after %.0f s: this "
+                        "worker exits\n", c->who, busy);
+        _Exit(EXIT_FAILURE);
+    }
+    return true;
+}
+
 static void send_hb(rt_comm *c)
 {
     c->last_hb_sent = rt_now();
-    if (c->ctrl_broken)
+    if (c->ctrl_broken || training_stalled(c))
         return;
     rt_wire_begin(&c->w, c->run, "hb", 1);
     rt_wire_put_uint(&c->w, "rank", (uint64_t)c->rank);
@@ -307,9 +349,14 @@ static int service_ctrl(void *arg)
         double now = rt_now();
         if (now - c->last_hb_sent >= c->hb_interval)
             send_hb(c);
-        if (now - c->last_seen > c->peer_timeout)
+        if (now - c->last_seen > c->peer_timeout && c->stall_said) {
+            atomic_store(&c->expelled, 1); /* it stopped its own heartbeats: dropped */
+            publish_abort(c, "the run goes on without this worker: its training thread "
+                             "stalled");
+        } else if (now - c->last_seen > c->peer_timeout) {
             publish_abort(c, "lost the coordinator: nothing heard from it for %.0f s",
                           now - c->last_seen);
+        }
     }
     const char *why = abort_reason(c);
     if (why)
@@ -632,6 +679,9 @@ rt_comm *rt_comm_new(const struct rt_comm_config *cfg)
     atomic_init(&c->thread_gone, 0);
     atomic_init(&c->abort_claimed, 0);
     atomic_init(&c->changing, 0);
+    atomic_init(&c->alive_at, rt_now());
+    atomic_init(&c->longest_busy, 0.0);
+    atomic_init(&c->train_waiting, 0);
     atomic_init(&c->abort_reason, NULL);
     if (open_pipe(c) < 0)
         goto fail;
@@ -730,6 +780,8 @@ int rt_comm_submit(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint
                     .deadline = rt_now() + c->op_timeout};
     if (rt_zsend(c->pipe_main, &k, sizeof k, false) < 0)
         return rt_error_wrap(RT_ERR_NET, "communication thread unreachable");
+    stamp(c, true);
+    atomic_store(&c->train_waiting, 1);
     c->busy = true;
     c->op_kind = (int)kind;
     c->op_deadline = k.deadline;
@@ -774,7 +826,10 @@ static int wait_reply(rt_comm *c, struct reply *rep)
     check(c);
     RT_ASSERT(c->busy);
     c->busy = false;
-    RT_TRY(recv_reply(c, rep));
+    int rrc = recv_reply(c, rep);
+    stamp(c, false);
+    atomic_store(&c->train_waiting, 0);
+    RT_TRY(rrc);
     if (rep->rc < 0)
         return rt_error(rep->rc, "%s", rep->detail);
     return RT_OK;
@@ -886,6 +941,12 @@ close:
     for (int i = 0; i < made; i++)
         zmq_msg_close(&m[i]);
     return rc;
+}
+
+void rt_comm_alive(rt_comm *c)
+{
+    check(c);
+    stamp(c, true);
 }
 
 bool rt_comm_members_changing(rt_comm *c)

@@ -97,6 +97,9 @@ const char *rt_comm_aborted(rt_comm *c);
 /* The coordinator announced a new generation that this worker has not
  * formed yet (for work that uses no collective: gossip's steps). */
 bool rt_comm_members_changing(rt_comm *c);
+/* The training thread made progress: heartbeats go on only while it does
+ * (within the worker timeout plus ten of its longest stretches). */
+void rt_comm_alive(rt_comm *c);
 
 /* The coordinator asked the run to stop (Ctrl-C on it). */
 bool rt_comm_stop_requested(rt_comm *c);

@@ -57,6 +57,7 @@ struct rt_worker_options {
     double connect_timeout; /* 0: wait for the coordinator forever */
     bool quiet;           /* only errors (local workers of train --workers) */
     char throttle[32];    /* testing aid: "" or a fraction in (0, 1] */
+    char stall_at[32];    /* testing aid: "" or STEP:SECONDS, the training thread hangs */
     long parent;          /* > 0: the process that started this worker (train
                              --workers N); the worker dies with it */
 };

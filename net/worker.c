@@ -325,6 +325,9 @@ static int parse_job(struct worker *w)
     c->threads = w->o->threads;
     c->progress = RT_PROGRESS_OFF;
     w->testing.throttle = w->o->throttle[0] ? strtof(w->o->throttle, NULL) : 0.0f;
+    if (w->o->stall_at[0] && sscanf(w->o->stall_at, "%ld:%lf", &w->testing.stall_at_step,
+                                    &w->testing.stall_seconds) != 2)
+        return rt_error(RT_ERR_CONFIG, "--stall-at '%s': STEP:SECONDS", w->o->stall_at);
     c->testing = &w->testing;
     w->served = rt_wire_has(j, "data");
     if (w->served)
@@ -924,8 +927,16 @@ static const struct rt_pairwise_ops worker_pairwise = {
     .drain = w_gossip_drain,
 };
 
+static void w_alive(void *ctx)
+{
+    struct worker *w = ctx;
+    if (w->comm)
+        rt_comm_alive(w->comm);
+}
+
 static const struct rt_reporter_ops worker_reporter = {
     .ready = w_ready,
+    .alive = w_alive,
     .progress = w_progress,
     .line = w_line,
     .metrics = w_metrics,

@@ -21,7 +21,15 @@ struct rt_evaluator {
     int batch;
     rt_buf *x, *y;
     float *probs;
+    void (*tick)(void *arg); /* after each batch (liveness) */
+    void *tick_arg;
 };
+
+void rt_evaluator_set_tick(rt_evaluator *ev, void (*tick)(void *arg), void *arg)
+{
+    ev->tick = tick;
+    ev->tick_arg = arg;
+}
 
 rt_evaluator *rt_evaluator_new(rt_model *m, rt_dev *dev, int batch, const rt_dataset *shape_of)
 {
@@ -100,6 +108,8 @@ int rt_evaluator_sums(rt_evaluator *ev, const rt_dataset *ds, long lo, long hi, 
             rc = rt_upload(ev->dev, rt_buf_view(ev->y), y, (size_t)n * sizeof(int32_t));
         if (rc >= 0)
             rc = rt_model_forward(ev->m, rt_buf_view(ev->x), n, false, 0);
+        if (ev->tick)
+            ev->tick(ev->tick_arg);
         if (rc >= 0)
             rc = rt_model_loss(ev->m, rt_buf_view(ev->y), n, &loss_sum, &correct,
                                confusion ? ev->probs : NULL);

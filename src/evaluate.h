@@ -12,6 +12,9 @@ typedef struct rt_evaluator rt_evaluator;
 /* Buffers for batches of `batch` images shaped like `shape_of`'s. */
 rt_evaluator *rt_evaluator_new(rt_model *m, rt_dev *dev, int batch, const rt_dataset *shape_of);
 void rt_evaluator_destroy(rt_evaluator **ev);
+/* Call tick(arg) after each batch an evaluation computes (a worker's
+ * liveness). */
+void rt_evaluator_set_tick(rt_evaluator *ev, void (*tick)(void *arg), void *arg);
 
 /* Summed loss, correct predictions and count of images [lo, hi) of ds in
  * sums[0..2]; fills `confusion` (classes^2, rows true) when given. */

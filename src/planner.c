@@ -347,6 +347,10 @@ int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_st
 {
     long nl = s->b - s->a;
     int probed = 0;
+    double hang = rt_train_testing_stall(&t->c, t->pos.step);
+    if (hang > 0.0) /* testing aid: a training thread that hangs (liveness) */
+        nanosleep(&(struct timespec){.tv_sec = (time_t)hang,
+                                     .tv_nsec = (long)((hang - floor(hang)) * 1e9)}, NULL);
     if (nl == 0 && p->balanced && !p->active[t->rank] && s->n > 0 &&
         t->pos.step % STANDBY_PROBE_EVERY == 0)
         RT_TRY(standby_probe(p, t, s, &probed));

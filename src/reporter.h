@@ -57,6 +57,10 @@ struct rt_reporter_ops {
      * (the members hand it their state), or 2 when it is asked to measure
      * its speed again (too slow yet to take a share). NULL in one process. */
     int (*ready)(void *ctx, double images_per_s, const char *summary);
+    /* The training thread made progress (a step, a batch of an
+     * evaluation): a worker's heartbeats say it is alive only while it does
+     * (net/comm.c). Optional. */
+    void (*alive)(void *ctx);
     /* Within an epoch: batches done of total, running loss and accuracy,
      * images/s, seconds left. Called often; rate-limited by the caller. */
     void (*progress)(void *ctx, int epoch, int epochs, long done, long total, double loss,

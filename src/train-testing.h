@@ -13,6 +13,9 @@ struct rt_train_testing {
                           it runs at, sleeping the rest (docs/heterogeneous.md) */
     long stop_at_step; /* behave as if interrupted (Ctrl-C) right after this step;
                           0: never */
+    long stall_at_step; /* the training thread hangs this long at this step (liveness
+                           tests: `ragtag worker --stall-at STEP:SECONDS`); 0: never */
+    double stall_seconds;
 };
 
 /* The throttle of c, 0 when none. */
@@ -25,6 +28,14 @@ static inline float rt_train_testing_throttle(const struct rt_train_config *c)
 static inline bool rt_train_testing_stop_at(const struct rt_train_config *c, long step)
 {
     return c->testing && c->testing->stop_at_step > 0 && step == c->testing->stop_at_step;
+}
+
+/* Seconds to hang at `step` (0: none). */
+static inline double rt_train_testing_stall(const struct rt_train_config *c, long step)
+{
+    return c->testing && c->testing->stall_at_step > 0 && step == c->testing->stall_at_step
+               ? c->testing->stall_seconds
+               : 0.0;
 }
 
 #endif

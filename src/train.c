@@ -116,6 +116,8 @@ static int trainer_open(struct rt_trainer *t, const char *model_text)
                         c->backend);
     if (!(t->ev = rt_evaluator_new(t->m, t->dev, t->rows, ds)))
         return RT_ERR_NOMEM;
+    if (t->rep.ops->alive)
+        rt_evaluator_set_tick(t->ev, t->rep.ops->alive, t->rep.ctx);
     if (c->patience > 0 && !t->best_path[0]) {
         size_t n = rt_model_param_count(t->m) + rt_model_state_count(t->m);
         if (!(t->best_host = malloc(n * sizeof(float))))
@@ -200,6 +202,8 @@ static int step_report(struct rt_trainer *t, struct rt_epoch *e, const struct rt
                        struct window *w, double *last_report)
 {
     const struct rt_tally *k = &s->tally;
+    if (t->rep.ops->alive)
+        t->rep.ops->alive(t->rep.ctx);
     e->done++;
     rt_epoch_add(e, k);
     e->seen_all += s->n; /* the step's batch: global (sync, average) or local (gossip) */

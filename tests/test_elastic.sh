@@ -3,7 +3,8 @@
 # 127.0.0.x): kill -9 of one of 4 joined workers at a random moment, of a
 # local worker of `train --workers 3`, a worker that joins mid-run, one
 # paused past --worker-timeout (dropped, then back as a new member), and
-# churn (two losses and two joins in one run). Each run must finish with
+# churn (two losses and two joins in one run), a worker on standby leaving
+# the ring, and a worker whose training thread hangs. Each run must finish with
 # status 0, name what happened, end with identical replicas, use every
 # training sample exactly once in every epoch ("samples" in the metrics),
 # and (for the kill) reach the fault-free run's test accuracy within a point.
@@ -132,6 +133,21 @@ if [ $s4 -eq 0 ] && grep -q "lost rank [0-9] (p2, .*nothing heard from it" "$tmp
   ok "SIGSTOP past the timeout: dropped, the run went on; after SIGCONT it rejoined as a new member$(grep -q 'admitted p2' "$tmp/c4.log" && echo ' and was admitted')"
 else bad "a paused worker: status $s4"; grep "members\|error" "$tmp/c4.log" | tail -n 8
   grep '"samples"' "$tmp/m4.jsonl" | grep -v "\"samples\": $ntrain[,}]"; cat "$tmp/p2.log"; fi
+
+# ---- a training thread that hangs: its heartbeats stop, it is dropped, it comes back -------------
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 3 --listen "tcp://127.0.0.1:$port" $run --epochs 14 \
+  --worker-timeout 5 --metrics "$tmp/m7.jsonl" >"$tmp/c7.log" 2>&1 & c=$!
+worker h1 127.0.0.1 "$tmp/h1.log"
+worker h2 127.0.0.1 "$tmp/h2.log" --stall-at 100:14
+worker h3 127.0.0.1 "$tmp/h3.log"
+wait $c; s7=$?; wait_all
+if [ $s7 -eq 0 ] && grep -q "lost rank [0-9] (h2, .*nothing heard from it" "$tmp/c7.log" &&
+   grep -q "the training thread made no progress for [0-9]* s" "$tmp/h2.log" &&
+   grep -q "the run goes on without this worker: its training thread stalled" "$tmp/h2.log" &&
+   grep -q "replicas identical" "$tmp/c7.log" && samples_exact "$tmp/m7.jsonl" 14; then
+  ok "a hung training thread (comm thread alive): its heartbeats stopped, it was dropped, the run went on$(grep -q 'admitted h2' "$tmp/c7.log" && echo '; it came back as a new member')"
+else bad "a hung training thread: status $s7"; grep "members\|error" "$tmp/c7.log" | tail -n 5; cat "$tmp/h2.log"; fi
 
 # ---- churn: two losses and two joins within one run ----------------------------------------
 port=$((port + 1))
