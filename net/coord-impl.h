@@ -119,7 +119,7 @@ struct coord {
     uint64_t regroup_gen;   /* the generation announced, not yet "go" (0: none) */
     double regroup_t0;
     double short_since;     /* members below --min-workers since (0: not) */
-    long lost, joined;
+    long lost, joined, standby; /* members lost, admitted, gone on standby */
 };
 
 /* coord.c */

@@ -140,6 +140,7 @@ static int drop_member(struct coord *k, struct coord_worker *w, const char *even
     }
     bool lost = !strcmp(event, "lost");
     k->lost += lost;
+    k->standby += !lost;
     w->left_standby = !lost;
     int left = coord_alive(k);
     members_note("generation %llu: %srank %d (%s, %s)%s: %s; %d worker%s",

@@ -273,10 +273,10 @@ void coord_report_event(struct coord *k, const char *event, const struct coord_w
 
 int coord_report_end(struct coord *k, double t_start, struct rt_train_result *res)
 {
-    if (k->lost || k->joined)
-        fprintf(stderr, "ragtag: [members] %ld lost, %ld joined; the run ended in generation "
-                        "%llu with %d workers\n", k->lost, k->joined,
-                (unsigned long long)k->ms.gen, k->ms.n);
+    if (k->lost || k->joined || k->standby)
+        fprintf(stderr, "ragtag: [members] %ld lost, %ld joined, %ld left on standby; the run "
+                        "ended in generation %llu with %d workers\n", k->lost, k->joined,
+                k->standby, (unsigned long long)k->ms.gen, k->ms.n);
     struct coord_worker *w0 = coord_rank(k, 0);
     *res = w0->res;
     res->seconds = rt_now() - t_start;
