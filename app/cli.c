@@ -150,6 +150,19 @@ static int parse_seconds(const char *cmd, const char *flag, const char *v, doubl
     return 0;
 }
 
+static int parse_seconds_or_zero(const char *cmd, const char *flag, const char *v, double *out)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d >= 0.0 && d <= 1e7)) {
+        fprintf(stderr, "ragtag %s: --%s: '%s' is not accepted (expected seconds >= 0)\n", cmd,
+                flag, v);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
 static int parse_count(const char *cmd, const char *flag, const char *v, long lo, long hi,
                        long *out)
 {
@@ -396,6 +409,12 @@ static int cmd_worker(int argc, char **argv)
                "  --cache DIR          data cache (default $RAGTAG_CACHE_DIR or ~/.cache/ragtag)\n"
                "  --connect-timeout S  give up when no coordinator answers in S seconds\n"
                "                       (default: keep trying)\n"
+               "  --coord-timeout S    during training, a coordinator silent past the run's\n"
+               "                       --worker-timeout may come back (resumed, or restarted\n"
+               "                       with --checkpoint DIR --resume on the same address):\n"
+               "                       keep this worker's state and wait S seconds more for\n"
+               "                       it, then exit with an error (default 120; 0: exit at\n"
+               "                       once)\n"
                "  --quiet              print errors only\n"
                "  --parent PID         die with process PID (how train --workers N starts\n"
                "                       its local workers: none outlives a killed parent)\n"
@@ -451,6 +470,9 @@ static int cmd_worker(int argc, char **argv)
             o.ring_port = (int)n;
         } else if (!strcmp(key, "connect-timeout")) {
             if (parse_seconds("worker", key, v, &o.connect_timeout) < 0)
+                return EXIT_USAGE;
+        } else if (!strcmp(key, "coord-timeout")) {
+            if (parse_seconds_or_zero("worker", key, v, &o.coord_timeout) < 0)
                 return EXIT_USAGE;
         } else if (!strcmp(key, "quiet")) {
             o.quiet = true;

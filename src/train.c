@@ -300,6 +300,8 @@ static int train_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_re
     while (!over && (e->count < 0 || e->done < e->count) &&
            (rc = rt_loader_next(t->loader, &s.x, &s.y, &s.n)) > 0) {
         s = (struct rt_step){.x = s.x, .y = s.y, .n = s.n};
+        if (t->rep.ops->pace)
+            RT_TRY(t->rep.ops->pace(t->rep.ctx, t->pos.step));
         RT_TRY(step_or_regroup(t, e, &s, &redo, &over));
         if (redo) {
             w = (struct window){0};
