@@ -165,7 +165,9 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
         last_loop = now;
         if (w->run[0] && now - w->last_hb >= w->hb)
             send_hb(w);
-        if (w->run[0] && now - w->last_seen > w->peer_timeout)
+        /* Silence counts only with nothing waiting to be read: a worker
+         * busy setting up (data, model, speed) reads late, not nothing. */
+        if (w->run[0] && now - w->last_seen > w->peer_timeout && !(it.revents & ZMQ_POLLIN))
             return rt_error(RT_ERR_NET, "lost the coordinator: nothing heard from it for %.0f s",
                             now - w->last_seen);
         if (limit > 0 && now - t0 > limit)
@@ -953,7 +955,7 @@ static int w_pace(void *ctx, long steps_done)
 {
     struct worker *w = ctx;
     rt_comm_mark(w->comm, steps_done);
-    return wait_acked(w, steps_done, steps_done - RUN_AHEAD);
+    return wait_acked(w, steps_done, steps_done + 1 - RUN_AHEAD); /* the next step <= ack + bound */
 }
 
 static const struct rt_pairwise_ops worker_pairwise = {
