@@ -196,7 +196,8 @@ static const struct coord_action setup_actions[] = {
 static const struct coord_action adopt_actions[] = {
     {"rejoin", coord_adopt_rejoin},
     {"hb", coord_hb},
-    {NULL, NULL}, /* hellos of new workers wait for the next phase (one a second) */
+    {"hello", ignore}, /* a new worker's: it says hello every second, for the next phase */
+    {NULL, NULL},
 };
 static const struct coord_action train_actions[] = {
     {"hello", hello_late},

@@ -103,6 +103,7 @@ struct worker {
     rt_gossip *gossip; /* --mode gossip: owned by the training thread */
     uint32_t votes_out, votes_in; /* control votes cast / seen since agreed() */
     struct resume_state resume;
+    double paced; /* seconds the run-ahead bound held this worker */
 };
 
 static void say(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -948,6 +949,7 @@ static int wait_acked(struct worker *w, long step, long need)
     if (noted)
         say(w, "the coordinator acknowledged step %ld: going on after %.1f s",
             rt_comm_acked(w->comm), rt_now() - t0);
+    w->paced += rt_now() - t0;
     return RT_OK;
 }
 
@@ -1068,8 +1070,9 @@ int rt_worker_run(const struct rt_worker_options *o)
         rc = wait_acked(w, res.steps, res.steps);
     }
     if (rc == RT_OK)
-        say(w, "done: %d epochs, %ld steps, parameters hash %016llx", res.epochs_run, res.steps,
-            (unsigned long long)res.params_hash);
+        say(w, "done: %d epochs, %ld steps, parameters hash %016llx; %.2f s waiting for the "
+               "coordinator's acknowledgements", res.epochs_run, res.steps,
+            (unsigned long long)res.params_hash, w->paced);
 
 out:
     if (rc < 0 && w->comm && rt_comm_expelled(w->comm)) {
