@@ -31,6 +31,8 @@
                             stopped, not the coordinator silent */
 #define STEP_HB 0.05     /* a heartbeat carries a new step mark at most this late: the
                             run-ahead bound waits on its acknowledgement */
+#define UNACKED_HB 0.2   /* and again this often while it is not acknowledged: a
+                            restarted coordinator hears the workers waiting for it soon */
 
 enum { CMD_QUIT = 100, CMD_SEND = 101, CMD_MARK = 102 };
 
@@ -178,6 +180,18 @@ static void ctrl_send(rt_comm *c, zmq_msg_t *m, int flags)
             publish_abort(c, "cannot send to the coordinator: %s", zmq_strerror(e));
         return;
     }
+}
+
+/* Seconds between heartbeats: a new step mark goes out soon, an
+ * unacknowledged one again and again, otherwise the run's interval. */
+static double hb_every(rt_comm *c)
+{
+    double every = c->hb_interval;
+    if (c->marked > c->hb_mark)
+        every = STEP_HB;
+    else if (c->marked > atomic_load(&c->acked) && UNACKED_HB < every)
+        every = UNACKED_HB;
+    return every;
 }
 
 /* A heartbeat that finds the queue full (EAGAIN) is skipped: the
@@ -393,8 +407,7 @@ static int service_ctrl(void *arg)
             handle_ctrl_msg(c);
         }
         double now = rt_now();
-        if (now - c->last_hb_sent >= c->hb_interval ||
-            (c->marked > c->hb_mark && now - c->last_hb_sent >= STEP_HB))
+        if (now - c->last_hb_sent >= hb_every(c))
             send_hb(c);
         if (!c->ctrl_broken)
             rt_outbox_flush(c->outbox, c->ctrl);
@@ -656,8 +669,7 @@ static void *comm_main(void *arg)
                                 {.socket = c->ctrl, .events = ZMQ_POLLIN}};
         long timeout = SLICE_MS;
         if (c->ctrl) {
-            double every = c->marked > c->hb_mark ? STEP_HB : c->hb_interval;
-            double left = every - (rt_now() - c->last_hb_sent);
+            double left = hb_every(c) - (rt_now() - c->last_hb_sent);
             long hb = left < 0 ? 0 : (long)(left * 1000) + 1;
             timeout = hb < timeout ? hb : timeout;
         }
