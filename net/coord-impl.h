@@ -128,6 +128,7 @@ struct coord {
     uint64_t adopt_gen;     /* the newest generation the rejoined workers were in */
     int adopt_world;        /* its size */
     long adopt_step;        /* the most advanced rejoined worker's step */
+    long metrics_step;      /* --resume: the newest step in the --metrics file (-1: none) */
 };
 
 /* coord.c */
