@@ -82,6 +82,7 @@ if [ $sa -eq 0 ] && grep -q "re-adopted 3 live workers" "$tmp/a2.log" && [ -n "$
 else bad "re-adoption (status $sa, from '$from')"; grep -v "plan\]\|^epoch\|^  " "$tmp/a2.log" | tail -n 12; tail -n 4 "$tmp/a1.log"; fi
 
 # ---- (b) kill -9 and no restart: the workers give up, saying so ------------------------
+# (a coordinator of another run on the address meanwhile does not take them)
 port=$((port + 1))
 coord "$tmp/b.log" --epochs 400 --worker-timeout 2
 for n in b1 b2 b3; do worker $n "$tmp/$n.log" --coord-timeout 4; done
@@ -90,13 +91,17 @@ epoch_seen "$tmp/b.log" 1
 kill -9 $c
 wait $c 2>/dev/null
 t0=$(date +%s)
+sleep 0.5
+coord "$tmp/b2.log" --epochs 1 --join-timeout 5
 st=""
 for p in $bp; do wait "$p"; st="$st $?"; done
+wait $c
 waited=$(($(date +%s) - t0))
 pids=""
 if ! echo "$st" | grep -q " 0" && [ $waited -le 12 ] && [ -z "$(alive $bp)" ] &&
-   [ "$(grep -l "none came back within --coord-timeout 4 s" "$tmp"/b[123].log | wc -l)" -eq 3 ]; then
-  ok "kill -9 of the coordinator, no restart: the 3 workers waited, then exited (status$st) within ${waited} s (--worker-timeout 2 + --coord-timeout 4), saying so"
+   [ "$(grep -l "none came back within --coord-timeout 4 s" "$tmp"/b[123].log | wc -l)" -eq 3 ] &&
+   grep -q "message of a foreign run" "$tmp/b2.log"; then
+  ok "kill -9 of the coordinator, no restart: the 3 workers waited, then exited (status$st) within ${waited} s (--worker-timeout 2 + --coord-timeout 4), saying so; another run's coordinator on the address refused them"
 else bad "workers without their coordinator: status$st after ${waited} s, alive '$(alive $bp)'"; tail -n 3 "$tmp"/b1.log; fi
 
 # ---- (c) SIGSTOP past the run-ahead bound and --worker-timeout ---------------------------
