@@ -197,6 +197,11 @@ static const struct coord_action adopt_actions[] = {
     {"rejoin", coord_adopt_rejoin},
     {"hb", coord_hb},
     {"hello", ignore}, /* a new worker's: it says hello every second, for the next phase */
+    /* a rejoined worker's reports: they come again after the regroup */
+    {"line", ignore},
+    {"metrics", ignore},
+    {"ckpt", ignore},
+    {"progress", ignore},
     {NULL, NULL},
 };
 static const struct coord_action train_actions[] = {

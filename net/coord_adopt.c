@@ -130,7 +130,10 @@ int coord_hb(struct coord *k, struct coord_worker *w)
 {
     uint64_t step;
     rt_wire_map r = rt_wire_root(&k->msg);
-    if (!rt_wire_has(r, "step"))
+    /* While adopting, an acknowledgement would also release reports the
+     * worker sent to the coordinator this one replaces, which never read
+     * them: the regroup says what to send again, acknowledgements follow. */
+    if (!rt_wire_has(r, "step") || k->adopting)
         return RT_OK;
     if (rt_wire_get_uint(r, "step", 0, (uint64_t)1 << 50, &step) < 0) {
         rt_wire_drop(&k->drops, w->m.name, rt_error_detail());

@@ -196,6 +196,8 @@ int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from)
         coord_ask_who(k); /* a worker of this run that a restarted coordinator does not know */
         return 0;
     }
+    if (!w && k->adopting && k->msg.run[0] && strcmp(k->msg.type, "rejoin") != 0)
+        return 0; /* a report of this run's worker not yet rejoined: it comes again */
     const char *no = refusal(k, w, why, sizeof why);
     if (no) {
         rt_wire_drop(&k->drops, peer, no);
