@@ -63,36 +63,36 @@ ckpt_step() { head -c 400 "$1" | LC_ALL=C tr -c '[:print:]' ' ' | sed -n 's/.*"s
 port=$((port + 1))
 mkdir -p "$tmp/a"
 flags="--epochs 40 --checkpoint $tmp/a --metrics $tmp/a/m.jsonl --worker-timeout 2"
-coord "$tmp/a1.log" $flags
+coord "$tmp/coord-a1.log" $flags
 for n in a1 a2 a3; do worker $n "$tmp/$n.log" --coord-timeout 30; done
-epoch_seen "$tmp/a1.log" 4
+epoch_seen "$tmp/coord-a1.log" 4
 kill -9 $c
 wait $c 2>/dev/null
 sleep 1
 t0=$(date +%s)
-coord "$tmp/a2.log" $flags --resume
+coord "$tmp/coord-a2.log" $flags --resume
 wait $c; sa=$?; wait_all
-from=$(sed -n 's/.*the most advanced is at step \([0-9]*\), the checkpoint file at step \([0-9]*\).*/\1 (file: \2)/p' "$tmp/a2.log")
-after=$(sed -n 's/.*training goes on \([0-9.]*\) s after this coordinator started.*/\1/p' "$tmp/a2.log")
-redone=$(grep -o "[0-9]* steps* redone" "$tmp/a2.log" | head -n 1)
-if [ $sa -eq 0 ] && grep -q "re-adopted 3 live workers" "$tmp/a2.log" && [ -n "$from" ] &&
-   grep -q "replicas identical: parameter hash [0-9a-f]* on all 3 workers" "$tmp/a2.log" &&
+from=$(sed -n 's/.*the most advanced is at step \([0-9]*\), the checkpoint file at step \([0-9]*\).*/\1 (file: \2)/p' "$tmp/coord-a2.log")
+after=$(sed -n 's/.*training goes on \([0-9.]*\) s after this coordinator started.*/\1/p' "$tmp/coord-a2.log")
+redone=$(grep -o "[0-9]* steps* redone" "$tmp/coord-a2.log" | head -n 1)
+if [ $sa -eq 0 ] && grep -q "re-adopted 3 live workers" "$tmp/coord-a2.log" && [ -n "$from" ] &&
+   grep -q "replicas identical: parameter hash [0-9a-f]* on all 3 workers" "$tmp/coord-a2.log" &&
    samples_exact "$tmp/a/m.jsonl" 40 && [ "$(ckpt_step "$tmp/a/last.safetensors")" = 1800 ]; then
   ok "kill -9 of the coordinator, restarted with --resume: re-adopted 3 workers at step $from, training went on $after s after the restart (${redone:-no step redone}), replicas identical, every epoch's samples exact"
-else bad "re-adoption (status $sa, from '$from')"; grep -v "plan\]\|^epoch\|^  " "$tmp/a2.log" | tail -n 12; tail -n 4 "$tmp/a1.log"; fi
+else bad "re-adoption (status $sa, from '$from')"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-a2.log" | tail -n 12; tail -n 4 "$tmp/coord-a1.log"; fi
 
 # ---- (b) kill -9 and no restart: the workers give up, saying so ------------------------
 # (a coordinator of another run on the address meanwhile does not take them)
 port=$((port + 1))
-coord "$tmp/b.log" --epochs 400 --worker-timeout 2
+coord "$tmp/coord-b.log" --epochs 400 --worker-timeout 2
 for n in b1 b2 b3; do worker $n "$tmp/$n.log" --coord-timeout 4; done
 bp=$pids
-epoch_seen "$tmp/b.log" 1
+epoch_seen "$tmp/coord-b.log" 1
 kill -9 $c
 wait $c 2>/dev/null
 t0=$(date +%s)
 sleep 0.5
-coord "$tmp/b2.log" --epochs 1 --join-timeout 5
+coord "$tmp/coord-b2.log" --epochs 1 --join-timeout 5
 st=""
 for p in $bp; do wait "$p"; st="$st $?"; done
 wait $c
@@ -100,16 +100,16 @@ waited=$(($(date +%s) - t0))
 pids=""
 if ! echo "$st" | grep -q " 0" && [ $waited -le 12 ] && [ -z "$(alive $bp)" ] &&
    [ "$(grep -l "none came back within --coord-timeout 4 s" "$tmp"/b[123].log | wc -l)" -eq 3 ] &&
-   grep -q "message of a foreign run" "$tmp/b2.log"; then
+   grep -q "message of a foreign run" "$tmp/coord-b2.log"; then
   ok "kill -9 of the coordinator, no restart: the 3 workers waited, then exited (status$st) within ${waited} s (--worker-timeout 2 + --coord-timeout 4), saying so; another run's coordinator on the address refused them"
 else bad "workers without their coordinator: status$st after ${waited} s, alive '$(alive $bp)'"; tail -n 3 "$tmp"/b1.log; fi
 
 # ---- (c) SIGSTOP past the run-ahead bound and --worker-timeout ---------------------------
 port=$((port + 1))
 mkdir -p "$tmp/c"
-coord "$tmp/c.log" --epochs 40 --checkpoint "$tmp/c" --metrics "$tmp/c/m.jsonl" --worker-timeout 2
+coord "$tmp/coord-c.log" --epochs 40 --checkpoint "$tmp/c" --metrics "$tmp/c/m.jsonl" --worker-timeout 2
 for n in c1 c2 c3; do worker $n "$tmp/$n.log" --coord-timeout 30; done
-epoch_seen "$tmp/c.log" 3
+epoch_seen "$tmp/coord-c.log" 3
 kill -STOP $c
 sleep 4
 kill -CONT $c
@@ -123,15 +123,15 @@ for n in c1 c2 c3; do
   [ -z "$s" ] || [ $(($1 - $2)) -le $3 ] || within=0
 done
 # In sync mode one waiting worker holds the others in the step's allreduce.
-if [ $sc -eq 0 ] && [ $waits -ge 1 ] && [ $within -eq 1 ] && grep -q "replicas identical" "$tmp/c.log" &&
-   grep -q "did not run for" "$tmp/c.log" && ! grep -q "lost rank" "$tmp/c.log" &&
+if [ $sc -eq 0 ] && [ $waits -ge 1 ] && [ $within -eq 1 ] && grep -q "replicas identical" "$tmp/coord-c.log" &&
+   grep -q "did not run for" "$tmp/coord-c.log" && ! grep -q "lost rank" "$tmp/coord-c.log" &&
    samples_exact "$tmp/c/m.jsonl" 40 && [ "$(ckpt_step "$tmp/c/last.safetensors")" = 1800 ]; then
   ok "SIGSTOP of the coordinator for 4 s: the workers waited within the run-ahead bound ($(grep -h "waiting at step" "$tmp"/c[123].log | head -n 1 | sed 's/.*waiting at //')), and after SIGCONT the run completed with every checkpoint written"
-else bad "a paused coordinator: status $sc, $waits waits, within $within"; grep -v "plan\]\|^epoch\|^  " "$tmp/c.log" | tail -n 8; tail -n 4 "$tmp/c1.log"; fi
+else bad "a paused coordinator: status $sc, $waits waits, within $within"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-c.log" | tail -n 8; tail -n 4 "$tmp/c1.log"; fi
 
 # ---- (d) kill -9 of the train --workers 3 parent: no orphans --------------------------------
-"$RAGTAG" train "$model" --workers 3 --threads 1 $run --epochs 400 >"$tmp/d.log" 2>&1 & c=$!
-epoch_seen "$tmp/d.log" 1
+"$RAGTAG" train "$model" --workers 3 --threads 1 $run --epochs 400 >"$tmp/coord-d.log" 2>&1 & c=$!
+epoch_seen "$tmp/coord-d.log" 1
 kids=$(pgrep -P $c | tr '\n' ' ')
 kill -9 $c
 wait $c 2>/dev/null
