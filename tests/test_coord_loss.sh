@@ -10,7 +10,8 @@
 #  (c) SIGSTOP of the coordinator past the run-ahead bound (and past
 #      --worker-timeout): the workers wait within the bound, and after
 #      SIGCONT the run completes with every checkpoint written;
-#  (d) kill -9 of the parent of `train --workers 3`: no worker outlives it.
+#  (d) kill -9 of the parent of `train --workers 3`: no worker outlives it;
+#  (e) --resume when no worker is left to re-adopt: the file resume.
 # Epochs are short (45 steps, under the 50-step run-ahead bound), so the
 # steps a lost coordinator never saw always hold an epoch's close: its
 # metrics and checkpoint must reach the restarted one.
@@ -80,6 +81,19 @@ if [ $sa -eq 0 ] && grep -q "re-adopted 3 live workers" "$tmp/coord-a2.log" && [
    samples_exact "$tmp/a/m.jsonl" 40 && [ "$(ckpt_step "$tmp/a/last.safetensors")" = 1800 ]; then
   ok "kill -9 of the coordinator, restarted with --resume: re-adopted 3 workers at step $from, training went on $after s after the restart (${redone:-no step redone}), replicas identical, every epoch's samples exact"
 else bad "re-adoption (status $sa, from '$from')"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-a2.log" | tail -n 12; tail -n 4 "$tmp/coord-a1.log"; fi
+
+# ---- (e) --resume with nobody left to re-adopt: the file resume, for new workers ------------
+# (a)'s run is over: its workers are gone; one more epoch from its checkpoint.
+port=$((port + 1))
+coord "$tmp/coord-e.log" --epochs 41 --checkpoint "$tmp/a" --metrics "$tmp/a/m.jsonl" --resume
+sleep 1
+for n in e1 e2 e3; do worker $n "$tmp/$n.log"; done
+wait $c; se=$?; wait_all
+if [ $se -eq 0 ] && grep -q "no worker of run [0-9a-f]* came back within 5 s: run [0-9a-f]* starts from the checkpoint" "$tmp/coord-e.log" &&
+   grep -q "resuming from .* step 1800" "$tmp/coord-e.log" && samples_exact "$tmp/a/m.jsonl" 41 &&
+   grep -q "replicas identical" "$tmp/coord-e.log"; then
+  ok "--resume with no live worker: after 5 s, the checkpoint file's resume for 3 new workers, under a new run id"
+else bad "the fall-back to the file (status $se)"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-e.log" | tail -n 8; fi
 
 # ---- (b) kill -9 and no restart: the workers give up, saying so ------------------------
 # (a coordinator of another run on the address meanwhile does not take them)
