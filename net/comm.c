@@ -33,6 +33,9 @@
                             run-ahead bound waits on its acknowledgement */
 #define UNACKED_HB 0.2   /* and again this often while it is not acknowledged: a
                             restarted coordinator hears the workers waiting for it soon */
+#define MARK_STEPS 8     /* or at once when this many steps are not yet told: at a
+                            thousand steps a second (gossip, tiny batches) the 50-step
+                            bound must not wait on the 50 ms above */
 
 enum { CMD_QUIT = 100, CMD_SEND = 101, CMD_MARK = 102 };
 
@@ -187,7 +190,9 @@ static void ctrl_send(rt_comm *c, zmq_msg_t *m, int flags)
 static double hb_every(rt_comm *c)
 {
     double every = c->hb_interval;
-    if (c->marked > c->hb_mark)
+    if (c->marked >= c->hb_mark + MARK_STEPS)
+        every = 0.0;
+    else if (c->marked > c->hb_mark)
         every = STEP_HB;
     else if (c->marked > atomic_load(&c->acked) && UNACKED_HB < every)
         every = UNACKED_HB;
