@@ -47,8 +47,8 @@
 /* The run-ahead bound: a worker starts no step more than this many steps
  * after the newest one the coordinator acknowledged (it has read every
  * report sent before it). Acknowledgements come back within a heartbeat
- * of 50 ms and a round trip, so at up to several hundred steps a second
- * nobody waits while the coordinator runs; a paused or lost coordinator
+ * (50 ms, or 8 steps) and a round trip, so nobody waits while the
+ * coordinator runs, even at a thousand steps a second; a paused or lost coordinator
  * holds the run within this many steps of what it has, and a restarted
  * one re-adopts workers holding at most this many steps it never saw. */
 #define RUN_AHEAD 50
