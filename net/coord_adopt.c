@@ -100,14 +100,17 @@ int coord_adopt_prepare(struct coord *k)
     if (!k->c->checkpoint_dir[0])
         return RT_OK;
     char id[RT_RUN_ID_LEN + 1];
+    /* Only sync mode can change members; local workers die with their
+     * parent. Otherwise a new run id: nothing of the old run (a straggler,
+     * a shared-memory segment named after it) can be taken for this one. */
+    bool adoptable = coord_elastic(k) && !k->o->spawn_local;
     int rc = k->c->resume ? read_run_id(k, id) : 0;
     if (rc < 0)
         return rc;
-    if (rc == 0)
+    if (rc == 0 || !adoptable)
         return write_run_id(k);
     snprintf(k->run, sizeof k->run, "%s", id);
-    /* Only sync mode can change members; local workers die with their parent. */
-    k->adopt_wanted = coord_elastic(k) && !k->o->spawn_local;
+    k->adopt_wanted = true;
     return RT_OK;
 }
 
