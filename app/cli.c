@@ -130,6 +130,8 @@ static const char *const coord_help[] = {
                        "--workers)",
     "--join-timeout S", "seconds to wait for the workers to join (default 60)",
     "--worker-timeout S", "a worker silent this long is lost; the others go on (default 30)",
+    "--resume", "coord, with --checkpoint DIR: first take back the run's workers still "
+                "alive (worker --coord-timeout), else resume from DIR's checkpoint",
     "--serve-data", "coord: send the data files to workers (cached there by content hash)",
     "--no-shm", "never use shared memory between workers of one machine (TCP only)",
     "--chunk BYTES", "ring pipeline chunk (default 262144)",
@@ -143,6 +145,19 @@ static int parse_seconds(const char *cmd, const char *flag, const char *v, doubl
     double d = strtod(v, &end);
     if (end == v || *end || !(d > 0.0 && d <= 1e7)) {
         fprintf(stderr, "ragtag %s: --%s: '%s' is not accepted (expected seconds > 0)\n", cmd,
+                flag, v);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+static int parse_seconds_or_zero(const char *cmd, const char *flag, const char *v, double *out)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d >= 0.0 && d <= 1e7)) {
+        fprintf(stderr, "ragtag %s: --%s: '%s' is not accepted (expected seconds >= 0)\n", cmd,
                 flag, v);
         return -1;
     }
@@ -378,32 +393,41 @@ static int run_worker(const struct rt_worker_options *o)
     return rc < 0 ? fail(rc) : 0;
 }
 
+static const char worker_help[] =
+    "usage: ragtag worker --join tcp://HOST:PORT [flags]\n\n"
+    "Joins the coordinator at HOST:PORT (retrying until it is there), receives\n"
+    "the model, options and, with coord --serve-data, the data, and trains.\n"
+    "See docs/cluster.md.\n\nflags:\n"
+    "  --join ENDPOINT      the coordinator, tcp://HOST:PORT\n"
+    "  --advertise HOST     address other workers reach this one at (default:\n"
+    "                       this machine's address on the route to the coordinator)\n"
+    "  --name NAME          name in the cluster table (default HOST-PID); workers\n"
+    "                       are ranked by name\n"
+    "  --ring-port PORT     TCP port other workers send to (default: any free one)\n"
+    "  --backend NAME       compute backend (default cpu; see ragtag devices)\n"
+    "  --device N           device index within the backend (default 0)\n"
+    "  --threads N          compute threads (default 0: all cores)\n"
+    "  --cache DIR          data cache (default $RAGTAG_CACHE_DIR or ~/.cache/ragtag)\n"
+    "  --connect-timeout S  give up when no coordinator answers in S seconds\n"
+    "                       (default: keep trying)\n"
+    "  --coord-timeout S    during training, a coordinator silent past the run's\n"
+    "                       --worker-timeout may come back (resumed, or restarted\n"
+    "                       with --checkpoint DIR --resume on the same address):\n"
+    "                       keep this worker's state and wait S seconds more for\n"
+    "                       it, then exit with an error (default 120; 0: exit at\n"
+    "                       once)\n"
+    "  --quiet              print errors only\n"
+    "  --parent PID         die with process PID (how train --workers N starts\n"
+    "                       its local workers: none outlives a killed parent)\n"
+    "  --throttle F         testing aid: run at fraction F (0 < F <= 1) of this\n"
+    "                       machine's speed by sleeping (docs/heterogeneous.md)\n"
+    "  --stall-at STEP:S    testing aid: the training thread hangs S seconds at\n"
+    "                       STEP (its heartbeats stop: the run goes on without it)\n";
+
 static int cmd_worker(int argc, char **argv)
 {
     if (argc >= 2 && is_help(argv[1])) {
-        printf("usage: ragtag worker --join tcp://HOST:PORT [flags]\n\n"
-               "Joins the coordinator at HOST:PORT (retrying until it is there), receives\n"
-               "the model, options and, with coord --serve-data, the data, and trains.\n"
-               "See docs/cluster.md.\n\nflags:\n"
-               "  --join ENDPOINT      the coordinator, tcp://HOST:PORT\n"
-               "  --advertise HOST     address other workers reach this one at (default:\n"
-               "                       this machine's address on the route to the coordinator)\n"
-               "  --name NAME          name in the cluster table (default HOST-PID); workers\n"
-               "                       are ranked by name\n"
-               "  --ring-port PORT     TCP port other workers send to (default: any free one)\n"
-               "  --backend NAME       compute backend (default cpu; see ragtag devices)\n"
-               "  --device N           device index within the backend (default 0)\n"
-               "  --threads N          compute threads (default 0: all cores)\n"
-               "  --cache DIR          data cache (default $RAGTAG_CACHE_DIR or ~/.cache/ragtag)\n"
-               "  --connect-timeout S  give up when no coordinator answers in S seconds\n"
-               "                       (default: keep trying)\n"
-               "  --quiet              print errors only\n"
-               "  --parent PID         die with process PID (how train --workers N starts\n"
-               "                       its local workers: none outlives a killed parent)\n"
-               "  --throttle F         testing aid: run at fraction F (0 < F <= 1) of this\n"
-               "                       machine's speed by sleeping (docs/heterogeneous.md)\n"
-               "  --stall-at STEP:S    testing aid: the training thread hangs S seconds at\n"
-               "                       STEP (its heartbeats stop: the run goes on without it)\n");
+        fputs(worker_help, stdout);
         return 0;
     }
     struct rt_worker_options o;
@@ -455,6 +479,9 @@ static int cmd_worker(int argc, char **argv)
             o.ring_port = (int)n;
         } else if (!strcmp(key, "connect-timeout")) {
             if (parse_seconds("worker", key, v, &o.connect_timeout) < 0)
+                return EXIT_USAGE;
+        } else if (!strcmp(key, "coord-timeout")) {
+            if (parse_seconds_or_zero("worker", key, v, &o.coord_timeout) < 0)
                 return EXIT_USAGE;
         } else if (!strcmp(key, "quiet")) {
             o.quiet = true;

@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "membership.h"
+#include "outbox.h"
 #include "status.h"
 #include "transport.h"
 
@@ -28,8 +29,15 @@
 #define REPLY_GRACE 5.0  /* the training thread's margin over the comm thread's deadline */
 #define SELF_PAUSE 2.0   /* a gap between two looks at the coordinator this long: we were
                             stopped, not the coordinator silent */
+#define STEP_HB 0.05     /* a heartbeat carries a new step mark at most this late: the
+                            run-ahead bound waits on its acknowledgement */
+#define UNACKED_HB 0.2   /* and again this often while it is not acknowledged: a
+                            restarted coordinator hears the workers waiting for it soon */
+#define MARK_STEPS 8     /* or at once when this many steps are not yet told: at a
+                            thousand steps a second (gossip, tiny batches) the 50-step
+                            bound must not wait on the 50 ms above */
 
-enum { CMD_QUIT = 100, CMD_SEND = 101 };
+enum { CMD_QUIT = 100, CMD_SEND = 101, CMD_MARK = 102 };
 
 struct cmd {
     int kind;
@@ -38,6 +46,8 @@ struct cmd {
     uint32_t flags;
     int root;
     int nframes;     /* CMD_SEND: the frames that follow */
+    int send_kind;   /* CMD_SEND: enum rt_comm_send_kind */
+    long step;       /* CMD_MARK: the steps done */
     double deadline; /* collectives: rt_now() by which the collective must end */
 };
 
@@ -64,13 +74,16 @@ struct rt_comm {
     double op_deadline; /* and its deadline */
     int rank, world;
     char run[RT_RUN_ID_LEN + 1];
-    double hb_interval, peer_timeout, op_timeout;
+    double hb_interval, peer_timeout, op_timeout, coord_timeout;
 
     /* thread side */
     double last_hb_sent, last_seen, last_service;
     double deadline;     /* of the collective running; 0 between collectives */
     const char *op_name; /* its name, for the timeout's message */
     bool ctrl_broken;    /* a send to the coordinator failed: send nothing more */
+    bool orphaned;       /* the coordinator is silent past peer_timeout: waiting for one */
+    long marked, hb_mark; /* the newest step mark, and the one the last heartbeat carried */
+    rt_outbox *outbox;   /* reports kept until the coordinator acknowledges them */
     rt_wire_writer w;
     rt_wire_msg msg;
     rt_zframes fr;
@@ -99,6 +112,7 @@ struct rt_comm {
     _Atomic int quit;        /* destroy asks the thread to end */
     _Atomic int thread_gone; /* the thread ended: nobody answers any more */
     _Atomic int abort_claimed;
+    _Atomic long acked;      /* the newest step the coordinator acknowledged */
     _Atomic(const char *) abort_reason; /* NULL, then abort_buf, written once before */
     char abort_buf[400];
 };
@@ -154,7 +168,7 @@ static void ctrl_send(rt_comm *c, zmq_msg_t *m, int flags)
 {
     if (!c->ctrl || c->ctrl_broken)
         return;
-    double left = c->last_seen + c->peer_timeout - rt_now();
+    double left = c->last_seen + c->peer_timeout + c->coord_timeout - rt_now();
     int ms = abort_reason(c) || left <= 0.0 ? 0 : (int)(left * 1000.0) + 1;
     if (zmq_setsockopt(c->ctrl, ZMQ_SNDTIMEO, &ms, sizeof ms) != 0) {
         c->ctrl_broken = true;
@@ -175,6 +189,20 @@ static void ctrl_send(rt_comm *c, zmq_msg_t *m, int flags)
             publish_abort(c, "cannot send to the coordinator: %s", zmq_strerror(e));
         return;
     }
+}
+
+/* Seconds between heartbeats: a new step mark goes out soon, an
+ * unacknowledged one again and again, otherwise the run's interval. */
+static double hb_every(rt_comm *c)
+{
+    double every = c->hb_interval;
+    if (c->marked >= c->hb_mark + MARK_STEPS)
+        every = 0.0;
+    else if (c->marked > c->hb_mark)
+        every = STEP_HB;
+    else if (c->marked > atomic_load(&c->acked) && UNACKED_HB < every)
+        every = UNACKED_HB;
+    return every;
 }
 
 /* A heartbeat that finds the queue full (EAGAIN) is skipped: the
@@ -220,8 +248,11 @@ static void send_hb(rt_comm *c)
     c->last_hb_sent = rt_now();
     if (c->ctrl_broken || training_stalled(c))
         return;
-    rt_wire_begin(&c->w, c->run, "hb", 1);
+    rt_wire_begin(&c->w, c->run, "hb", c->marked >= 0 ? 2 : 1);
     rt_wire_put_uint(&c->w, "rank", (uint64_t)c->rank);
+    if (c->marked >= 0)
+        rt_wire_put_uint(&c->w, "step", (uint64_t)c->marked);
+    c->hb_mark = c->marked;
     if (rt_wire_end(&c->w) < 0) {
         publish_abort(c, "cannot encode a heartbeat: %s", rt_error_detail());
         return;
@@ -278,6 +309,48 @@ static void take_regroup(rt_comm *c)
     c->scratch = x;
     c->has_pending = true;
     atomic_store(&c->changing, 1);
+    /* A restarted coordinator that re-adopts this worker says which step
+     * its files hold: what rank 0 reported after that goes again. */
+    uint64_t have;
+    if (rt_wire_has(rt_wire_root(&c->msg), "have") &&
+        rt_wire_get_uint(rt_wire_root(&c->msg), "have", 0, (uint64_t)1 << 50, &have) == 0) {
+        rt_outbox_resend_after(c->outbox, (long)have);
+        rt_outbox_flush(c->outbox, c->ctrl);
+    }
+}
+
+/* The coordinator's heartbeat: the newest step it read from this worker. */
+static void take_ack(rt_comm *c)
+{
+    uint64_t ack;
+    rt_wire_map r = rt_wire_root(&c->msg);
+    if (!rt_wire_has(r, "ack"))
+        return;
+    if (rt_wire_get_uint(r, "ack", 0, (uint64_t)1 << 50, &ack) < 0) {
+        rt_wire_drop(&c->drops, "the coordinator", rt_error_detail());
+        return;
+    }
+    if ((long)ack > atomic_load(&c->acked))
+        atomic_store(&c->acked, (long)ack);
+    rt_outbox_ack(c->outbox, (long)ack);
+}
+
+/* "who": a coordinator that does not know this connection (one restarted
+ * with --resume on the run's address) asks who it is. The answer says
+ * which run, generation and step this worker holds. */
+static void send_rejoin(rt_comm *c)
+{
+    if (!c->ms || c->ctrl_broken)
+        return;
+    rt_wire_begin(&c->w, c->run, "rejoin", 5);
+    rt_wire_put_uint(&c->w, "gen", c->ms->gen);
+    rt_wire_put_uint(&c->w, "rank", (uint64_t)c->rank);
+    rt_wire_put_uint(&c->w, "world", (uint64_t)c->world);
+    rt_wire_put_uint(&c->w, "step", (uint64_t)(c->marked > 0 ? c->marked : 0));
+    rt_wire_put_key(&c->w, "member");
+    rt_member_put(&c->w, &c->ms->m[c->rank]);
+    if (rt_wire_end(&c->w) == RT_OK)
+        zmq_send(c->ctrl, c->w.data, c->w.len, ZMQ_DONTWAIT); /* "who" comes again */
 }
 
 static void handle_ctrl_msg(rt_comm *c)
@@ -292,10 +365,20 @@ static void handle_ctrl_msg(rt_comm *c)
         rt_wire_drop(&c->drops, peer, rt_error_detail());
         return;
     }
+    if (c->orphaned)
+        fprintf(stderr, "ragtag: [%s] a coordinator answers again after %.0f s of silence\n",
+                c->who, rt_now() - c->last_seen);
+    c->orphaned = false;
     c->last_seen = rt_now();
     const char *t = c->msg.type;
-    if (!strcmp(t, "hb"))
+    if (!strcmp(t, "hb")) {
+        take_ack(c);
         return;
+    }
+    if (!strcmp(t, "who")) {
+        send_rejoin(c);
+        return;
+    }
     if (!strcmp(t, "stop")) {
         atomic_store(&c->stop, 1);
         return;
@@ -328,6 +411,30 @@ static void handle_ctrl_msg(rt_comm *c)
     rt_wire_drop(&c->drops, peer, why);
 }
 
+/* A coordinator silent past peer_timeout: with a coord_timeout, this
+ * worker keeps its state and waits that much longer for one (the same,
+ * resumed, or a new one on the same address: the DEALER reconnects by
+ * itself); then, or at once without one, the run is over for it. */
+static void watch_coordinator(rt_comm *c, double now)
+{
+    double silent = now - c->last_seen;
+    if (silent <= c->peer_timeout)
+        return;
+    if (c->coord_timeout <= 0) {
+        publish_abort(c, "lost the coordinator: nothing heard from it for %.0f s", silent);
+        return;
+    }
+    if (!c->orphaned && !abort_reason(c))
+        fprintf(stderr, "ragtag: [%s] lost the coordinator: nothing heard from it for %.0f s; "
+                        "keeping this worker's state, waiting up to %.0f s (--coord-timeout) "
+                        "for a coordinator to take it back\n", c->who, silent,
+                c->coord_timeout);
+    c->orphaned = true;
+    if (silent > c->peer_timeout + c->coord_timeout)
+        publish_abort(c, "lost the coordinator: nothing heard from it for %.0f s, and none came "
+                         "back within --coord-timeout %.0f s", silent, c->coord_timeout);
+}
+
 /* Drain the control socket, keep heartbeats going, watch the coordinator.
  * Also the ring's idle callback: < 0 once the run is aborted, the comm is
  * being destroyed or the collective's deadline has passed. */
@@ -347,15 +454,16 @@ static int service_ctrl(void *arg)
             handle_ctrl_msg(c);
         }
         double now = rt_now();
-        if (now - c->last_hb_sent >= c->hb_interval)
+        if (now - c->last_hb_sent >= hb_every(c))
             send_hb(c);
+        if (!c->ctrl_broken)
+            rt_outbox_flush(c->outbox, c->ctrl);
         if (now - c->last_seen > c->peer_timeout && c->stall_said) {
             atomic_store(&c->expelled, 1); /* it stopped its own heartbeats: dropped */
             publish_abort(c, "the run goes on without this worker: its training thread "
                              "stalled");
-        } else if (now - c->last_seen > c->peer_timeout) {
-            publish_abort(c, "lost the coordinator: nothing heard from it for %.0f s",
-                          now - c->last_seen);
+        } else {
+            watch_coordinator(c, now);
         }
     }
     const char *why = abort_reason(c);
@@ -501,30 +609,62 @@ static int do_regroup(rt_comm *c, const struct cmd *k, struct reply *rep)
     return RT_OK;
 }
 
-/* Forward the frames that follow a CMD_SEND, without copying them again:
- * the parts of this one message, up to its last (never into the next
- * command). */
-static bool forward(rt_comm *c, int nframes)
+/* Take the parts of one message from the pipe, up to its last (never
+ * into the next command). */
+static bool take_parts(rt_comm *c, zmq_msg_t *m, int nframes)
 {
     int parts = 0;
     bool more = true;
     while (more) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, c->pipe_thread, 0) < 0) {
+        RT_ASSERT(parts < nframes); /* rt_comm_send sends whole messages or none */
+        zmq_msg_init(&m[parts]);
+        if (zmq_msg_recv(&m[parts], c->pipe_thread, 0) < 0) {
             int e = errno;
-            zmq_msg_close(&m);
+            zmq_msg_close(&m[parts]);
             if (e == EINTR)
                 continue;
+            for (int i = 0; i < parts; i++)
+                zmq_msg_close(&m[i]);
             publish_abort(c, "the communication pipe failed: %s", zmq_strerror(e));
             return false;
         }
-        parts++;
-        more = zmq_msg_more(&m);
-        ctrl_send(c, &m, more ? ZMQ_SNDMORE : 0);
-        zmq_msg_close(&m);
+        more = zmq_msg_more(&m[parts++]);
     }
-    RT_ASSERT(parts == nframes); /* rt_comm_send sends whole messages or none */
+    RT_ASSERT(parts == nframes);
+    return true;
+}
+
+/* Without waiting: the whole message, or none of it. */
+static void send_or_drop(rt_comm *c, zmq_msg_t *m, int n)
+{
+    for (int i = 0; i < n && c->ctrl && !c->ctrl_broken; i++)
+        if (zmq_msg_send(&m[i], c->ctrl, ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0)) < 0)
+            break;
+}
+
+/* Forward the frames that follow a CMD_SEND as their kind says. Kept
+ * reports belong to the step after the newest mark (the step running, or
+ * the close of the one just done). */
+static bool forward(rt_comm *c, int nframes, int kind)
+{
+    zmq_msg_t m[RT_MAX_FRAMES + 1];
+    if (!take_parts(c, m, nframes))
+        return false;
+    if (kind == RT_SEND_KEEP) {
+        if (rt_outbox_add(c->outbox, c->marked + 1, m, nframes) < 0)
+            publish_abort(c, "%s", rt_error_detail());
+        else if (c->ctrl && !c->ctrl_broken)
+            rt_outbox_flush(c->outbox, c->ctrl);
+    } else if (kind == RT_SEND_DROP) {
+        send_or_drop(c, m, nframes);
+    } else {
+        if (c->ctrl && !c->ctrl_broken)
+            rt_outbox_flush(c->outbox, c->ctrl); /* what was kept goes first */
+        for (int i = 0; i < nframes; i++)
+            ctrl_send(c, &m[i], i + 1 < nframes ? ZMQ_SNDMORE : 0);
+    }
+    for (int i = 0; i < nframes; i++)
+        zmq_msg_close(&m[i]);
     return true;
 }
 
@@ -556,7 +696,11 @@ static bool handle_pipe(rt_comm *c)
     if (k.kind == CMD_QUIT)
         return false;
     if (k.kind == CMD_SEND)
-        return forward(c, k.nframes);
+        return forward(c, k.nframes, k.send_kind);
+    if (k.kind == CMD_MARK) {
+        c->marked = k.step > c->marked ? k.step : c->marked;
+        return true;
+    }
     struct reply rep = {0};
     rt_error_clear();
     if (k.kind == RT_COMM_REGROUP)
@@ -578,7 +722,7 @@ static void *comm_main(void *arg)
                                 {.socket = c->ctrl, .events = ZMQ_POLLIN}};
         long timeout = SLICE_MS;
         if (c->ctrl) {
-            double left = c->hb_interval - (rt_now() - c->last_hb_sent);
+            double left = hb_every(c) - (rt_now() - c->last_hb_sent);
             long hb = left < 0 ? 0 : (long)(left * 1000) + 1;
             timeout = hb < timeout ? hb : timeout;
         }
@@ -668,6 +812,11 @@ rt_comm *rt_comm_new(const struct rt_comm_config *cfg)
     snprintf(c->run, sizeof c->run, "%s", cfg->run ? cfg->run : "");
     c->hb_interval = cfg->hb_interval > 0 ? cfg->hb_interval : 1.0;
     c->peer_timeout = cfg->peer_timeout > 0 ? cfg->peer_timeout : 30.0;
+    c->coord_timeout = cfg->coord_timeout > 0 ? cfg->coord_timeout : 0.0;
+    c->marked = c->hb_mark = -1;
+    atomic_init(&c->acked, -1);
+    if (!(c->outbox = rt_outbox_new()))
+        goto fail;
     c->op_timeout = cfg->op_timeout > 0 ? cfg->op_timeout : OP_TIMEOUT_DEFAULT;
     rt_wire_writer_init(&c->w);
     rt_wire_msg_init(&c->msg);
@@ -747,6 +896,7 @@ void rt_comm_destroy(rt_comm **cp)
     free(c->ms);
     free(c->pending);
     free(c->scratch);
+    rt_outbox_destroy(&c->outbox);
     rt_wire_writer_free(&c->w);
     rt_wire_msg_free(&c->msg);
     rt_zframes_close(&c->fr);
@@ -904,10 +1054,16 @@ int rt_comm_broadcast(rt_comm *c, void *buf, size_t bytes, int root)
 int rt_comm_send(rt_comm *c, const rt_wire_writer *w, const void *const *frames,
                  const size_t *sizes, int nframes)
 {
+    return rt_comm_send_as(c, RT_SEND_MUST, w, frames, sizes, nframes);
+}
+
+int rt_comm_send_as(rt_comm *c, enum rt_comm_send_kind kind, const rt_wire_writer *w,
+                    const void *const *frames, const size_t *sizes, int nframes)
+{
     check(c);
     RT_ASSERT(nframes >= 0 && 1 + nframes <= RT_MAX_FRAMES);
     RT_TRY(usable(c));
-    struct cmd k = {.kind = CMD_SEND, .nframes = 1 + nframes};
+    struct cmd k = {.kind = CMD_SEND, .nframes = 1 + nframes, .send_kind = (int)kind};
     const void *data[RT_MAX_FRAMES + 1] = {&k, w->data};
     size_t len[RT_MAX_FRAMES + 1] = {sizeof k, w->len};
     for (int i = 0; i < nframes; i++) {
@@ -949,6 +1105,13 @@ void rt_comm_alive(rt_comm *c)
     stamp(c, true);
 }
 
+void rt_comm_waiting(rt_comm *c, bool on)
+{
+    check(c);
+    stamp(c, !on);
+    atomic_store(&c->train_waiting, on ? 1 : 0);
+}
+
 bool rt_comm_members_changing(rt_comm *c)
 {
     check(c);
@@ -972,3 +1135,20 @@ const char *rt_comm_link(const rt_comm *c, bool right)
     check(c);
     return c->ring ? rt_ring_link(c->ring, right) : "-";
 }
+
+void rt_comm_mark(rt_comm *c, long steps_done)
+{
+    check(c);
+    if (usable(c) < 0)
+        return; /* the thread is gone: the next collective says why */
+    struct cmd k = {.kind = CMD_MARK, .step = steps_done};
+    if (rt_zsend(c->pipe_main, &k, sizeof k, false) < 0)
+        rt_error_clear();
+}
+
+long rt_comm_acked(rt_comm *c)
+{
+    check(c);
+    return atomic_load(&c->acked);
+}
+

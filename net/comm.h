@@ -28,6 +28,8 @@ struct rt_comm_config {
     const char *run;
     double hb_interval;  /* seconds between heartbeats (0: 1 s) */
     double peer_timeout; /* the coordinator is lost after this silence (0: 30 s) */
+    double coord_timeout; /* then keep this worker's state and wait this much longer
+                             for a coordinator to come back (0: end at once) */
     double op_timeout;   /* a collective not done this many seconds after its
                             submission fails with RT_ERR_TIMEOUT (0: 600 s) */
     int rank;
@@ -90,6 +92,24 @@ bool rt_comm_expelled(rt_comm *c);
 int rt_comm_send(rt_comm *c, const rt_wire_writer *w, const void *const *frames,
                  const size_t *sizes, int nframes);
 
+/* How a message to the coordinator fares when the coordinator takes
+ * nothing (paused, or gone until one re-adopts this worker). */
+enum rt_comm_send_kind {
+    RT_SEND_MUST,   /* waits up to the coordinator timeouts, then aborts the run */
+    RT_SEND_DROP,   /* progress: dropped when it cannot leave at once */
+    RT_SEND_KEEP,   /* epoch lines, metrics, checkpoints: kept until acknowledged,
+                       sent again to a coordinator that re-adopts this worker */
+};
+int rt_comm_send_as(rt_comm *c, enum rt_comm_send_kind kind, const rt_wire_writer *w,
+                    const void *const *frames, const size_t *sizes, int nframes);
+
+/* Bounded run-ahead. The training thread marks each step boundary (the
+ * steps done so far); heartbeats carry the newest mark, and the
+ * coordinator answers with the newest it has read, every report sent
+ * before it included. rt_comm_acked: that step, -1 before any. */
+void rt_comm_mark(rt_comm *c, long steps_done);
+long rt_comm_acked(rt_comm *c);
+
 /* Why the run was aborted (the coordinator said so, or fell silent, or a
  * message could not leave), or NULL; any thread may ask. The first reason
  * is kept: the string never changes and lives as long as the comm. */
@@ -100,6 +120,9 @@ bool rt_comm_members_changing(rt_comm *c);
 /* The training thread made progress: heartbeats go on only while it does
  * (within the worker timeout plus ten of its longest stretches). */
 void rt_comm_alive(rt_comm *c);
+/* The training thread waits on the coordinator or the peers (not on a
+ * collective), from on to off: not a stall. */
+void rt_comm_waiting(rt_comm *c, bool on);
 
 /* The coordinator asked the run to stop (Ctrl-C on it). */
 bool rt_comm_stop_requested(rt_comm *c);

@@ -11,7 +11,11 @@
  *   coord_job.c      the job: model text, options, served data files;
  *   coord_local.c    the local workers of `ragtag train --workers N`;
  *   coord_ckpt.c     checkpoints assembled from the workers' parts, resume;
- *   coord_report.c   progress, lines, metrics, the cluster table, results. */
+ *   coord_report.c   progress, lines, metrics, the cluster table, results;
+ *   coord_elastic.c  members that come and go: losses, joins, generations;
+ *   coord_adopt.c    the coordinator goes away and comes back: the run id kept
+ *                    with the checkpoints, acknowledgements that bound the
+ *                    workers' run-ahead, re-adoption of live workers. */
 #ifndef RT_COORD_IMPL_H
 #define RT_COORD_IMPL_H
 
@@ -50,6 +54,7 @@ struct coord_worker {
     double probe_at;        /* a joiner too slow for a share: when it measures again (0: not held) */
     bool left_standby;      /* it left the ring on standby (its next joins wait longer) */
     double last_seen, ips;
+    long acked;             /* the newest step read from it (its heartbeats); -1: none */
     int fd;                 /* the TCP connection its last message came on, or -1 */
     double closed_at;       /* when that connection closed (0: open) */
     int status;
@@ -120,6 +125,14 @@ struct coord {
     double regroup_t0;
     double short_since;     /* members below --min-workers since (0: not) */
     long lost, joined, standby; /* members lost, admitted, gone on standby */
+    /* the coordinator goes away and comes back (coord_adopt.c) */
+    double t_start, last_loop;
+    bool adopt_wanted;      /* --resume found the run's id: its workers may be alive */
+    bool adopting, adopted;
+    uint64_t adopt_gen;     /* the newest generation the rejoined workers were in */
+    int adopt_world;        /* its size */
+    long adopt_step;        /* the most advanced rejoined worker's step */
+    long metrics_step;      /* --resume: the newest step in the --metrics file (-1: none) */
 };
 
 /* coord.c */
@@ -152,6 +165,9 @@ int coord_ready(struct coord *k, struct coord_worker *w);
 int coord_join_timeout(struct coord *k);
 int coord_setup_timeout(struct coord *k);
 int coord_check_alive(struct coord *k);
+/* This process did not run for a while (SIGSTOP, a frozen VM): the
+ * workers' silence is not theirs; their clocks start again. */
+void coord_members_resumed(struct coord *k, double paused);
 void coord_assign_ranks(struct coord *k);
 /* A new worker from the hello in k->fr (route) with member m. */
 struct coord_worker *coord_add_member(struct coord *k, const struct rt_member *m,
@@ -209,6 +225,27 @@ int coord_elastic_clock(struct coord *k);
 void coord_elastic_end(struct coord *k);
 /* A message from a worker the run went on without: tell it so. */
 void coord_expel(struct coord *k, struct coord_worker *w);
+/* Announce a new generation of the members still here and the joiners
+ * ready; have >= 0: a re-adoption, the step the checkpoint file holds. */
+int coord_regroup(struct coord *k, long have);
+
+/* coord_adopt.c */
+/* The run id: kept in --checkpoint DIR, taken back on --resume. */
+int coord_adopt_prepare(struct coord *k);
+/* The adopt phase (a resumed run whose workers may be alive). */
+int coord_adopt_enter(struct coord *k);
+bool coord_adopt_finished(const struct coord *k);
+int coord_adopt_clock(struct coord *k);
+int coord_adopt_rejoin(struct coord *k, struct coord_worker *w);
+int coord_adopt_leave(struct coord *k);
+/* During training: a rejoin of a member (a pause) or of a stranger (too late). */
+int coord_rejoin_late(struct coord *k, struct coord_worker *w);
+/* A heartbeat: the worker's step is acknowledged. */
+int coord_hb(struct coord *k, struct coord_worker *w);
+/* A heartbeat to w with the newest step read from it. */
+void coord_send_ack(struct coord *k, struct coord_worker *w);
+/* A heartbeat of this run from an unknown connection: "who". */
+void coord_ask_who(struct coord *k);
 
 /* coord_report.c */
 void coord_sanitize(char *s);

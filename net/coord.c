@@ -28,6 +28,9 @@
 
 #include "coord-impl.h"
 #include "ring.h"
+
+#define SELF_PAUSE 2.0 /* seconds between two turns of a loop that turns every 100 ms:
+                          this process was stopped */
 #include "status.h"
 
 /* The one process-wide thing: a signal handler cannot know which
@@ -190,9 +193,21 @@ static const struct coord_action setup_actions[] = {
     {"hb", ignore},
     {NULL, NULL},
 };
+static const struct coord_action adopt_actions[] = {
+    {"rejoin", coord_adopt_rejoin},
+    {"hb", coord_hb},
+    {"hello", ignore}, /* a new worker's: it says hello every second, for the next phase */
+    /* a rejoined worker's reports: they come again after the regroup */
+    {"line", ignore},
+    {"metrics", ignore},
+    {"ckpt", ignore},
+    {"progress", ignore},
+    {NULL, NULL},
+};
 static const struct coord_action train_actions[] = {
     {"hello", hello_late},
-    {"hb", ignore},
+    {"hb", coord_hb},
+    {"rejoin", coord_rejoin_late},
     {"regrouped", coord_regrouped},
     {"ready", coord_joiner_ready},
     {"fetch", coord_job_serve_file},
@@ -204,6 +219,12 @@ static const struct coord_action train_actions[] = {
     {"error", coord_joiner_failed},
     {NULL, NULL},
 };
+
+/* Only for a resumed run whose workers may be alive (coord_adopt.c). */
+static const struct coord_phase adopt_phase = {
+    .name = "adopt", .enter = coord_adopt_enter, .finished = coord_adopt_finished,
+    .on_stop = join_on_stop, .on_clock = coord_adopt_clock, .actions = adopt_actions,
+    .leave = coord_adopt_leave};
 
 static const struct coord_phase phases[] = {
     {.name = "join", .enter = join_enter, .finished = join_finished, .on_stop = join_on_stop,
@@ -219,7 +240,8 @@ static int dispatch(struct coord *k, const struct coord_action *a, struct coord_
 {
     for (; a->type; a++)
         if (!strcmp(a->type, k->msg.type)) {
-            RT_ASSERT(w || !strcmp(a->type, "hello")); /* coord_next_msg's promise */
+            RT_ASSERT(w || !strcmp(a->type, "hello") || /* coord_next_msg's promise */
+                      !strcmp(a->type, "rejoin"));
             return a->act(k, w);
         }
     coord_drop_unexpected(k, w);
@@ -235,6 +257,10 @@ static int run_phase(struct coord *k, const struct coord_phase *p)
     if (p->enter)
         RT_TRY(p->enter(k));
     while (!p->finished(k)) {
+        double now = rt_now();
+        if (k->last_loop > 0.0 && now - k->last_loop > SELF_PAUSE)
+            coord_members_resumed(k, now - k->last_loop);
+        k->last_loop = now;
         if (coord_stop_requested(k))
             RT_TRY(p->on_stop(k));
         RT_TRY(coord_local_check(k));
@@ -288,6 +314,7 @@ static struct coord *coord_new(const struct rt_coord_options *o, const struct rt
     rt_wire_droplog_init(&k->drops, "coord");
     rt_progress_init(&k->prog, stderr, c->progress);
     rt_wire_new_run_id(k->run);
+    k->t_start = rt_now();
     return k;
 }
 
@@ -301,6 +328,7 @@ static int coord_prepare(struct coord *k)
     RT_TRY(coord_report_open(k));
     if (c->resume)
         RT_TRY(coord_ckpt_load_resume(k));
+    RT_TRY(coord_adopt_prepare(k));
     if (k->o->serve_data) {
         RT_TRY(rt_manifest_build(c->data_spec, &k->man));
         coord_note("serving data %s: %d files", c->data_spec, k->man.files.n);
@@ -353,7 +381,10 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
     int rc = check_options(o, c);
     if (rc == RT_OK)
         rc = coord_prepare(k);
-    for (size_t i = 0; rc == RT_OK && i < sizeof phases / sizeof phases[0]; i++)
+    if (rc == RT_OK && k->adopt_wanted)
+        rc = run_phase(k, &adopt_phase);
+    /* re-adopted workers are set up and training: straight to the train phase */
+    for (size_t i = k->adopted ? 2 : 0; rc == RT_OK && i < sizeof phases / sizeof phases[0]; i++)
         rc = run_phase(k, &phases[i]);
     coord_elastic_end(k);
     if (rc == RT_OK)

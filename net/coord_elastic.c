@@ -74,8 +74,9 @@ static void send_or_lose(struct coord *k, struct coord_worker *w)
 }
 
 /* A new generation: the members still here and the joiners that are
- * ready, ranked by name; each is told its members. */
-static int regroup(struct coord *k)
+ * ready, ranked by name; each is told its members (and, re-adopted, what
+ * the checkpoint file holds: rank 0 sends its later reports again). */
+int coord_regroup(struct coord *k, long have)
 {
     struct coord_worker *order[RT_MAX_WORKERS];
     int n = 0;
@@ -106,8 +107,10 @@ static int regroup(struct coord *k)
     k->regroup_t0 = rt_now();
     k->short_since = 0.0;
     for (int r = 0; r < n; r++) {
-        rt_wire_begin(&k->wr, k->run, "regroup", 2);
+        rt_wire_begin(&k->wr, k->run, "regroup", have >= 0 ? 3 : 2);
         rt_membership_put(&k->wr, &k->ms);
+        if (have >= 0)
+            rt_wire_put_uint(&k->wr, "have", (uint64_t)have);
         RT_TRY(rt_wire_end(&k->wr));
         send_or_lose(k, coord_rank(k, r));
     }
@@ -119,7 +122,7 @@ static int regroup_if_enough(struct coord *k)
 {
     int have = coord_alive(k) + joiners(k, true);
     if (have >= min_members(k))
-        return regroup(k);
+        return coord_regroup(k, -1);
     if (k->short_since == 0.0) {
         k->short_since = rt_now();
         members_note("%d worker%s left, fewer than --min-workers %d: waiting up to %.0f s "
@@ -310,6 +313,9 @@ int coord_regrouped(struct coord *k, struct coord_worker *w)
     }
     members_note("generation %llu formed in %.2f s: %d worker%s", (unsigned long long)gen,
                  rt_now() - k->regroup_t0, k->ms.n, k->ms.n == 1 ? "" : "s");
+    if (k->adopted && gen == k->adopt_gen + 1)
+        members_note("training goes on %.2f s after this coordinator started (re-adopted)",
+                     rt_now() - k->t_start);
     k->regroup_gen = 0;
     coord_report_table(k);
     return RT_OK;

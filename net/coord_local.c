@@ -49,6 +49,8 @@ int coord_local_start(struct coord *k)
         char *argv[] = {"ragtag", "worker", "--join", k->endpoint, "--name", name,
                         "--threads", th, "--backend", be, "--device", dv, "--quiet",
                         "--connect-timeout", "60", "--parent", parent,
+                        /* their coordinator is their parent: they die with it */
+                        "--coord-timeout", "0",
                         tr[0] ? "--throttle" : NULL, tr, NULL};
         snprintf(what, sizeof what, "worker %d", i);
         RT_TRY(rt_children_start(k->local, "/proc/self/exe", argv, what));

@@ -53,6 +53,7 @@ struct coord_worker *coord_add_member(struct coord *k, const struct rt_member *m
     n->last_seen = rt_now();
     n->fd = zmq_msg_get(&k->fr.f[1], ZMQ_SRCFD);
     n->rank = -1;
+    n->acked = -1;
     return n;
 }
 
@@ -187,6 +188,15 @@ int coord_setup_timeout(struct coord *k)
 }
 
 #define CLOSED_GRACE 0.5 /* seconds */
+
+void coord_members_resumed(struct coord *k, double paused)
+{
+    double now = rt_now();
+    for (int i = 0; i < k->nw; i++)
+        k->w[i].last_seen = now;
+    coord_note("this coordinator did not run for %.1f s (paused?): the workers' silence "
+               "clocks start again", paused);
+}
 
 /* Every worker still training was heard from within --worker-timeout,
  * and its connection is open. A closed one counts once the messages it

@@ -27,12 +27,52 @@ static bool printable_text(const char *s)
     return true;
 }
 
+/* The newest "step" of the metrics file's lines (-1: none). Lines are
+ * written in the order of steps. */
+static long metrics_last_step(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[4096];
+    long last = -1, step;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"step\": ");
+        if (p && !strstr(line, "\"event\"") && sscanf(p + 8, "%ld", &step) == 1 && step > last)
+            last = step;
+    }
+    fclose(f);
+    return last;
+}
+
 int coord_report_open(struct coord *k)
 {
     const struct rt_train_config *c = k->c;
+    k->metrics_step = -1;
+    if (c->resume && c->metrics_path[0])
+        k->metrics_step = metrics_last_step(c->metrics_path);
     if (c->metrics_path[0] && !(k->mf = rt_metrics_open(c->metrics_path)))
         return RT_ERR_IO;
     return RT_OK;
+}
+
+/* A re-adopted run's rank 0 sends again what the coordinator it replaces
+ * may have read after the checkpoint file: a metrics line of a step the
+ * file already has is written once. */
+static bool metrics_seen(const struct coord *k, rt_wire_map f)
+{
+    if (!k->adopted || k->metrics_step < 0)
+        return false;
+    for (uint32_t i = 0; i < f->via.map.size; i++) {
+        const msgpack_object *kk = &f->via.map.ptr[i].key, *v = &f->via.map.ptr[i].val;
+        if (kk->via.str.size == 4 && !memcmp(kk->via.str.ptr, "step", 4) &&
+            v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && (long)v->via.u64 <= k->metrics_step) {
+            coord_note("the metrics of step %llu are in %s already: not written again",
+                       (unsigned long long)v->via.u64, k->c->metrics_path);
+            return true;
+        }
+    }
+    return false;
 }
 
 void coord_report_close(struct coord *k) { rt_metrics_close(&k->mf); }
@@ -107,7 +147,7 @@ int coord_report_metrics(struct coord *k, struct coord_worker *w)
             rt_wire_drop(&k->drops, w->m.name, "a 'metrics' field that is not a known number");
             return RT_OK;
         }
-    if (!k->mf)
+    if (!k->mf || metrics_seen(k, f))
         return RT_OK;
     rt_metrics_begin(k->mf);
     for (uint32_t i = 0; i < f->via.map.size; i++) {

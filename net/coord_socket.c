@@ -136,7 +136,9 @@ void coord_heartbeat(struct coord *k)
     if (now - k->last_hb < 1.0)
         return;
     k->last_hb = now;
-    coord_send_all(k, "hb", NULL);
+    for (int i = 0; i < k->nw; i++)
+        if (!k->w[i].gone)
+            coord_send_ack(k, &k->w[i]); /* a heartbeat with the newest step read */
 }
 
 static struct coord_worker *find_rid(struct coord *k, const void *rid, size_t n)
@@ -156,7 +158,7 @@ static const char *refusal(struct coord *k, struct coord_worker *w, char *why, s
      * yet); everything else must carry ours. */
     if (!k->msg.run[0] && !hello)
         return "a message without a run id";
-    if (!w && !hello) {
+    if (!w && !hello && strcmp(k->msg.type, "rejoin") != 0) {
         snprintf(why, cap, "a '%s' message from a worker that never said hello", k->msg.type);
         return why;
     }
@@ -190,6 +192,12 @@ int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from)
         rt_wire_drop(&k->drops, peer, rt_error_detail());
         return 0;
     }
+    if (!w && !strcmp(k->msg.type, "hb") && k->msg.run[0] && (k->adopting || k->training)) {
+        coord_ask_who(k); /* a worker of this run that a restarted coordinator does not know */
+        return 0;
+    }
+    if (!w && k->adopting && k->msg.run[0] && strcmp(k->msg.type, "rejoin") != 0)
+        return 0; /* a report of this run's worker not yet rejoined: it comes again */
     const char *no = refusal(k, w, why, sizeof why);
     if (no) {
         rt_wire_drop(&k->drops, peer, no);

@@ -55,6 +55,9 @@ struct rt_worker_options {
     int threads;          /* 0: all cores */
     char cache_dir[1024]; /* empty: see rt_cache_dir */
     double connect_timeout; /* 0: wait for the coordinator forever */
+    double coord_timeout; /* once training: after --worker-timeout of the coordinator's
+                             silence, keep the state and wait this long for one to
+                             re-adopt this worker (default 120; 0: exit at once) */
     bool quiet;           /* only errors (local workers of train --workers) */
     char throttle[32];    /* testing aid: "" or a fraction in (0, 1] */
     char stall_at[32];    /* testing aid: "" or STEP:SECONDS, the training thread hangs */

@@ -44,6 +44,15 @@
 #define WORKER_MAX_FRAME ((int64_t)1 << 30) /* weights when resuming */
 #define MAX_MODEL_TEXT (512u << 10)
 #define SELF_PAUSE 2.0 /* seconds a loop that runs every 100 ms never misses unless stopped */
+/* The run-ahead bound: a worker starts no step more than this many steps
+ * after the newest one the coordinator acknowledged (it has read every
+ * report sent before it). Acknowledgements come back within a heartbeat
+ * (50 ms, or 8 steps) and a round trip, so nobody waits while the
+ * coordinator runs, even at a thousand steps a second; a paused or lost coordinator
+ * holds the run within this many steps of what it has, and a restarted
+ * one re-adopts workers holding at most this many steps it never saw. */
+#define RUN_AHEAD 50
+#define PACE_NOTE 1.0 /* seconds of waiting before the wait is logged */
 
 static volatile sig_atomic_t worker_stop;
 
@@ -57,6 +66,7 @@ void rt_worker_options_defaults(struct rt_worker_options *o)
 {
     memset(o, 0, sizeof *o);
     snprintf(o->backend, sizeof o->backend, "cpu");
+    o->coord_timeout = 120.0; /* a restart by hand or by a supervisor takes a minute or two */
 }
 
 /* What "start" carried when the run resumes a checkpoint. */
@@ -94,6 +104,7 @@ struct worker {
     rt_gossip *gossip; /* --mode gossip: owned by the training thread */
     uint32_t votes_out, votes_in; /* control votes cast / seen since agreed() */
     struct resume_state resume;
+    double paced; /* seconds the run-ahead bound held this worker */
 };
 
 static void say(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -116,6 +127,16 @@ static int send_ctrl(struct worker *w, const void *const *frames, const size_t *
     if (w->comm)
         return rt_comm_send(w->comm, &w->w, frames, sizes, n);
     return rt_zsend_msg(w->ctrl, &w->w, frames, sizes, n);
+}
+
+/* A report during training: kept until acknowledged (lines, metrics,
+ * checkpoints) or dropped when it cannot leave at once (progress). */
+static int send_report(struct worker *w, enum rt_comm_send_kind kind, const void *const *frames,
+                       const size_t *sizes, int n)
+{
+    if (w->comm)
+        return rt_comm_send_as(w->comm, kind, &w->w, frames, sizes, n);
+    return send_ctrl(w, frames, sizes, n);
 }
 
 static void send_hb(struct worker *w)
@@ -146,7 +167,9 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
         last_loop = now;
         if (w->run[0] && now - w->last_hb >= w->hb)
             send_hb(w);
-        if (w->run[0] && now - w->last_seen > w->peer_timeout)
+        /* Silence counts only with nothing waiting to be read: a worker
+         * busy setting up (data, model, speed) reads late, not nothing. */
+        if (w->run[0] && now - w->last_seen > w->peer_timeout && !(it.revents & ZMQ_POLLIN))
             return rt_error(RT_ERR_NET, "lost the coordinator: nothing heard from it for %.0f s",
                             now - w->last_seen);
         if (limit > 0 && now - t0 > limit)
@@ -656,6 +679,7 @@ static int w_ready(void *ctx, double ips, const char *summary)
         .run = w->run,
         .hb_interval = w->hb,
         .peer_timeout = w->peer_timeout,
+        .coord_timeout = w->o->coord_timeout,
         .self_id = w->me.id,
         .members = &w->ms,
         .allow_shm = w->allow_shm,
@@ -809,10 +833,8 @@ static int w_gossip_step(void *ctx, float *params, size_t n, bool initiate)
 
 /* Waits as long as peers are training (a slow one may take a while to
  * finish its part of the epoch), but not past an abort of the run. */
-static int w_gossip_drain(void *ctx, float *params, size_t n, long epoch)
+static int drain_or_abort(struct worker *w, float *params, long epoch)
 {
-    (void)n;
-    struct worker *w = ctx;
     for (;;) {
         RT_TRY(members_changing(w));
         int rc = rt_gossip_drain(w->gossip, params, (uint64_t)epoch, 1.0);
@@ -822,6 +844,17 @@ static int w_gossip_drain(void *ctx, float *params, size_t n, long epoch)
         if (why)
             return rt_error(RT_ERR_NET, "%s", why);
     }
+}
+
+/* Waiting for the slowest peer to finish its part is no stall. */
+static int w_gossip_drain(void *ctx, float *params, size_t n, long epoch)
+{
+    (void)n;
+    struct worker *w = ctx;
+    rt_comm_waiting(w->comm, true);
+    int rc = drain_or_abort(w, params, epoch);
+    rt_comm_waiting(w->comm, false);
+    return rc;
 }
 
 static bool w_stop(void *ctx)
@@ -846,7 +879,7 @@ static void w_progress(void *ctx, int epoch, int epochs, long done, long total, 
     rt_wire_put_f64(&w->w, "ips", ips);
     rt_wire_put_f64(&w->w, "eta", eta);
     if (rt_wire_end(&w->w) == RT_OK)
-        send_ctrl(w, NULL, NULL, 0);
+        send_report(w, RT_SEND_DROP, NULL, NULL, 0);
 }
 
 static int w_line(void *ctx, const char *text)
@@ -857,7 +890,7 @@ static int w_line(void *ctx, const char *text)
     rt_wire_begin(&w->w, w->run, "line", 1);
     rt_wire_put_str(&w->w, "text", text);
     RT_TRY(rt_wire_end(&w->w));
-    return send_ctrl(w, NULL, NULL, 0);
+    return send_report(w, RT_SEND_KEEP, NULL, NULL, 0);
 }
 
 static int w_metrics(void *ctx, const struct rt_train_field *f, int n)
@@ -875,7 +908,7 @@ static int w_metrics(void *ctx, const struct rt_train_field *f, int n)
             rt_wire_raw_f64(&w->w, f[i].num);
     }
     RT_TRY(rt_wire_end(&w->w));
-    return send_ctrl(w, NULL, NULL, 0);
+    return send_report(w, RT_SEND_KEEP, NULL, NULL, 0);
 }
 
 static int w_checkpoint(void *ctx, const char *which, const struct rt_ckpt_part *p)
@@ -918,7 +951,48 @@ static int w_checkpoint(void *ctx, const char *which, const struct rt_ckpt_part 
         frames[k] = state;
         sizes[k++] = ns * sizeof(float);
     }
-    return send_ctrl(w, frames, sizes, k);
+    return send_report(w, RT_SEND_KEEP, frames, sizes, k);
+}
+
+/* Wait until the coordinator acknowledged step `need`: it has read every
+ * report sent before (a checkpoint, an epoch's metrics). Ends early when
+ * the members change (the next collective answers RT_ERR_REGROUP: a
+ * restarted coordinator re-adopts this worker that way) or a stop is
+ * asked; fails when the run is aborted (no coordinator within
+ * --coord-timeout). */
+static int wait_acked(struct worker *w, long step, long need)
+{
+    double t0 = rt_now();
+    bool noted = false;
+    rt_comm_waiting(w->comm, true);
+    while (rt_comm_acked(w->comm) < need) {
+        const char *why = rt_comm_aborted(w->comm);
+        if (why) {
+            rt_comm_waiting(w->comm, false);
+            return rt_error(RT_ERR_NET, "%s", why);
+        }
+        if (rt_comm_members_changing(w->comm) || worker_stop || rt_comm_stop_requested(w->comm))
+            break;
+        if (!noted && rt_now() - t0 > PACE_NOTE) {
+            noted = true;
+            say(w, "waiting at step %ld: the coordinator acknowledged step %ld (run-ahead "
+                   "bound %d steps)", step, rt_comm_acked(w->comm), RUN_AHEAD);
+        }
+        usleep(5000);
+    }
+    rt_comm_waiting(w->comm, false);
+    if (noted)
+        say(w, "the coordinator acknowledged step %ld: going on after %.1f s",
+            rt_comm_acked(w->comm), rt_now() - t0);
+    w->paced += rt_now() - t0;
+    return RT_OK;
+}
+
+static int w_pace(void *ctx, long steps_done)
+{
+    struct worker *w = ctx;
+    rt_comm_mark(w->comm, steps_done);
+    return wait_acked(w, steps_done, steps_done + 1 - RUN_AHEAD); /* the next step <= ack + bound */
 }
 
 static const struct rt_pairwise_ops worker_pairwise = {
@@ -943,6 +1017,7 @@ static const struct rt_reporter_ops worker_reporter = {
     .stop_requested = w_stop,
     .checkpoint = w_checkpoint,
     .restore = w_restore,
+    .pace = w_pace,
 };
 
 /* ---- the whole life ---------------------------------------------------------------------- */
@@ -1031,9 +1106,16 @@ int rt_worker_run(const struct rt_worker_options *o)
         .model_text = w->model_text,
     };
     rc = rt_train_run_dist(&w->c, &tn, &res);
+    if (rc == RT_OK && w->comm) {
+        /* The result counts once the coordinator holds every report of the
+         * run (a paused one is waited for): exit codes agree. */
+        rt_comm_mark(w->comm, res.steps);
+        rc = wait_acked(w, res.steps, res.steps);
+    }
     if (rc == RT_OK)
-        say(w, "done: %d epochs, %ld steps, parameters hash %016llx", res.epochs_run, res.steps,
-            (unsigned long long)res.params_hash);
+        say(w, "done: %d epochs, %ld steps, parameters hash %016llx; %.2f s waiting for the "
+               "coordinator's acknowledgements", res.epochs_run, res.steps,
+            (unsigned long long)res.params_hash, w->paced);
 
 out:
     if (rc < 0 && w->finished) {

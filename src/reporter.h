@@ -77,6 +77,10 @@ struct rt_reporter_ops {
     /* Workers, once after ready: fill `r` from the checkpoint the run
      * resumes and return 1; 0 when it starts afresh. Sizes are checked. */
     int (*restore)(void *ctx, struct rt_ckpt_restore *r);
+    /* Workers, at each step boundary (steps done so far): returns when the
+     * run may go on, i.e. when whoever keeps the run's files is not too far
+     * behind (a bounded run-ahead). NULL: never waits. */
+    int (*pace)(void *ctx, long steps_done);
 };
 
 typedef struct rt_reporter {

@@ -316,6 +316,8 @@ static int walk_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_rep
     while (!steps_over(t, e) && (e->count < 0 || e->done < e->count) &&
            (rc = rt_loader_next(t->loader, &s.x, &s.y, &s.n)) > 0) {
         s = (struct rt_step){.x = s.x, .y = s.y, .n = s.n};
+        if (t->rep.ops->pace)
+            RT_TRY(t->rep.ops->pace(t->rep.ctx, t->pos.step));
         RT_TRY(step_or_regroup(t, e, &s, &redo));
         if (redo)
             return 1;

@@ -207,8 +207,9 @@ port=$((port + 1))
 "$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" --data fashion-mnist \
   --limit 12000 --val 0 --epochs 50 --batch 32 --progress lines --worker-timeout 4 \
   >"$tmp/c12.log" 2>&1 & c=$!
-worker k1 127.0.0.2 "$tmp/k1.log"; k1=$!
-worker k2 127.0.0.3 "$tmp/k2.log"; k2=$!
+# --coord-timeout 0: no waiting for a restarted coordinator (tests/test_coord_loss.sh)
+worker k1 127.0.0.2 "$tmp/k1.log" --coord-timeout 0; k1=$!
+worker k2 127.0.0.3 "$tmp/k2.log" --coord-timeout 0; k2=$!
 training_started "$tmp/c12.log"
 sleep 1
 kill -9 $c

@@ -1,0 +1,159 @@
+#!/bin/sh
+# The coordinator goes away (docs/cluster.md, "The coordinator goes away"),
+# real processes on 127.0.0.1, sync mode, 3 workers:
+#  (a) kill -9 of the coordinator mid-run, restarted with --resume on the
+#      same address within --coord-timeout: it re-adopts the live workers
+#      and the run completes from their memory (status 0, identical
+#      replicas, every epoch's "samples" exact, the step it went on from);
+#  (b) kill -9 and no restart: every worker exits non-zero, saying so,
+#      within --worker-timeout + --coord-timeout and a few seconds;
+#  (c) SIGSTOP of the coordinator past the run-ahead bound (and past
+#      --worker-timeout): the workers wait within the bound, and after
+#      SIGCONT the run completes with every checkpoint written;
+#  (d) kill -9 of the parent of `train --workers 3`: no worker outlives it;
+#  (e) --resume when no worker is left to re-adopt: the file resume.
+# Epochs are short (45 steps, under the 50-step run-ahead bound), so the
+# steps a lost coordinator never saw always hold an epoch's close: its
+# metrics and checkpoint must reach the restarted one.
+set -u
+RAGTAG=${RAGTAG:-./src/ragtag}
+top_srcdir=${top_srcdir:-.}
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z "${RAGTAG_DATA_DIR:-}" ]; then
+  echo "SKIP: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+  exit 77
+fi
+tmp=$(mktemp -d); [ -n "${KEEP_TMP:-}" ] && echo "logs in $tmp"
+pids=""
+cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"; }
+trap cleanup EXIT
+model="$top_srcdir/examples/lenet.cfg"
+ntrain=2160 # --limit 2400 --val 0.1; batch 48: 45 steps an epoch
+run="--data fashion-mnist --limit 2400 --val 0.1 --batch 48 --partition static --progress lines"
+fails=0
+port=$((31000 + ($$ % 290) * 10))
+
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+
+worker() { # name log [extra flags]
+  name=$1 log=$2
+  shift 2
+  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$name" --threads 1 \
+    --connect-timeout 60 "$@" >"$log" 2>&1 &
+  pids="$pids $!"
+}
+coord() { # log [flags]: in the background, $c its pid
+  log=$1
+  shift
+  "$RAGTAG" coord "$model" --workers 3 --listen "tcp://127.0.0.1:$port" $run "$@" >"$log" 2>&1 &
+  c=$!
+}
+epoch_seen() { # log N: wait (up to 60 s) for epoch N's line
+  i=0
+  while [ $i -lt 600 ] && ! grep -q "^epoch $2/" "$1"; do sleep 0.1; i=$((i + 1)); done
+}
+wait_all() { for p in $pids; do wait "$p" 2>/dev/null; done; pids=""; }
+alive() { for p in "$@"; do st=$(ps -o stat= -p "$p" 2>/dev/null); case "$st" in ""|Z*) ;; *) echo "$p"; esac; done; }
+samples_exact() { # metrics epochs: every epoch used each of the $ntrain samples once
+  n=$(grep -c "\"samples\": $ntrain[,}]" "$1")
+  [ "$n" -eq "$2" ] && ! grep "\"samples\"" "$1" | grep -vq "\"samples\": $ntrain[,}]"
+}
+ckpt_step() { head -c 400 "$1" | LC_ALL=C tr -c '[:print:]' ' ' | sed -n 's/.*"step":"\([0-9]*\)".*/\1/p'; }
+
+# ---- (a) kill -9, restart with --resume within --coord-timeout: re-adopted ----------
+port=$((port + 1))
+mkdir -p "$tmp/a"
+flags="--epochs 40 --checkpoint $tmp/a --metrics $tmp/a/m.jsonl --worker-timeout 2"
+coord "$tmp/coord-a1.log" $flags
+for n in a1 a2 a3; do worker $n "$tmp/$n.log" --coord-timeout 30; done
+epoch_seen "$tmp/coord-a1.log" 4
+kill -9 $c
+wait $c 2>/dev/null
+sleep 1
+t0=$(date +%s)
+coord "$tmp/coord-a2.log" $flags --resume
+wait $c; sa=$?; wait_all
+from=$(sed -n 's/.*the most advanced is at step \([0-9]*\), the checkpoint file at step \([0-9]*\).*/\1 (file: \2)/p' "$tmp/coord-a2.log")
+after=$(sed -n 's/.*training goes on \([0-9.]*\) s after this coordinator started.*/\1/p' "$tmp/coord-a2.log")
+redone=$(grep -o "[0-9]* steps* redone" "$tmp/coord-a2.log" | head -n 1)
+if [ $sa -eq 0 ] && grep -q "re-adopted 3 live workers" "$tmp/coord-a2.log" && [ -n "$from" ] &&
+   grep -q "replicas identical: parameter hash [0-9a-f]* on all 3 workers" "$tmp/coord-a2.log" &&
+   samples_exact "$tmp/a/m.jsonl" 40 && [ "$(ckpt_step "$tmp/a/last.safetensors")" = 1800 ]; then
+  ok "kill -9 of the coordinator, restarted with --resume: re-adopted 3 workers at step $from, training went on $after s after the restart (${redone:-no step redone}), replicas identical, every epoch's samples exact"
+else bad "re-adoption (status $sa, from '$from')"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-a2.log" | tail -n 12; tail -n 4 "$tmp/coord-a1.log"; fi
+
+# ---- (e) --resume with nobody left to re-adopt: the file resume, for new workers ------------
+# (a)'s run is over: its workers are gone; one more epoch from its checkpoint.
+port=$((port + 1))
+coord "$tmp/coord-e.log" --epochs 41 --checkpoint "$tmp/a" --metrics "$tmp/a/m.jsonl" --resume
+sleep 1
+for n in e1 e2 e3; do worker $n "$tmp/$n.log"; done
+wait $c; se=$?; wait_all
+if [ $se -eq 0 ] && grep -q "no worker of run [0-9a-f]* came back within 5 s: run [0-9a-f]* starts from the checkpoint" "$tmp/coord-e.log" &&
+   grep -q "resuming from .* step 1800" "$tmp/coord-e.log" && samples_exact "$tmp/a/m.jsonl" 41 &&
+   grep -q "replicas identical" "$tmp/coord-e.log"; then
+  ok "--resume with no live worker: after 5 s, the checkpoint file's resume for 3 new workers, under a new run id"
+else bad "the fall-back to the file (status $se)"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-e.log" | tail -n 8; fi
+
+# ---- (b) kill -9 and no restart: the workers give up, saying so ------------------------
+# (a coordinator of another run on the address meanwhile does not take them)
+port=$((port + 1))
+coord "$tmp/coord-b.log" --epochs 400 --worker-timeout 2
+for n in b1 b2 b3; do worker $n "$tmp/$n.log" --coord-timeout 4; done
+bp=$pids
+epoch_seen "$tmp/coord-b.log" 1
+kill -9 $c
+wait $c 2>/dev/null
+t0=$(date +%s)
+sleep 0.5
+coord "$tmp/coord-b2.log" --epochs 1 --join-timeout 5
+st=""
+for p in $bp; do wait "$p"; st="$st $?"; done
+wait $c
+waited=$(($(date +%s) - t0))
+pids=""
+if ! echo "$st" | grep -q " 0" && [ $waited -le 12 ] && [ -z "$(alive $bp)" ] &&
+   [ "$(grep -l "none came back within --coord-timeout 4 s" "$tmp"/b[123].log | wc -l)" -eq 3 ] &&
+   grep -q "message of a foreign run" "$tmp/coord-b2.log"; then
+  ok "kill -9 of the coordinator, no restart: the 3 workers waited, then exited (status$st) within ${waited} s (--worker-timeout 2 + --coord-timeout 4), saying so; another run's coordinator on the address refused them"
+else bad "workers without their coordinator: status$st after ${waited} s, alive '$(alive $bp)'"; tail -n 3 "$tmp"/b1.log; fi
+
+# ---- (c) SIGSTOP past the run-ahead bound and --worker-timeout ---------------------------
+port=$((port + 1))
+mkdir -p "$tmp/c"
+coord "$tmp/coord-c.log" --epochs 40 --checkpoint "$tmp/c" --metrics "$tmp/c/m.jsonl" --worker-timeout 2
+for n in c1 c2 c3; do worker $n "$tmp/$n.log" --coord-timeout 30; done
+epoch_seen "$tmp/coord-c.log" 3
+kill -STOP $c
+sleep 4
+kill -CONT $c
+wait $c; sc=$?; wait_all
+within=1 waits=0
+for n in c1 c2 c3; do
+  line=$(grep "waiting at step" "$tmp/$n.log" | head -n 1)
+  s=$(echo "$line" | sed -n 's/.*waiting at step \([0-9]*\): the coordinator acknowledged step \([0-9]*\) (run-ahead bound \([0-9]*\).*/\1 \2 \3/p')
+  [ -n "$s" ] && waits=$((waits + 1))
+  set -- $s
+  [ -z "$s" ] || [ $(($1 - $2)) -le $3 ] || within=0
+done
+# In sync mode one waiting worker holds the others in the step's allreduce.
+if [ $sc -eq 0 ] && [ $waits -ge 1 ] && [ $within -eq 1 ] && grep -q "replicas identical" "$tmp/coord-c.log" &&
+   grep -q "did not run for" "$tmp/coord-c.log" && ! grep -q "lost rank" "$tmp/coord-c.log" &&
+   samples_exact "$tmp/c/m.jsonl" 40 && [ "$(ckpt_step "$tmp/c/last.safetensors")" = 1800 ]; then
+  ok "SIGSTOP of the coordinator for 4 s: the workers waited within the run-ahead bound ($(grep -h "waiting at step" "$tmp"/c[123].log | head -n 1 | sed 's/.*waiting at //')), and after SIGCONT the run completed with every checkpoint written"
+else bad "a paused coordinator: status $sc, $waits waits, within $within"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-c.log" | tail -n 8; tail -n 4 "$tmp/c1.log"; fi
+
+# ---- (d) kill -9 of the train --workers 3 parent: no orphans --------------------------------
+"$RAGTAG" train "$model" --workers 3 --threads 1 $run --epochs 400 >"$tmp/coord-d.log" 2>&1 & c=$!
+epoch_seen "$tmp/coord-d.log" 1
+kids=$(pgrep -P $c | tr '\n' ' ')
+kill -9 $c
+wait $c 2>/dev/null
+i=0
+while [ $i -lt 50 ] && [ -n "$(alive $kids)" ]; do sleep 0.1; i=$((i + 1)); done
+if [ "$(echo $kids | wc -w)" -eq 3 ] && [ -z "$(alive $kids)" ]; then
+  ok "kill -9 of the train --workers 3 parent: its 3 workers died with it within $((i / 10)).$((i % 10)) s"
+else bad "train --workers 3 children outlived their parent: '$kids', alive '$(alive $kids)'"; for k in $(alive $kids); do kill -9 "$k"; done; fi
+
+[ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "all coordinator-loss checks passed"
