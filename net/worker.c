@@ -145,7 +145,9 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
         last_loop = now;
         if (w->run[0] && now - w->last_hb >= w->hb)
             send_hb(w);
-        if (w->run[0] && now - w->last_seen > w->peer_timeout)
+        /* not while a message waits: what came during the set-up (model,
+         * data, speed: nothing reads this socket then) was heard */
+        if (w->run[0] && !(it.revents & ZMQ_POLLIN) && now - w->last_seen > w->peer_timeout)
             return rt_error(RT_ERR_NET, "lost the coordinator: nothing heard from it for %.0f s",
                             now - w->last_seen);
         if (limit > 0 && now - t0 > limit)
