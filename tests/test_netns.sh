@@ -25,7 +25,7 @@ P=rtf$$ # namespaces rtfPID-sw, -c, -1..-4
 T=4     # --worker-timeout
 epochs=10
 ntrain=10800
-tmp=$(mktemp -d)
+tmp=$(mktemp -d /tmp/ragtag-netns.XXXXXX)
 pids=""
 cleanup() {
   for p in $pids; do kill -9 "$p" 2>/dev/null; done
