@@ -99,13 +99,18 @@ ns_workers() {
 # wait (bounded) for the end of epoch 1 in ID's log, then FAULT_AT more
 after_epoch1() {
   local i=0
-  while [ $i -lt 1200 ] && ! grep -q "epoch 1/$EPOCHS:" "$tmp/$1.log"; do sleep 0.1; i=$((i + 1)); done
+  while [ $i -lt 1200 ] && ! grep -q "epoch 1/$EPOCHS:" "$tmp/$1.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
   sleep "$FAULT_AT"
 }
 # finish ID: wait for the coordinator (at most HARD s) and its stamper, then up to 15 s
 # for the workers; sets status ("0", "1", ... or "HUNG") and left (workers still running)
 finish() {
-  (sleep "$HARD"; touch "$tmp/$1.hung"; kill -9 "$cpid" "${wpids[@]}" 2>/dev/null) & local dog=$!
+  (
+    trap 'kill $s 2>/dev/null; exit 0' TERM # the watchdog's sleep ends with it
+    sleep "$HARD" & s=$!
+    wait $s
+    touch "$tmp/$1.hung"; kill -9 "$cpid" "${wpids[@]}" 2>/dev/null
+  ) & local dog=$!
   wait "$cpid"; status=$?
   kill "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
   [ -e "$tmp/$1.hung" ] && status=HUNG
@@ -198,6 +203,7 @@ linkcut() {
   ip -n "$NS-$VICTIM" link set eth0 down
   sleep "$2"
   ip -n "$NS-$VICTIM" link set eth0 up
+  t_up=$EPOCHREALTIME
   finish "$1"
 }
 case_cut() {
@@ -222,9 +228,9 @@ row() {
               g && /epoch [0-9]+\/[0-9]+ \[/ { print p; exit }
               l && / go on from step/ { g = 1 } { p = $1 }' "$log")
   # a fault that lost nobody (blip): training went on at the first redraw after the
-  # fault that shows more steps done than the one before it
+  # link came back that shows more steps done than the one before it
   if [ -z "$t_lost" ]; then
-    t_go=$(awk -v t="$t_fault" '/epoch [0-9]+\/[0-9]+ \[/ { d = $0; sub(/.*\] /, "", d); sub(/\/.*/, "", d)
+    t_go=$(awk -v t="$t_up" '/epoch [0-9]+\/[0-9]+ \[/ { d = $0; sub(/.*\] /, "", d); sub(/\/.*/, "", d)
         if (p > t && last != "" && d != last) { print p; exit } last = d } { p = $1 }' "$log")
   fi
   local redone

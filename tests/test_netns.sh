@@ -65,7 +65,13 @@ for k in 1 2 3 4; do
   [ $k -eq 2 ] && n2=$!
 done
 # a watchdog: nothing may hang (the run itself takes ~30 s)
-( sleep 80; kill -9 $pids 2>/dev/null ) & dog=$!
+(
+  trap 'kill $s 2>/dev/null; exit 0' TERM # the watchdog's sleep ends with it
+  sleep 80 & s=$!
+  wait $s
+  kill -9 $pids 2>/dev/null
+) &
+dog=$!
 
 i=0
 while [ $i -lt 600 ] && ! grep -q "^epoch 1/" "$tmp/c.log"; do sleep 0.1; i=$((i + 1)); done
