@@ -513,6 +513,18 @@ static int run_collective(rt_comm *c, const struct cmd *k, uint32_t *flags)
 
 /* ---- a change of members ------------------------------------------------------------ */
 
+/* While a new ring forms: heartbeats only (no message is read: the
+ * members being formed must not change under the set-up). */
+static int setup_hb(void *arg)
+{
+    rt_comm *c = arg;
+    if (rt_now() - c->last_hb_sent >= c->hb_interval)
+        send_hb(c);
+    return atomic_load(&c->quit) ? rt_error(RT_ERR_NET, "the communication thread is shutting "
+                                                        "down")
+                                 : RT_OK;
+}
+
 /* The ring of the pending generation, on the same inbox (peers keep
  * sending to the same address; older generations' chunks are dropped). */
 static int form_ring(rt_comm *c)
@@ -527,7 +539,7 @@ static int form_ring(rt_comm *c)
     struct rt_ring_config rc = {.run = c->run, .members = ms, .rank = rank, .zctx = c->zctx,
                                 .inbox = &inbox, .allow_shm = c->allow_shm,
                                 .chunk_bytes = c->chunk, .setup_timeout = RT_RING_SETUP_TIMEOUT,
-                                .idle = service_ctrl, .idle_arg = c};
+                                .idle = service_ctrl, .idle_arg = c, .setup_idle = setup_hb};
     c->ring = rt_ring_new(&rc);
     if (!c->ring) {
         c->spare_inbox = inbox; /* for the next generation's ring */

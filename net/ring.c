@@ -166,7 +166,8 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
     if (r->world == 1)
         return r;
 
-    double tmo = c->setup_timeout > 0 ? c->setup_timeout : 30.0;
+    struct rt_shm_wait tmo = {.timeout_s = c->setup_timeout > 0 ? c->setup_timeout : 30.0,
+                              .idle = c->setup_idle, .arg = c->idle_arg};
     r->right_shm = c->allow_shm && rt_membership_same_host(ms, r->rank, r->right);
     r->left_shm = c->allow_shm && rt_membership_same_host(ms, r->rank, r->left);
     char name[160];
@@ -179,7 +180,7 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
             goto fail;
         if (r->right_shm) {
             shm_name(name, sizeof name, r->run, &ms->m[r->right], r->gen);
-            if (!(r->right_seg = rt_shm_open(name, r->run, r->gen, tmo)))
+            if (!(r->right_seg = rt_shm_open(name, r->run, r->gen, &tmo)))
                 goto fail;
             if (rt_shm_slot_bytes(r->right_seg) < chunk || rt_shm_slots(r->right_seg) == 0) {
                 rt_error(RT_ERR_NET, "the right neighbour's shared memory has no room for "
@@ -192,11 +193,11 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
                 r->left_seg = r->right_seg;
             } else {
                 shm_name(name, sizeof name, r->run, &ms->m[r->left], r->gen);
-                if (!(r->left_seg = rt_shm_open(name, r->run, r->gen, tmo)))
+                if (!(r->left_seg = rt_shm_open(name, r->run, r->gen, &tmo)))
                     goto fail;
             }
         }
-        if (rt_shm_unlink_when_attached(r->own, tmo) < 0)
+        if (rt_shm_unlink_when_attached(r->own, &tmo) < 0)
             goto fail;
     }
     if (!r->right_shm) {

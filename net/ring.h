@@ -65,6 +65,9 @@ struct rt_ring_config {
                                             after this many seconds; 0: never */
     rt_ring_idle_fn idle;
     void *idle_arg;
+    /* Called while the set-up waits for a neighbour (with idle_arg): keep
+     * heartbeats going; < 0 gives the set-up up. NULL: none. */
+    rt_ring_idle_fn setup_idle;
 };
 
 /* Connect to the neighbours (shared memory set up with them, so all ranks

@@ -121,9 +121,25 @@ fail_fd:
     return NULL;
 }
 
-rt_shm *rt_shm_open(const char *name, const char *run, uint64_t gen, double timeout_s)
+/* One pause of a set-up wait: 1 when its time is up, < 0 when the idle
+ * callback gives it up, 0 to go on. */
+static int pause_setup(const struct rt_shm_wait *w, double t0, double *last_idle)
 {
-    double t0 = rt_now();
+    if (rt_now() - t0 > w->timeout_s)
+        return 1;
+    if (w->idle && rt_now() - *last_idle > 0.02) {
+        *last_idle = rt_now();
+        if (w->idle(w->arg) < 0)
+            return -1;
+    }
+    usleep(500);
+    return 0;
+}
+
+rt_shm *rt_shm_open(const char *name, const char *run, uint64_t gen, const struct rt_shm_wait *w)
+{
+    double t0 = rt_now(), last_idle = t0, timeout_s = w->timeout_s;
+    int rc = 0;
     int fd = -1;
     for (;;) {
         fd = shm_open(name, O_RDWR, 0);
@@ -137,12 +153,12 @@ rt_shm *rt_shm_open(const char *name, const char *run, uint64_t gen, double time
             rt_error(RT_ERR_NET, "cannot open shared memory %s: %s", name, strerror(errno));
             return NULL;
         }
-        if (rt_now() - t0 > timeout_s) {
-            rt_error(RT_ERR_TIMEOUT, "shared memory %s of a neighbour did not appear within "
-                                     "%.0f s", name, timeout_s);
+        if ((rc = pause_setup(w, t0, &last_idle)) != 0) {
+            if (rc > 0)
+                rt_error(RT_ERR_TIMEOUT, "shared memory %s of a neighbour did not appear "
+                                         "within %.0f s", name, timeout_s);
             return NULL;
         }
-        usleep(1000);
     }
     struct stat st;
     fstat(fd, &st);
@@ -157,12 +173,12 @@ rt_shm *rt_shm_open(const char *name, const char *run, uint64_t gen, double time
     /* The owner writes the magic last: wait for it. */
     while (atomic_load_explicit((_Atomic uint64_t *)&h->magic, memory_order_acquire) !=
            SHM_MAGIC) {
-        if (rt_now() - t0 > timeout_s) {
+        if ((rc = pause_setup(w, t0, &last_idle)) != 0) {
             munmap(p, size);
-            rt_error(RT_ERR_TIMEOUT, "shared memory %s was never initialised", name);
+            if (rc > 0)
+                rt_error(RT_ERR_TIMEOUT, "shared memory %s was never initialised", name);
             return NULL;
         }
-        usleep(1000);
     }
     size_t payload_off;
     if (h->version != SHM_VERSION || h->nslots > SHM_MAX_SLOTS || h->slot_bytes % 64 ||
@@ -203,15 +219,17 @@ void rt_shm_close(rt_shm **sp)
     *sp = NULL;
 }
 
-int rt_shm_unlink_when_attached(rt_shm *s, double timeout_s)
+int rt_shm_unlink_when_attached(rt_shm *s, const struct rt_shm_wait *w)
 {
     RT_ASSERT(s && s->tag == SHM_TAG && s->owner);
-    double t0 = rt_now();
+    double t0 = rt_now(), last_idle = t0;
     while (atomic_load(&s->h->attached) < s->expect_attach) {
-        if (rt_now() - t0 > timeout_s)
+        int rc = pause_setup(w, t0, &last_idle);
+        if (rc > 0)
             return rt_error(RT_ERR_TIMEOUT, "a neighbour did not map shared memory %s within "
-                                            "%.0f s", s->name, timeout_s);
-        usleep(500);
+                                            "%.0f s", s->name, w->timeout_s);
+        if (rc < 0)
+            return RT_ERR_NET; /* the idle callback set the reason */
     }
     shm_unlink(s->name);
     s->unlinked = true;

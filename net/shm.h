@@ -44,11 +44,20 @@ rt_shm *rt_shm_create(const char *name, const char *run, uint64_t gen, uint32_t 
                       size_t slot_bytes, uint32_t expect_attach);
 /* Map a neighbour's segment, waiting up to timeout_s for it to appear;
  * checks its header against run and gen. */
-rt_shm *rt_shm_open(const char *name, const char *run, uint64_t gen, double timeout_s);
+/* How long a set-up waits for a neighbour, and what it does meanwhile:
+ * idle(arg) every 20 ms or so (a worker keeps its heartbeats going); < 0
+ * gives the wait up, with the reason in the error detail. */
+struct rt_shm_wait {
+    double timeout_s;
+    int (*idle)(void *arg);
+    void *arg;
+};
+
+rt_shm *rt_shm_open(const char *name, const char *run, uint64_t gen, const struct rt_shm_wait *w);
 void rt_shm_close(rt_shm **s);
 /* Owner: wait (up to timeout_s) until every neighbour mapped the segment,
  * then remove its name. */
-int rt_shm_unlink_when_attached(rt_shm *s, double timeout_s);
+int rt_shm_unlink_when_attached(rt_shm *s, const struct rt_shm_wait *w);
 
 uint32_t rt_shm_slots(const rt_shm *s);
 size_t rt_shm_slot_bytes(const rt_shm *s);

@@ -96,6 +96,7 @@ struct worker {
     struct rt_train_testing testing; /* --throttle */
     bool want_ckpt, want_final, allow_shm;
     bool finished;     /* the run ended before this worker was admitted */
+    bool have_regroup; /* w->msg holds a "regroup" a ring set-up gave way to */
     size_t chunk;
     double hb, peer_timeout;
     struct rt_data_manifest man;
@@ -562,9 +563,32 @@ static int w_restore(void *ctx, struct rt_ckpt_restore *to)
     return 1;
 }
 
+/* While a ring forms: the heartbeats go on (the coordinator would take a
+ * long wait for a lost neighbour for this worker's silence), and a newer
+ * generation announced meanwhile (a member was lost) gives the set-up up:
+ * its "regroup" stays in w->msg. */
+static int setup_heartbeats(void *arg)
+{
+    static const char *const next[] = {"regroup", NULL};
+    struct worker *w = arg;
+    if (rt_now() - w->last_hb >= w->hb)
+        send_hb(w);
+    if (worker_stop)
+        return rt_error(RT_ERR_INTERRUPTED, "interrupted");
+    zmq_pollitem_t it = {.socket = w->ctrl, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, 0) > 0 && wait_for(w, next, 1, 0.01) == 1) {
+        w->have_regroup = true;
+        return rt_error(RT_ERR_REGROUP, "generation %llu is announced", 
+                        (unsigned long long)w->ms.gen + 1);
+    }
+    return RT_OK;
+}
+
 static int form_ring(struct worker *w, rt_ring **ring, double setup_timeout)
 {
     struct rt_ring_config rc = {
+        .setup_idle = setup_heartbeats,
+        .idle_arg = w,
         .run = w->run,
         .members = &w->ms,
         .rank = w->rank,
@@ -626,9 +650,11 @@ static int join_running(struct worker *w, rt_ring **ring)
             w->inbox = rt_ring_release_inbox(*ring);
             rt_ring_destroy(ring);
         }
+        w->have_regroup = false;
         if (form_ring(w, ring, RT_RING_SETUP_TIMEOUT) < 0) {
             say(w, "%s; waiting for the next generation", rt_error_detail());
-            RT_TRY(wait_for(w, next, 1, w->peer_timeout));
+            if (!w->have_regroup)
+                RT_TRY(wait_for(w, next, 1, w->peer_timeout));
             continue;
         }
         rt_wire_begin(&w->w, w->run, "regrouped", 2);
@@ -648,6 +674,21 @@ static int join_running(struct worker *w, rt_ring **ring)
     }
 }
 
+/* The first ring; when a member is lost while it forms, the ring of the
+ * generation the coordinator announces instead (then 1). */
+static int start_ring(struct worker *w, rt_ring **ring)
+{
+    static const char *const next[] = {"regroup", NULL};
+    w->have_regroup = false;
+    if (form_ring(w, ring, RT_RING_SETUP_TIMEOUT) == RT_OK)
+        return RT_OK;
+    say(w, "%s; waiting for the next generation", rt_error_detail());
+    if (!w->have_regroup)
+        RT_TRY(wait_for(w, next, 1, w->peer_timeout));
+    RT_TRY(join_running(w, ring));
+    return 1;
+}
+
 /* Ready: wait for "start" (or, joining a run under way, "regroup": then
  * 1), form the ring and hand every socket to the comm thread. */
 static int w_ready(void *ctx, double ips, const char *summary)
@@ -663,11 +704,11 @@ static int w_ready(void *ctx, double ips, const char *summary)
     RT_TRY(wait_for(w, want, -1, 0));
     if (!strcmp(w->msg.type, "probe"))
         return 2;
-    bool late = !strcmp(w->msg.type, "regroup");
+    int late = !strcmp(w->msg.type, "regroup");
     rt_ring *ring = NULL;
     int rc = late ? join_running(w, &ring) : take_resume(w);
-    if (rc == RT_OK && !late)
-        rc = form_ring(w, &ring, 0);
+    if (rc == RT_OK && !late && (rc = start_ring(w, &ring)) > 0)
+        late = 3; /* a member was lost while the first ring formed */
     if (rc < 0) {
         rt_ring_destroy(&ring);
         return rc;
@@ -691,9 +732,9 @@ static int w_ready(void *ctx, double ips, const char *summary)
         return RT_ERR_NET;
     }
     say(w, "%s: rank %d of %d, generation %llu, links %s (left) / %s (right)",
-        late ? "joined the run under way" : "ring formed", w->rank, w->world,
+        late == 1 ? "joined the run under way" : "ring formed", w->rank, w->world,
         (unsigned long long)w->ms.gen, rt_comm_link(w->comm, false), rt_comm_link(w->comm, true));
-    return late ? 1 : RT_OK;
+    return late;
 }
 
 /* The members changed: the comm thread forms the new ring. */

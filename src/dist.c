@@ -101,6 +101,33 @@ static int dist_restore(struct rt_trainer *t, struct rt_dist *d)
     return RT_OK;
 }
 
+/* Form the new group and take its state, again while the members change
+ * meanwhile (fresh: this worker holds none yet). */
+static int regroup_recover(struct rt_trainer *t, bool fresh)
+{
+    const rt_collective *c = t->coll;
+    RT_ASSERT(c->ops->regroup && t->mode->recover);
+    for (;;) {
+        int rc = c->ops->regroup(c->ctx, &t->rank, &t->world);
+        if (rc == RT_OK)
+            rc = t->mode->recover(t, fresh);
+        if (rc != RT_ERR_REGROUP)
+            return rc;
+    }
+}
+
+/* Every worker from the same state: the checkpoint the coordinator holds
+ * (the same bits everywhere), rank 0's weights otherwise; then the first
+ * plan. */
+static int first_state(struct rt_trainer *t, struct rt_dist *d, double ips)
+{
+    RT_TRY(dist_restore(t, d));
+    RT_TRY(rt_replica_broadcast(&d->r));
+    if (d->pl.balanced)
+        RT_TRY(rt_planner_replan(&d->pl, t->pos.step, ips, "speeds measured at start"));
+    return RT_OK;
+}
+
 int rt_dist_begin(struct rt_trainer *t, const char *mode_words)
 {
     struct rt_dist *d = t->ms;
@@ -119,25 +146,21 @@ int rt_dist_begin(struct rt_trainer *t, const char *mode_words)
         RT_TRY(measure_throughput(t, d, &ips)); /* held back as too slow: again */
     RT_TRY(joined);
     d->pl.plan_speed = ips; /* gossip's first epoch is planned from it */
-    if (joined) {
-        /* a run under way took this worker in: its group and its state
-         * (again when the members change meanwhile: it has none yet) */
-        const rt_collective *c = t->coll;
-        RT_ASSERT(c->ops->regroup && t->mode->recover);
+    if (joined == 1) {
+        /* a run under way took this worker in: its group and its state */
         d->no_state = true;
-        for (;;) {
-            int rc = c->ops->regroup(c->ctx, &t->rank, &t->world);
-            if (rc == RT_OK)
-                rc = t->mode->recover(t, true);
-            if (rc != RT_ERR_REGROUP)
-                return rc;
-        }
+        return regroup_recover(t, true);
     }
-    RT_TRY(rt_replica_broadcast(&d->r));
-    RT_TRY(dist_restore(t, d));
-    if (d->pl.balanced)
-        RT_TRY(rt_planner_replan(&d->pl, t->pos.step, ips, "speeds measured at start"));
-    return RT_OK;
+    if (joined == 3) {
+        /* a member was lost while the first ring formed: the others may be
+         * a step ahead (theirs formed), so all take one state */
+        RT_TRY(dist_restore(t, d));
+        return regroup_recover(t, false);
+    }
+    int rc = first_state(t, d, ips);
+    if (rc == RT_ERR_REGROUP && t->coll->ops->regroup && t->mode->recover)
+        return regroup_recover(t, false); /* a member lost at the start */
+    return rc;
 }
 
 int rt_dist_epoch_sums(struct rt_trainer *t, struct rt_epoch *e)

@@ -166,7 +166,7 @@ static int average_epoch_end(struct rt_trainer *t, struct rt_epoch *e)
 static int average_recover(struct rt_trainer *t, bool fresh)
 {
     struct average *a = t->ms;
-    if (!fresh)
+    if (!fresh && a->agreed.valid) /* (none yet: lost at the start) */
         RT_TRY(rt_commit_restore(&a->agreed, t));
     a->since = (struct rt_tally){0};
     a->commit_due = false;

@@ -209,7 +209,7 @@ static int gossip_epoch_end(struct rt_trainer *t, struct rt_epoch *e)
 static int gossip_recover(struct rt_trainer *t, bool fresh)
 {
     struct gossip *g = t->ms;
-    if (!fresh)
+    if (!fresh && g->agreed.valid) /* (none yet: lost at the start) */
         RT_TRY(rt_commit_restore(&g->agreed, t));
     RT_TRY(rt_dist_recover(t, fresh));
     RT_TRY(t->pairwise->ops->begin(t->pairwise->ctx, rt_model_param_count(t->m), t->pos.epoch));

@@ -55,7 +55,9 @@ struct rt_reporter_ops {
      * one-line summary of the run; returns when the run may start (every
      * worker is ready): 0, or 1 when a run under way took this worker in
      * (the members hand it their state), or 2 when it is asked to measure
-     * its speed again (too slow yet to take a share). NULL in one process. */
+     * its speed again (too slow yet to take a share), or 3 when a member was
+     * lost while the first ring formed and this worker starts in a later
+     * generation (the members agree on one state). NULL in one process. */
     int (*ready)(void *ctx, double images_per_s, const char *summary);
     /* The training thread made progress (a step, a batch of an
      * evaluation): a worker's heartbeats say it is alive only while it does

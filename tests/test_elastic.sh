@@ -76,6 +76,23 @@ if [ $s1 -eq 0 ] && grep -q "lost rank [0-9] (w$victim, .*its connection closed.
   ok "kill -9 of w$victim of 4: 3 workers went on ($(grep -o "[0-9]* step[s]* redone" "$tmp/c1.log" || echo "no step redone")), replicas identical, every epoch's samples exact, test_acc $acc1% (fault-free $acc0%)"
 else bad "kill -9 of w$victim: status $s1, test_acc $acc1 vs $acc0"; grep "members\|samples\|FAIL\|error" "$tmp/c1.log" | tail -n 8; fi
 
+# ---- kill -9 a worker the moment training starts (its ring half formed) -------------------
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 3 --listen "tcp://127.0.0.1:$port" $run --epochs 2 \
+  --worker-timeout 4 --metrics "$tmp/m8.jsonl" >"$tmp/c8.log" 2>&1 & c=$!
+worker b1 127.0.0.1 "$tmp/b1.log"
+worker b2 127.0.0.1 "$tmp/b2.log"; b2=$!
+worker b3 127.0.0.1 "$tmp/b3.log"
+i=0
+while [ $i -lt 6000 ] && ! grep -q "cluster of 3" "$tmp/c8.log"; do sleep 0.01; i=$((i + 1)); done
+kill -9 $b2
+wait $c; s8=$?; wait_all
+if [ $s8 -eq 0 ] && grep -q "lost rank [0-9] (b2, " "$tmp/c8.log" &&
+   grep -q "replicas identical: parameter hash [0-9a-f]* on all 2 workers" "$tmp/c8.log" &&
+   samples_exact "$tmp/m8.jsonl" 2; then
+  ok "kill -9 of a worker as training started: the other 2 formed the next generation and went on, samples exact"
+else bad "a worker lost at the start: status $s8"; grep "members\|error" "$tmp/c8.log" | tail -n 5; tail -n 3 "$tmp/b1.log"; fi
+
 # ---- kill -9 a local worker of train --workers 3 --------------------------------------
 "$RAGTAG" train "$model" --workers 3 --threads 1 $run --epochs 6 --metrics "$tmp/m2.jsonl" \
   >"$tmp/c2.log" 2>&1 & c=$!
