@@ -93,7 +93,7 @@ static void put_job(struct coord *k, int r, const struct rt_membership *ms)
 int coord_job_send(struct coord *k)
 {
     RT_TRY(rt_train_config_each(k->c, option_add, k));
-    if (k->c->local_batch == 0) {
+    if (k->c->mode == RT_MODE_GOSSIP && k->c->local_batch == 0) {
         /* a run constant: a worker that joins later walks the same batches */
         char v[24];
         snprintf(v, sizeof v, "%d", (k->c->batch + k->nw - 1) / k->nw);
