@@ -100,9 +100,9 @@ int coord_adopt_prepare(struct coord *k)
     if (!k->c->checkpoint_dir[0])
         return RT_OK;
     char id[RT_RUN_ID_LEN + 1];
-    /* Only sync mode can change members; local workers die with their
-     * parent. Otherwise a new run id: nothing of the old run (a straggler,
-     * a shared-memory segment named after it) can be taken for this one. */
+    /* Local workers die with their parent: a new run id then, so that
+     * nothing of the old run (a straggler, a shared-memory segment named
+     * after it) can be taken for this one. */
     bool adoptable = coord_elastic(k) && !k->o->spawn_local;
     int rc = k->c->resume ? read_run_id(k, id) : 0;
     if (rc < 0)

@@ -82,6 +82,27 @@ if [ $sa -eq 0 ] && grep -q "re-adopted 3 live workers" "$tmp/coord-a2.log" && [
   ok "kill -9 of the coordinator, restarted with --resume: re-adopted 3 workers at step $from, training went on $after s after the restart (${redone:-no step redone}), replicas identical, every epoch's samples exact"
 else bad "re-adoption (status $sa, from '$from')"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-a2.log" | tail -n 12; tail -n 4 "$tmp/coord-a1.log"; fi
 
+# ---- (a') the same in average and gossip modes (they go back to their last agreement) ------
+for mode in "average --sync-every 4" gossip; do
+  m=${mode%% *}
+  port=$((port + 1))
+  mkdir -p "$tmp/$m"
+  flags="--epochs 12 --checkpoint $tmp/$m --metrics $tmp/$m/m.jsonl --worker-timeout 2 --mode $mode"
+  coord "$tmp/coord-$m-1.log" $flags
+  for n in a1 a2 a3; do worker $n "$tmp/$m-$n.log" --coord-timeout 30; done
+  epoch_seen "$tmp/coord-$m-1.log" 4
+  kill -9 $c
+  wait $c 2>/dev/null
+  sleep 1
+  coord "$tmp/coord-$m-2.log" $flags --resume
+  wait $c; sm=$?; wait_all
+  if [ $sm -eq 0 ] && grep -q "re-adopted 3 live workers" "$tmp/coord-$m-2.log" &&
+     grep -q "replicas identical: parameter hash [0-9a-f]* on all 3 workers" "$tmp/coord-$m-2.log" &&
+     samples_exact "$tmp/$m/m.jsonl" 12; then
+    ok "$m mode: kill -9 of the coordinator, restarted with --resume: re-adopted, replicas identical, every epoch's samples exact"
+  else bad "$m mode re-adoption (status $sm)"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-$m-2.log" | tail -n 8; fi
+done
+
 # ---- (e) --resume with nobody left to re-adopt: the file resume, for new workers ------------
 # (a)'s run is over: its workers are gone; one more epoch from its checkpoint.
 port=$((port + 1))
