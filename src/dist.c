@@ -174,6 +174,8 @@ int rt_dist_epoch_sums(struct rt_trainer *t, struct rt_epoch *e)
     e->loss_sum = s[0];
     e->correct = (long)s[1];
     e->seen = (long)s[2];
+    for (int i = 0; i < 3; i++)
+        e->used[i] = s[3 + i]; /* all of them: a close done again checks these */
     e->seen_all = e->seen;
     e->has_samples = true;
     e->sums_global = true; /* a close done again does not sum them again */

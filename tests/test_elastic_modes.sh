@@ -1,7 +1,8 @@
 #!/bin/sh
 # Average and gossip modes keep going when members change (real processes
-# on 127.0.0.1): kill -9 of one of 4 workers at a random moment, and a
-# worker that joins mid-run. Both modes go back to their last agreement
+# on 127.0.0.1): kill -9 of one of 4 workers at a random moment, a worker
+# that joins mid-run, and churn (two losses and two joins in one run;
+# average only for now). Both modes go back to their last agreement
 # (average: the last averaging; gossip: the epoch's start) and walk the
 # samples since with the members left (src/dist_commit.c). Each run must
 # finish with status 0, name the lost worker, end with identical replicas,
@@ -86,6 +87,28 @@ for mode in "average --sync-every 4" gossip; do
      grep -q "done: .* parameters hash $h" "$tmp/$m-j3.log" && samples_exact "$tmp/$m-3.jsonl" 6; then
     ok "$m: a worker joined mid-run: admitted, its replica equal to the others' (hash $h), samples exact"
   else bad "$m: a worker joining: status $s3, hash '$h'"; grep "members\|error" "$tmp/$m-3.log" | tail -n 5; tail -n 3 "$tmp/$m-j3.log"; fi
+
+  # churn: two losses and two joins within a run (average only: gossip's
+  # joiners still time out in a collective when losses and joins overlap,
+  # a known bug being worked on)
+  [ "$m" = gossip ] && continue
+  port=$((port + 1))
+  "$RAGTAG" coord "$model" --workers 3 --listen "tcp://127.0.0.1:$port" $run --mode $mode \
+    --epochs 8 --metrics "$tmp/$m-5.jsonl" >"$tmp/$m-5.log" 2>&1 & c=$!
+  worker c1 "$tmp/$m-c1.log"
+  worker c2 "$tmp/$m-c2.log"; k1=$!
+  worker c3 "$tmp/$m-c3.log"; k2=$!
+  started "$tmp/$m-5.log"
+  kill -9 $k1; sleep 0.7
+  worker c4 "$tmp/$m-c4.log"; sleep 1.5
+  kill -9 $k2; sleep 0.3
+  worker c5 "$tmp/$m-c5.log"
+  wait $c; s5=$?; wait_all
+  lost=$(grep -c "\] generation [0-9]*: lost rank" "$tmp/$m-5.log")
+  if [ $s5 -eq 0 ] && [ "$lost" -eq 2 ] && grep -q "admitted c[45]" "$tmp/$m-5.log" &&
+     grep -q "replicas identical" "$tmp/$m-5.log" && samples_exact "$tmp/$m-5.jsonl" 8; then
+    ok "$m: churn: $lost lost and $(grep -c "admitted c[45]" "$tmp/$m-5.log") joined, replicas identical, samples exact"
+  else bad "$m: churn: status $s5, $lost lost"; grep "members\|error" "$tmp/$m-5.log" | tail -n 8; fi
 done
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
