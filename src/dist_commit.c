@@ -31,7 +31,8 @@ int rt_commit_take(struct rt_commit *k, struct rt_trainer *t)
             return rt_error(RT_ERR_NOMEM, "out of memory for the copy of the agreed state "
                                           "(%zu floats)", k->floats);
     }
-    RT_TRY(rt_replica_pull(r));
+    /* r->p is current: average and gossip update the host replica and push
+     * it (no download); the batch-norm state lives on the device. */
     RT_TRY(rt_replica_pull_state(r));
     float *p = k->buf;
     memcpy(p, r->p, r->np * sizeof(float));
