@@ -15,34 +15,17 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z
   echo "SKIP: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
   exit 77
 fi
-tmp=$(mktemp -d)
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+. "$top_srcdir/tests/elastic-lib.sh"
 model="$top_srcdir/examples/lenet.cfg"
 ntrain=10800
 run="--data fashion-mnist --limit 12000 --val 0.1 --batch 48 --partition static --progress lines"
-fails=0
 port=$((26000 + ($$ % 2000) * 10))
 
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
 worker() { # name log
   "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$1" --threads 1 --connect-timeout 60 \
     >"$2" 2>&1 &
   pids="$pids $!"
 }
-started() { # log: wait (up to 60 s) for the first epoch line
-  i=0
-  while [ $i -lt 600 ] && ! grep -q "^epoch 1/" "$1"; do sleep 0.1; i=$((i + 1)); done
-}
-wait_all() { for p in $pids; do wait "$p" 2>/dev/null; done; pids=""; }
-samples_exact() { # metrics epochs
-  n=$(grep -c "\"samples\": $ntrain[,}]" "$1")
-  [ "$n" -eq "$2" ] && ! grep "\"samples\"" "$1" | grep -vq "\"samples\": $ntrain[,}]"
-}
-test_acc() { sed -n 's/.*test_acc \([0-9.]*\)%.*/\1/p' "$1" | tail -n 1; }
-same_acc() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 1 && d >= -1) }'; }
 
 for mode in "average --sync-every 4" gossip; do
   m=${mode%% *}
