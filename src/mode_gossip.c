@@ -52,7 +52,9 @@ static int gossip_begin(struct rt_trainer *t)
     if (!g->linked) /* a joiner's recovery linked it already */
         RT_TRY(t->pairwise->ops->begin(t->pairwise->ctx, rt_model_param_count(t->m), pos->epoch));
     g->linked = true;
-    if (pos->step > pos->epoch * t->spe) {
+    /* (a joiner may take the state of members closing the epoch: at its
+     * last step, not inside it) */
+    if (pos->step > pos->epoch * t->spe && pos->step < (pos->epoch + 1) * t->spe) {
         RT_TRY(rt_trainer_say(t, "ragtag: [plan] gossip: the checkpoint stopped inside epoch "
                                  "%ld; that epoch starts over",
                               pos->epoch + 1));

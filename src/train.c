@@ -333,6 +333,11 @@ static int walk_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_rep
 static int train_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_report)
 {
     e->t0 = rt_now();
+    /* A joiner that took the state of members closing the epoch closes it
+     * with them: its epoch_begin (a re-plan, a collective) would meet
+     * their close. */
+    if (steps_over(t, e))
+        return RT_OK;
     int rc;
     while ((rc = walk_epoch(t, e, last_report)) == 1)
         if (steps_over(t, e))
