@@ -69,13 +69,19 @@ int coord_socket_open(struct coord *k)
         return rt_error(RT_ERR_NET, "cannot start ZeroMQ: %s", zmq_strerror(errno));
     /* Workers send checkpoints: the largest frame is the parameters. */
     int64_t max = (int64_t)(k->ck.np + 1024) * (int64_t)sizeof(float) + ((int64_t)1 << 20);
+    const char *ep = k->o->listen[0] ? k->o->listen : "tcp://127.0.0.1:*";
+    RT_TRY(coord_security_open(k, ep));
     if (!(k->router = rt_zsock_new(k->zctx, ZMQ_ROUTER, max, 0)))
         return RT_ERR_NET;
     RT_TRY(set_option(k, ZMQ_ROUTER_MANDATORY, "ZMQ_ROUTER_MANDATORY", 1));
-    RT_TRY(set_option(k, ZMQ_ROUTER_HANDOVER, "ZMQ_ROUTER_HANDOVER", 1));
+    /* No handover: a connection that claims a member's routing id is
+     * ignored by libzmq instead of taking that member's link over. */
+    RT_TRY(set_option(k, ZMQ_ROUTER_HANDOVER, "ZMQ_ROUTER_HANDOVER", 0));
+    RT_TRY(rt_curve_server(k->curve, k->router));
     RT_TRY(open_monitor(k));
-    const char *ep = k->o->listen[0] ? k->o->listen : "tcp://127.0.0.1:*";
-    return rt_zsock_bind(k->router, ep, k->endpoint, sizeof k->endpoint);
+    RT_TRY(rt_zsock_bind(k->router, ep, k->endpoint, sizeof k->endpoint));
+    coord_security_announce(k);
+    return RT_OK;
 }
 
 void coord_socket_close(struct coord *k, int rc)
@@ -91,6 +97,7 @@ void coord_socket_close(struct coord *k, int rc)
     }
     rt_zsock_close(&k->router);
     rt_zsock_close(&k->monitor);
+    coord_security_close(k);
     if (k->zctx)
         zmq_ctx_term(k->zctx);
     k->zctx = NULL;
@@ -190,6 +197,14 @@ int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from)
     if (rt_wire_parse(&k->msg, rt_zframe_data(&k->fr, 1), rt_zframe_size(&k->fr, 1), k->run,
                       true) < 0) {
         rt_wire_drop(&k->drops, peer, rt_error_detail());
+        return 0;
+    }
+    /* Only a checkpoint part brings frames after its map (coord_ckpt_part
+     * counts them); any other message is one map. */
+    if (k->fr.n != 2 && strcmp(k->msg.type, "ckpt") != 0) {
+        snprintf(why, sizeof why, "a '%.31s' message of %d frames (it has one)", k->msg.type,
+                 k->fr.n - 1);
+        rt_wire_drop(&k->drops, peer, why);
         return 0;
     }
     if (!w && !strcmp(k->msg.type, "hb") && k->msg.run[0] && (k->adopting || k->training)) {
