@@ -27,7 +27,9 @@ static int open_monitor(struct coord *k)
 {
     char ep[80];
     snprintf(ep, sizeof ep, "inproc://ragtag-coord-monitor-%p", (void *)k);
-    if (zmq_socket_monitor(k->router, ep, ZMQ_EVENT_DISCONNECTED) != 0 ||
+    int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(k->router, ep, events) != 0 ||
         !(k->monitor = zmq_socket(k->zctx, ZMQ_PAIR)) || zmq_connect(k->monitor, ep) != 0)
         return rt_error(RT_ERR_NET, "coordinator socket: cannot watch its connections: %s",
                         zmq_strerror(errno));
@@ -38,7 +40,28 @@ static int open_monitor(struct coord *k)
     return RT_OK;
 }
 
-/* Take the monitor's events: note when a worker's connection closed. */
+/* A handshake that failed before the ZAP handler saw it: a client without
+ * CurveZMQ, or one that does not hold this coordinator's public key. The
+ * event names the listening endpoint, not the client: logged under it, at
+ * most once a minute. */
+static void refused_handshake(struct coord *k, uint16_t event, uint32_t value, zmq_msg_t *addr)
+{
+    char ep[RT_ENDPOINT_MAX];
+    snprintf(ep, sizeof ep, "%.*s", (int)zmq_msg_size(addr), (const char *)zmq_msg_data(addr));
+    const char *why =
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+            ? "a client without CurveZMQ (no credentials, or --insecure)"
+        : event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+            ? "a CurveZMQ handshake that does not decrypt (a wrong coordinator key)"
+            : "a handshake that ended early";
+    char who[RT_ENDPOINT_MAX + 32];
+    snprintf(who, sizeof who, "a client of %s", ep);
+    rt_curve_log_refusal(k->curve, who, why);
+}
+
+/* Take the monitor's events: note when a worker's connection closed, log
+ * handshakes refused. */
 static void take_events(struct coord *k)
 {
     for (;;) {
@@ -55,6 +78,8 @@ static void take_events(struct coord *k)
             for (int i = 0; event == ZMQ_EVENT_DISCONNECTED && i < k->nw; i++)
                 if (k->w[i].fd == (int)value && !k->w[i].closed_at)
                     k->w[i].closed_at = rt_now();
+            if (event != ZMQ_EVENT_DISCONNECTED && k->curve)
+                refused_handshake(k, event, value, &addr);
         }
         zmq_msg_close(&ev);
         zmq_msg_close(&addr);

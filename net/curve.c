@@ -189,9 +189,18 @@ static bool allowed(rt_curve *c, const char *key)
 
 static void log_refusal(rt_curve *c, const char *addr, const char *key)
 {
+    char why[300];
+    snprintf(why, sizeof why, "%s (key %.8s...)", key[0] ? c->unknown : "no CURVE key", key);
+    rt_curve_log_refusal(c, addr, why);
+}
+
+void rt_curve_log_refusal(rt_curve *c, const char *addr, const char *why)
+{
+    check(c);
     atomic_fetch_add(&c->refused, 1);
     if (c->quiet)
         return;
+    pthread_mutex_lock(&c->mu); /* the ZAP thread and the socket's owner both log */
     double now = rt_now();
     struct seen *s = NULL, *oldest = &c->seen[0];
     for (int i = 0; i < MAX_SEEN && !s; i++) {
@@ -202,6 +211,7 @@ static void log_refusal(rt_curve *c, const char *addr, const char *key)
     }
     if (s && now - s->last < LOG_EVERY) {
         s->quiet++;
+        pthread_mutex_unlock(&c->mu);
         return;
     }
     long quiet = s ? s->quiet : 0;
@@ -211,11 +221,12 @@ static void log_refusal(rt_curve *c, const char *addr, const char *key)
     }
     s->last = now;
     s->quiet = 0;
-    fprintf(stderr, "ragtag: [%s] refused a connection from %s: %s (key %.8s...)", c->who,
-            addr[0] ? addr : "an unknown address", key[0] ? c->unknown : "no CURVE key", key);
+    fprintf(stderr, "ragtag: [%s] refused a connection from %s: %s", c->who,
+            addr[0] ? addr : "an unknown address", why);
     if (quiet)
         fprintf(stderr, "; %ld more from there in the last minute", quiet);
     fprintf(stderr, "; at most one line per address per minute\n");
+    pthread_mutex_unlock(&c->mu);
 }
 
 static void reply(rt_curve *c, const void *rid, size_t rid_len, const void *req, size_t req_len,

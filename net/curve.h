@@ -71,6 +71,10 @@ int rt_curve_server(rt_curve *c, void *sock);
 int rt_curve_client(rt_curve *c, void *sock, const char *server_pub,
                     const struct rt_keypair *as);
 const char *rt_curve_public(const rt_curve *c);
+/* Log a refusal seen elsewhere (a handshake that failed before ZAP: no
+ * CURVE, a wrong server key), with the same once-per-address-per-minute
+ * limit. */
+void rt_curve_log_refusal(rt_curve *c, const char *addr, const char *why);
 /* Connections refused so far. */
 long rt_curve_refused(const rt_curve *c);
 
