@@ -141,7 +141,7 @@ static const char *const coord_help[] = {
                   "beyond loopback",
     "--authorized-keys F", "coord: admit only workers whose public keys F lists (one a line), "
                            "not the join token",
-    "--insecure", "coord: no authentication or encryption on the links (a warning says so)",
+    "--insecure", "no authentication or encryption on the links (a warning says so)",
     NULL, NULL,
 };
 
@@ -241,6 +241,10 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
         o->chunk_bytes = (size_t)n;
         return 1;
     }
+    if (!strcmp(key, "insecure")) { /* train --workers N too: to measure what CURVE costs */
+        o->insecure = true;
+        return 1;
+    }
     if (!coord) {
         if (strcmp(key, "throttle") != 0)
             return 0;
@@ -270,10 +274,6 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
     }
     if (!strcmp(key, "serve-data")) {
         o->serve_data = true;
-        return 1;
-    }
-    if (!strcmp(key, "insecure")) {
-        o->insecure = true;
         return 1;
     }
     if (!strcmp(key, "keys") || !strcmp(key, "authorized-keys")) {
