@@ -71,7 +71,7 @@ h0=$(hash_of "$tmp/c-calm.log")
 [ $st -eq 0 ] && [ -n "$h0" ] && ok "an undisturbed run with --keys: hash $h0" ||
   { bad "undisturbed run (status $st)"; tail -n 20 "$tmp/c-calm.log"; }
 if grep -q "RAGTAG_JOIN=rtj1-[0-9a-f]*-[0-9a-f]* ragtag worker --join tcp://127.0.0.1:$port" \
-   "$tmp/c-calm.log" && grep -q "links: CurveZMQ, workers admitted by the join token" "$tmp/c-calm.log"; then
+   "$tmp/c-calm.log" && grep -q "links CurveZMQ, workers admitted by the join token" "$tmp/c-calm.log"; then
   ok "the coordinator prints the one line workers join with"
 else bad "no join line"; head -n 5 "$tmp/c-calm.log"; fi
 
@@ -138,7 +138,7 @@ else
     >"$tmp/insecure-w.log" 2>&1
   wait $c; st=$?
   if [ $st -eq 0 ] && grep -q "WARNING: --insecure: the links of this run are neither authenticated nor encrypted" "$tmp/insecure.log" &&
-     grep -q "links: INSECURE" "$tmp/insecure.log" && grep -q "WARNING: --insecure" "$tmp/insecure-w.log"; then
+     grep -q "links INSECURE" "$tmp/insecure.log" && grep -q "WARNING: --insecure" "$tmp/insecure-w.log"; then
     ok "--insecure on $addr: a warning at start and in the cluster table"
   else bad "--insecure (status $st)"; cat "$tmp/insecure.log"; fi
 fi
