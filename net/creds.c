@@ -341,9 +341,9 @@ int rt_creds_local(const char *endpoint, bool create, struct rt_creds *c)
     RT_TRY(local_path(endpoint, path, sizeof path));
     int rc = rt_secret_file_read(path, buf, sizeof buf);
     if (rc == RT_OK) { /* line 1: the join string (workers read only this) */
-        RT_TRY(rt_creds_from_join(buf, c));
+        bool good = rt_creds_from_join(buf, c) == RT_OK;
         if (!create)
-            return RT_OK;
+            return good ? RT_OK : rt_error(RT_ERR_FORMAT, "%s: no join string (yet)", path);
         FILE *f = fopen(path, "r"); /* line 2: the coordinator's secret */
         char line[RT_JOIN_MAX], sec[RT_KEY_LEN + 2] = "";
         bool ok = f && fgets(line, sizeof line, f) && fgets(sec, sizeof sec, f);
@@ -351,7 +351,7 @@ int rt_creds_local(const char *endpoint, bool create, struct rt_creds *c)
             fclose(f);
         sec[strcspn(sec, "\n")] = '\0';
         char pub[RT_KEY_LEN + 1];
-        if (ok && rt_key_valid(sec) && zmq_curve_public(pub, sec) == 0 &&
+        if (good && ok && rt_key_valid(sec) && zmq_curve_public(pub, sec) == 0 &&
             !strcmp(pub, c->coord.pub)) {
             snprintf(c->coord.sec, sizeof c->coord.sec, "%s", sec);
             return RT_OK;

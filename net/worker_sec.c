@@ -27,9 +27,7 @@ static int local_creds(struct rt_worker_sec *s, const struct rt_worker_options *
         int rc = rt_creds_local(o->join, false, &s->creds);
         if (rc == RT_OK)
             return RT_OK;
-        if (rc != RT_ERR_NOTFOUND && rc != RT_ERR_CONFIG && rc != RT_ERR_FORMAT)
-            return rc;
-        if (rc == RT_ERR_CONFIG && strstr(rt_error_detail(), "may be read"))
+        if (rc != RT_ERR_NOTFOUND && rc != RT_ERR_FORMAT)
             return rc; /* a file open to others is refused, not waited for */
         double now = rt_now();
         if (o->connect_timeout > 0 && now - t0 > o->connect_timeout)
@@ -96,10 +94,9 @@ int rt_worker_sec_open(struct rt_worker_sec *s, void *zctx, const struct rt_work
 
 int rt_worker_sec_ctrl(struct rt_worker_sec *s, void *zctx, void *ctrl)
 {
-    if (!s->curve)
-        return RT_OK;
-    RT_TRY(rt_curve_client(s->curve, ctrl, s->creds.coord.pub,
-                           s->own_key ? &s->self : &s->creds.invite));
+    if (s->curve)
+        RT_TRY(rt_curve_client(s->curve, ctrl, s->creds.coord.pub,
+                               s->own_key ? &s->self : &s->creds.invite));
     char ep[80];
     snprintf(ep, sizeof ep, "inproc://ragtag-worker-handshakes-%p", (void *)s);
     int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
@@ -144,11 +141,21 @@ int rt_worker_sec_check(struct rt_worker_sec *s, const char *join)
                                         "key is not in the coordinator's --authorized-keys",
                             join, value);
         else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
-                 value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+                 value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH && s->curve)
             return rt_error(RT_ERR_NET, "the coordinator at %s does not speak CurveZMQ: it runs "
                                         "--insecure (give this worker --insecure too, on a "
                                         "network you trust)", join);
-        else if (++s->closed >= CLOSED_MAX)
+        else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                 value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+            return rt_error(RT_ERR_NET, "the coordinator at %s speaks CurveZMQ and this worker "
+                                        "runs --insecure: give it the join string the "
+                                        "coordinator printed instead", join);
+        else if (++s->closed >= CLOSED_MAX && !s->curve)
+            return rt_error(RT_ERR_NET, "the coordinator at %s ended the handshake %d times: it "
+                                        "speaks CurveZMQ and this worker runs --insecure: give "
+                                        "it the join string the coordinator printed instead",
+                            join, s->closed);
+        else if (s->closed >= CLOSED_MAX)
             return rt_error(RT_ERR_NET, "the coordinator at %s ended the CurveZMQ handshake %d "
                                         "times: the coordinator key in the join string is not "
                                         "this coordinator's (an old join string?)", join,

@@ -107,7 +107,7 @@ if grep -q "^received 0 bytes in 0 messages" "$tmp/s1" && grep -q "^received 0 b
 else bad "strangers received something: $(cat "$tmp/s1" "$tmp/s2" "$tmp/s3")"; fi
 if [ $s1 -ne 0 ] && grep -q "refused this worker (status 400): its join token is not this run's" "$tmp/w-token.log" &&
    [ $s2 -ne 0 ] && grep -q "the coordinator key in the join string is not this coordinator's" "$tmp/w-old.log" &&
-   [ $s3 -ne 0 ] && grep -q "ended the CurveZMQ handshake\|does not speak\|no answer\|within" "$tmp/w-plain.log" &&
+   [ $s3 -ne 0 ] && grep -q "speaks CurveZMQ and this worker runs --insecure" "$tmp/w-plain.log" &&
    ! grep -q "joined run" "$tmp/w-token.log" "$tmp/w-old.log" "$tmp/w-plain.log"; then
   ok "ragtag worker with a wrong token, an old join string, or no keys: refused, saying why"
 else bad "intruder workers ($s1 $s2 $s3)"; cat "$tmp/w-token.log" "$tmp/w-old.log" "$tmp/w-plain.log"; fi
