@@ -58,6 +58,7 @@ static void print_main_help(FILE *out)
             "                              coordinate workers on several machines\n"
             "  worker --join tcp://HOST:PORT\n"
             "                              join a coordinator and train with it\n"
+            "  keygen DIR                  credentials for a cluster: key pair and join token\n"
             "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
             "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
             "  devices                     compute backends and devices, with measured GEMM speed\n"
@@ -118,7 +119,7 @@ static void on_sigint_worker(int sig)
 static bool is_bool_flag(const char *key)
 {
     return rt_train_config_is_bool(key) || !strcmp(key, "serve-data") || !strcmp(key, "no-shm") ||
-           !strcmp(key, "quiet");
+           !strcmp(key, "quiet") || !strcmp(key, "insecure");
 }
 
 static const char *const coord_help[] = {
@@ -136,6 +137,11 @@ static const char *const coord_help[] = {
     "--no-shm", "never use shared memory between workers of one machine (TCP only)",
     "--chunk BYTES", "ring pipeline chunk (default 262144)",
     "--throttle F[,F...]", "train: testing aid: each local worker runs at fraction F of its speed",
+    "--keys DIR", "coord: its key pair and join token (ragtag keygen DIR); needed to listen "
+                  "beyond loopback",
+    "--authorized-keys F", "coord: admit only workers whose public keys F lists (one a line), "
+                           "not the join token",
+    "--insecure", "no authentication or encryption on the links (a warning says so)",
     NULL, NULL,
 };
 
@@ -235,6 +241,10 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
         o->chunk_bytes = (size_t)n;
         return 1;
     }
+    if (!strcmp(key, "insecure")) { /* train --workers N too: to measure what CURVE costs */
+        o->insecure = true;
+        return 1;
+    }
     if (!coord) {
         if (strcmp(key, "throttle") != 0)
             return 0;
@@ -264,6 +274,15 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
     }
     if (!strcmp(key, "serve-data")) {
         o->serve_data = true;
+        return 1;
+    }
+    if (!strcmp(key, "keys") || !strcmp(key, "authorized-keys")) {
+        char *dst = !strcmp(key, "keys") ? o->keys_dir : o->authorized_keys;
+        if (!*v || strlen(v) >= sizeof o->keys_dir) {
+            fprintf(stderr, "ragtag %s: --%s: '%s' is not accepted\n", cmd, key, v);
+            return -1;
+        }
+        snprintf(dst, sizeof o->keys_dir, "%s", v);
         return 1;
     }
     return 0;
@@ -419,6 +438,15 @@ static const char worker_help[] =
     "  --quiet              print errors only\n"
     "  --parent PID         die with process PID (how train --workers N starts\n"
     "                       its local workers: none outlives a killed parent)\n"
+    "  --join-file FILE     the join string the coordinator printed, in a file\n"
+    "                       of mode 600 (else $RAGTAG_JOIN; a coordinator on\n"
+    "                       this machine's loopback needs neither)\n"
+    "  --keys DIR           this worker's own key pair (ragtag keygen DIR), for\n"
+    "                       a coordinator that admits by --authorized-keys\n"
+    "  --data-dir DIR       the job may name data files under DIR (repeatable);\n"
+    "                       otherwise only served data or this machine's default\n"
+    "                       fashion-mnist are opened\n"
+    "  --insecure           plain links, for a coordinator that runs --insecure\n"
     "  --throttle F         testing aid: run at fraction F (0 < F <= 1) of this\n"
     "                       machine's speed by sleeping (docs/heterogeneous.md)\n"
     "  --stall-at STEP:S    testing aid: the training thread hangs S seconds at\n"
@@ -454,6 +482,8 @@ static int cmd_worker(int argc, char **argv)
                     {"name", o.name, sizeof o.name},
                     {"backend", o.backend, sizeof o.backend},
                     {"cache", o.cache_dir, sizeof o.cache_dir},
+                    {"join-file", o.join_file, sizeof o.join_file},
+                    {"keys", o.keys_dir, sizeof o.keys_dir},
                     {"throttle", o.throttle, sizeof o.throttle},
                     {"stall-at", o.stall_at, sizeof o.stall_at}};
         bool taken = false;
@@ -485,10 +515,17 @@ static int cmd_worker(int argc, char **argv)
                 return EXIT_USAGE;
         } else if (!strcmp(key, "quiet")) {
             o.quiet = true;
+        } else if (!strcmp(key, "insecure")) {
+            o.insecure = true;
+        } else if (!strcmp(key, "data-dir")) {
+            if (o.ndata_dirs == 8 || !*v || strlen(v) >= sizeof o.data_dirs[0])
+                return usage_error("worker", "--data-dir '%s': at most 8, each a directory", v);
+            snprintf(o.data_dirs[o.ndata_dirs++], sizeof o.data_dirs[0], "%s", v);
         } else if (!strcmp(key, "parent")) {
             if (parse_count("worker", key, v, 1, INT_MAX, &n) < 0)
                 return EXIT_USAGE;
             o.parent = n;
+            o.any_data = true; /* train --workers N: its own command line names the data */
         } else {
             return usage_error("worker", "unknown flag '%s'", a);
         }
@@ -698,8 +735,10 @@ int rt_cli_main(int argc, char **argv)
         return cmd_summary(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices"))
         return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(cmd, "keygen"))
+        return rt_cli_keygen(argc - 1, argv + 1);
     fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices, "
-                    "coord, worker; "
+                    "coord, worker, keygen; "
                     "see ragtag --help)\n",
             cmd);
     return EXIT_USAGE;

@@ -4,5 +4,7 @@
 
 /* Exit status: 0 done, 1 failed, 2 bad usage, 130 interrupted. */
 int rt_cli_main(int argc, char **argv);
+/* `ragtag keygen DIR` (keygen.c). */
+int rt_cli_keygen(int argc, char **argv);
 
 #endif

@@ -4,11 +4,12 @@
  * the median (p50) time of single operations.
  *
  *   bench/bench_allreduce [-n N] [--links shm|tcp] [--min BYTES] [--max BYTES]
- *                         [--chunk BYTES] [--actor]
+ *                         [--chunk BYTES] [--actor] [--curve]
  *
  * --links shm (default): neighbours on one host share memory (what ragtag
  * uses between local workers); tcp: every rank pretends to be its own host,
  * so the ring runs over ZeroMQ on 127.0.0.x TCP, as between machines.
+ * --curve: the TCP links use CurveZMQ, as a cluster with credentials does.
  * --actor: call through the communication thread (rt_comm), as the trainer
  * does, instead of calling the ring directly.
  * In place (one buffer); each size is checked once, then warm-up and timed
@@ -120,9 +121,11 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--actor")) {
             use_actor = true;
+        } else if (!strcmp(a, "--curve")) {
+            o.curve = true;
         } else {
             fprintf(stderr, "usage: %s [-n N] [--links shm|tcp] [--min BYTES] [--max BYTES] "
-                            "[--chunk BYTES] [--actor]\n", argv[0]);
+                            "[--chunk BYTES] [--actor] [--curve]\n", argv[0]);
             return 2;
         }
     }
@@ -135,9 +138,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_allreduce: %s\n", rt_error_detail());
         return 1;
     }
-    printf("# ragtag ring allreduce float32 sum, ranks=%d, links=%s%s, in-place\n", o.n,
+    printf("# ragtag ring allreduce float32 sum, ranks=%d, links=%s%s%s, in-place\n", o.n,
            o.links == RT_LINKS_TCP ? "tcp (ZeroMQ, 127.0.0.x)" : "shm (shared memory)",
-           use_actor ? ", through the comm thread" : "");
+           o.curve ? " with CurveZMQ" : "", use_actor ? ", through the comm thread" : "");
     printf("%12s %10s %12s %10s %10s %10s %s\n", "bytes", "count", "time_us", "p50_us",
            "algbw_GBs", "busbw_GBs", "check");
     int k = 0;

@@ -6,6 +6,7 @@
 #                                   ragtag over shared memory (local workers) and over
 #                                   ZeroMQ/TCP (as between hosts), OpenMPI over shared
 #                                   memory and over TCP, PyTorch's Gloo
+#   bench/bench_dist.sh security    the same over TCP with CurveZMQ and --insecure
 #   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
 #                                   thread against 1 process x 2 threads
 #
@@ -104,8 +105,45 @@ train() {
   done
 }
 
+# What CurveZMQ costs: the same TCP ring and the same 2-worker training
+# with credentials (the default) and --insecure, interleaved, best of REPS.
+security() {
+  ar="$BUILD/bench/bench_allreduce"
+  ragtag="$BUILD/src/ragtag"
+  [ -x "$ar" ] || { echo "build it first: make bench (in $BUILD)"; exit 1; }
+  for n in 2 4; do
+    "$ar" -n $n --max "$SIZES_MAX" --links tcp >"$tmp/plain_$n"
+    "$ar" -n $n --max "$SIZES_MAX" --links tcp --curve >"$tmp/curve_$n"
+    printf "%d procs  ZeroMQ/TCP plain      %s\n" $n "$(summary "$tmp/plain_$n" 6 3)"
+    printf "%d procs  ZeroMQ/TCP CurveZMQ   %s\n" $n "$(summary "$tmp/curve_$n" 6 3)"
+    paste "$tmp/plain_$n" "$tmp/curve_$n" | awk '/^ *[0-9]/ && $1 >= 65536 {
+      printf "    %9d bytes: busbw plain %6.3f GB/s, CurveZMQ %6.3f GB/s (%.2f)\n", $1, $6, $13, $13 / $6 }'
+  done
+  for model in lenet seedcnn; do
+    images=19200
+    [ $model = seedcnn ] && images=6400
+    plain=0 curve=0
+    for _ in $(seq "$REPS"); do
+      for cell in plain curve; do
+        rm -f "$tmp/m.jsonl"
+        flags="--threads 1 --workers 2 --no-shm"
+        [ $cell = plain ] && flags="$flags --insecure"
+        "$ragtag" train "$top/examples/$model.cfg" --data fashion-mnist --val 0 --limit $images \
+          --epochs 1 --batch 64 --lr 0.01 --momentum 0.9 --progress off --metrics "$tmp/m.jsonl" \
+          $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; continue; }
+        v=$(ips "$tmp/m.jsonl")
+        if [ $cell = plain ]; then plain=$(max "$plain" "$v"); else curve=$(max "$curve" "$v"); fi
+      done
+    done
+    awk -v m=$model -v a="$plain" -v b="$curve" 'BEGIN {
+      printf "%-8s 2 workers over TCP: --insecure %8.0f img/s | CurveZMQ %8.0f img/s | ratio %.2f\n",
+             m, a, b, (a > 0 ? b / a : 0) }'
+  done
+}
+
 case $mode in
   allreduce) allreduce ;;
   train) train ;;
-  *) echo "usage: $0 allreduce|train"; exit 2 ;;
+  security) security ;;
+  *) echo "usage: $0 allreduce|train|security"; exit 2 ;;
 esac

@@ -50,6 +50,7 @@ run=(--data fashion-mnist --limit 12000 --val 0.1 --batch 48 --partition static
 NS=rtf$$ # namespaces rtfPID-sw, -c, -1..-4 (cut, blip)
 
 tmp=$(mktemp -d /tmp/ragtag-faults.XXXXXX)
+"$ragtag" keygen "$tmp/keys" >/dev/null # the namespaced hosts are beyond loopback
 pids=() # everything started here, killed by pid on exit
 ns_made=0
 cleanup() {
@@ -91,7 +92,7 @@ ns_workers() {
   wpids=()
   for k in $(seq 1 "$2"); do
     (rtf_ns_exec "$NS-$k" "h$k" "$ragtag" worker --join "tcp://10.250.0.1:$port" \
-      --advertise "10.250.0.$((10 + k))" --name "w$k" --threads 1 --connect-timeout 60) \
+      --join-file "$tmp/keys/join" --advertise "10.250.0.$((10 + k))" --name "w$k" --threads 1 --connect-timeout 60) \
       >"$tmp/$1-w$k.log" 2>&1 &
     pids+=($!); wpids+=($!)
   done
@@ -148,7 +149,7 @@ base_local() {
 base_ns() {
   port=$((port + 1))
   start b-ns rtf_ns_exec "$NS-c" hc "$ragtag" coord "$model" --workers 4 \
-    --listen "tcp://10.250.0.1:$port" "${run[@]}" --metrics "$tmp/b-ns.jsonl"
+    --listen "tcp://10.250.0.1:$port" --keys "$tmp/keys" "${run[@]}" --metrics "$tmp/b-ns.jsonl"
   ns_workers b-ns 4
   finish b-ns
   base[ns]=$(test_acc b-ns)
@@ -196,7 +197,7 @@ case_stop() {
 linkcut() {
   port=$((port + 1))
   start "$1" rtf_ns_exec "$NS-c" hc "$ragtag" coord "$model" --workers 4 \
-    --listen "tcp://10.250.0.1:$port" "${run[@]}" --metrics "$tmp/$1.jsonl"
+    --listen "tcp://10.250.0.1:$port" --keys "$tmp/keys" "${run[@]}" --metrics "$tmp/$1.jsonl"
   ns_workers "$1" 4
   after_epoch1 "$1"
   t_fault=$EPOCHREALTIME

@@ -104,6 +104,7 @@ struct rt_comm {
     void *spare_inbox;   /* the inbox, while no ring holds it (a failed set-up) */
     uint64_t go_gen;     /* the coordinator's "go" came for this generation */
     bool allow_shm;
+    rt_curve *curve; /* the worker's (NULL: plain links) */
     size_t chunk;
 
     /* shared: the comm thread writes, any thread reads */
@@ -304,6 +305,8 @@ static void take_regroup(rt_comm *c)
                          "for it", (unsigned long long)c->scratch->gen);
         return;
     }
+    /* the new generation's members alone may connect to this worker now */
+    rt_membership_admit(c->scratch, c->curve);
     struct rt_membership *x = c->pending;
     c->pending = c->scratch;
     c->scratch = x;
@@ -537,7 +540,7 @@ static int form_ring(rt_comm *c)
     rt_ring_destroy(&c->ring);
     RT_ASSERT(inbox); /* a ring's, or kept from a failed attempt */
     struct rt_ring_config rc = {.run = c->run, .members = ms, .rank = rank, .zctx = c->zctx,
-                                .inbox = &inbox, .allow_shm = c->allow_shm,
+                                .inbox = &inbox, .allow_shm = c->allow_shm, .curve = c->curve,
                                 .chunk_bytes = c->chunk, .setup_timeout = RT_RING_SETUP_TIMEOUT,
                                 .idle = service_ctrl, .idle_arg = c, .setup_idle = setup_hb};
     c->ring = rt_ring_new(&rc);
@@ -819,6 +822,7 @@ rt_comm *rt_comm_new(const struct rt_comm_config *cfg)
         c->go_gen = c->ms->gen;
         snprintf(c->self_id, sizeof c->self_id, "%s", cfg->self_id);
         c->allow_shm = cfg->allow_shm;
+        c->curve = cfg->curve;
         c->chunk = cfg->chunk_bytes;
     }
     snprintf(c->run, sizeof c->run, "%s", cfg->run ? cfg->run : "");

@@ -39,6 +39,8 @@ struct rt_comm_config {
     const struct rt_membership *members; /* the current ring's (copied) */
     bool allow_shm;
     size_t chunk_bytes;
+    rt_curve *curve;     /* the worker's link security; a new generation's keys are
+                            admitted to it (NULL: plain links) */
 };
 
 rt_comm *rt_comm_new(const struct rt_comm_config *c);

@@ -7,6 +7,7 @@
  *   coord.c          the entry, the run, and the one poll loop driven by
  *                    the phase table (join, setup, train);
  *   coord_socket.c   the ROUTER socket: receive one checked message, send;
+ *   coord_security.c who may connect: credentials, CURVE, the join line;
  *   coord_members.c  hellos, who joined, ranks, "ready";
  *   coord_job.c      the job: model text, options, served data files;
  *   coord_local.c    the local workers of `ragtag train --workers N`;
@@ -35,6 +36,8 @@
 #include "clock.h"
 #include "progress.h"
 #include "children.h"
+#include "creds.h"
+#include "curve.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -89,6 +92,10 @@ struct coord {
     const struct rt_train_config *c;
     char run[RT_RUN_ID_LEN + 1];
     sig_atomic_t stops_at_start; /* SIGINT requests seen before this run */
+    /* link security (coord_security.c) */
+    rt_curve *curve;        /* NULL: --insecure */
+    struct rt_creds creds;
+    char join[RT_JOIN_MAX]; /* the join string workers need */
     /* the socket */
     void *zctx, *router;
     void *monitor;          /* the router's disconnect events (PAIR) */
@@ -157,6 +164,16 @@ void coord_drop_unexpected(struct coord *k, struct coord_worker *w);
 /* A "reject" to a route that is not (and must not become) a member's. */
 int coord_send_reject(struct coord *k, const void *rid, size_t rid_len, const char *name,
                       const char *why);
+
+/* coord_security.c */
+/* Before the router binds: credentials and the ZAP handler, or a refusal
+ * to listen beyond loopback without them (--insecure: a warning). */
+int coord_security_open(struct coord *k, const char *endpoint);
+/* After it bound: the line that tells how workers join. */
+void coord_security_announce(struct coord *k);
+void coord_security_close(struct coord *k);
+/* "CurveZMQ ..." or "INSECURE ...", for the status lines. */
+const char *coord_security_mode(const struct coord *k);
 
 /* coord_members.c */
 int coord_hello(struct coord *k, struct coord_worker *w, bool open);

@@ -200,7 +200,7 @@ int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
     char why[200];
     const char *no = NULL;
     if (coord_alive(k) + joiners(k, false) >= cap) {
-        snprintf(why, sizeof why, "run %.8s has its %d workers (--max-workers)", k->run, cap);
+        snprintf(why, sizeof why, "the run has its %d workers (--max-workers)", cap);
         no = why;
     } else if (k->nw >= RT_MAX_WORKERS) {
         no = "the coordinator has no room for another worker";

@@ -51,6 +51,7 @@ int coord_local_start(struct coord *k)
                         "--connect-timeout", "60", "--parent", parent,
                         /* their coordinator is their parent: they die with it */
                         "--coord-timeout", "0",
+                        o->insecure ? "--insecure" : "--quiet",
                         tr[0] ? "--throttle" : NULL, tr, NULL};
         snprintf(what, sizeof what, "worker %d", i);
         RT_TRY(rt_children_start(k->local, "/proc/self/exe", argv, what));

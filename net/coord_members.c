@@ -96,7 +96,7 @@ int coord_hello(struct coord *k, struct coord_worker *w, bool open)
     if (!open && coord_elastic(k) && k->training)
         return coord_admit(k, &m, from);
     if (!open || k->nw >= k->o->workers) {
-        snprintf(why, sizeof why, "run %.8s already has its %d workers", k->run, k->nw);
+        snprintf(why, sizeof why, "the run already has its %d workers", k->nw);
         return turn_away(k, &m, from, true, why);
     }
     if (name_taken(k, m.name)) {

@@ -194,8 +194,8 @@ void coord_report_table(struct coord *k)
     long share[RT_MAX_WORKERS];
     first_shares(k, share);
     int n = k->ms.n;
-    coord_note("cluster of %d worker%s, run %.8s, generation %llu:", n, n == 1 ? "" : "s",
-               k->run, (unsigned long long)k->ms.gen);
+    coord_note("cluster of %d worker%s, run %.8s, links %s, generation %llu:", n,
+               n == 1 ? "" : "s", k->run, coord_security_mode(k), (unsigned long long)k->ms.gen);
     fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %9s %6s  %s\n", "rank", "name", "host",
             "backend", "device", "threads", "img/s", "share", "ring");
     for (int r = 0; r < n; r++) {

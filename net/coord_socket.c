@@ -27,7 +27,9 @@ static int open_monitor(struct coord *k)
 {
     char ep[80];
     snprintf(ep, sizeof ep, "inproc://ragtag-coord-monitor-%p", (void *)k);
-    if (zmq_socket_monitor(k->router, ep, ZMQ_EVENT_DISCONNECTED) != 0 ||
+    int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(k->router, ep, events) != 0 ||
         !(k->monitor = zmq_socket(k->zctx, ZMQ_PAIR)) || zmq_connect(k->monitor, ep) != 0)
         return rt_error(RT_ERR_NET, "coordinator socket: cannot watch its connections: %s",
                         zmq_strerror(errno));
@@ -38,7 +40,28 @@ static int open_monitor(struct coord *k)
     return RT_OK;
 }
 
-/* Take the monitor's events: note when a worker's connection closed. */
+/* A handshake that failed before the ZAP handler saw it: a client without
+ * CurveZMQ, or one that does not hold this coordinator's public key. The
+ * event names the listening endpoint, not the client: logged under it, at
+ * most once a minute. */
+static void refused_handshake(struct coord *k, uint16_t event, uint32_t value, zmq_msg_t *addr)
+{
+    char ep[RT_ENDPOINT_MAX];
+    snprintf(ep, sizeof ep, "%.*s", (int)zmq_msg_size(addr), (const char *)zmq_msg_data(addr));
+    const char *why =
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+            ? "a client without CurveZMQ (no credentials, or --insecure)"
+        : event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+            ? "a CurveZMQ handshake that does not decrypt (a wrong coordinator key)"
+            : "a handshake that ended early";
+    char who[RT_ENDPOINT_MAX + 32];
+    snprintf(who, sizeof who, "a client of %s", ep);
+    rt_curve_log_refusal(k->curve, who, why);
+}
+
+/* Take the monitor's events: note when a worker's connection closed, log
+ * handshakes refused. */
 static void take_events(struct coord *k)
 {
     for (;;) {
@@ -55,6 +78,8 @@ static void take_events(struct coord *k)
             for (int i = 0; event == ZMQ_EVENT_DISCONNECTED && i < k->nw; i++)
                 if (k->w[i].fd == (int)value && !k->w[i].closed_at)
                     k->w[i].closed_at = rt_now();
+            if (event != ZMQ_EVENT_DISCONNECTED && k->curve)
+                refused_handshake(k, event, value, &addr);
         }
         zmq_msg_close(&ev);
         zmq_msg_close(&addr);
@@ -69,13 +94,19 @@ int coord_socket_open(struct coord *k)
         return rt_error(RT_ERR_NET, "cannot start ZeroMQ: %s", zmq_strerror(errno));
     /* Workers send checkpoints: the largest frame is the parameters. */
     int64_t max = (int64_t)(k->ck.np + 1024) * (int64_t)sizeof(float) + ((int64_t)1 << 20);
+    const char *ep = k->o->listen[0] ? k->o->listen : "tcp://127.0.0.1:*";
+    RT_TRY(coord_security_open(k, ep));
     if (!(k->router = rt_zsock_new(k->zctx, ZMQ_ROUTER, max, 0)))
         return RT_ERR_NET;
     RT_TRY(set_option(k, ZMQ_ROUTER_MANDATORY, "ZMQ_ROUTER_MANDATORY", 1));
-    RT_TRY(set_option(k, ZMQ_ROUTER_HANDOVER, "ZMQ_ROUTER_HANDOVER", 1));
+    /* No handover: a connection that claims a member's routing id is
+     * ignored by libzmq instead of taking that member's link over. */
+    RT_TRY(set_option(k, ZMQ_ROUTER_HANDOVER, "ZMQ_ROUTER_HANDOVER", 0));
+    RT_TRY(rt_curve_server(k->curve, k->router));
     RT_TRY(open_monitor(k));
-    const char *ep = k->o->listen[0] ? k->o->listen : "tcp://127.0.0.1:*";
-    return rt_zsock_bind(k->router, ep, k->endpoint, sizeof k->endpoint);
+    RT_TRY(rt_zsock_bind(k->router, ep, k->endpoint, sizeof k->endpoint));
+    coord_security_announce(k);
+    return RT_OK;
 }
 
 void coord_socket_close(struct coord *k, int rc)
@@ -91,6 +122,7 @@ void coord_socket_close(struct coord *k, int rc)
     }
     rt_zsock_close(&k->router);
     rt_zsock_close(&k->monitor);
+    coord_security_close(k);
     if (k->zctx)
         zmq_ctx_term(k->zctx);
     k->zctx = NULL;
@@ -190,6 +222,14 @@ int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from)
     if (rt_wire_parse(&k->msg, rt_zframe_data(&k->fr, 1), rt_zframe_size(&k->fr, 1), k->run,
                       true) < 0) {
         rt_wire_drop(&k->drops, peer, rt_error_detail());
+        return 0;
+    }
+    /* Only a checkpoint part brings frames after its map (coord_ckpt_part
+     * counts them); any other message is one map. */
+    if (k->fr.n != 2 && strcmp(k->msg.type, "ckpt") != 0) {
+        snprintf(why, sizeof why, "a '%.31s' message of %d frames (it has one)", k->msg.type,
+                 k->fr.n - 1);
+        rt_wire_drop(&k->drops, peer, why);
         return 0;
     }
     if (!w && !strcmp(k->msg.type, "hb") && k->msg.run[0] && (k->adopting || k->training)) {

@@ -80,6 +80,8 @@ struct rt_gossip {
     void *inbox;
     void **out; /* [world]: PUSH to each peer, NULL for self */
     bool connected;
+    rt_curve *curve;                   /* NULL: plain links */
+    char (*keys)[RT_KEY_LEN + 1];      /* [world]: each rank's key, with curve */
     char endpoint[RT_ENDPOINT_MAX];
 
     uint64_t seq;
@@ -110,6 +112,7 @@ static int bind_inbox(rt_gossip *g, const char *ip)
     g->inbox = rt_zsock_new(g->zctx, ZMQ_PULL, max_frame, GOSSIP_HWM);
     if (!g->inbox)
         return RT_ERR_NET;
+    RT_TRY(rt_curve_server(g->curve, g->inbox));
     bool v6 = strchr(ip, ':') != NULL;
     if (v6) {
         int one = 1;
@@ -161,6 +164,7 @@ rt_gossip *rt_gossip_new(const struct rt_gossip_config *c)
     g->reply_timeout = c->reply_timeout > 0 ? c->reply_timeout : DEFAULT_REPLY_TIMEOUT;
     g->epoch = c->epoch;
     g->zctx = c->zctx;
+    g->curve = c->curve;
     rt_rng_seed(&g->rng, c->seed, GOSSIP_STREAM ^ (uint64_t)c->rank);
     rt_wire_writer_init(&g->w);
     rt_wire_msg_init(&g->msg);
@@ -209,6 +213,7 @@ void rt_gossip_destroy(rt_gossip **gp)
     }
     rt_zsock_close(&g->inbox);
     free(g->out);
+    free(g->keys);
     free(g->drained);
     free(g->drained_sent);
     free(g->mine.copy);
@@ -228,10 +233,16 @@ const char *rt_gossip_endpoint(const rt_gossip *g)
     return g->endpoint;
 }
 
-int rt_gossip_connect(rt_gossip *g, const char *const *endpoints)
+int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *const *keys)
 {
     check(g);
-    RT_ASSERT(endpoints && !g->connected);
+    RT_ASSERT(endpoints && !g->connected && (keys || !g->curve));
+    if (g->curve) {
+        if (!(g->keys = calloc((size_t)g->world, sizeof g->keys[0])))
+            return rt_error(RT_ERR_NOMEM, "out of memory");
+        for (int j = 0; j < g->world; j++)
+            snprintf(g->keys[j], sizeof g->keys[j], "%s", keys[j] ? keys[j] : "");
+    }
     for (int j = 0; j < g->world; j++) {
         if (j == g->rank)
             continue;
@@ -244,6 +255,7 @@ int rt_gossip_connect(rt_gossip *g, const char *const *endpoints)
             int one = 1;
             zmq_setsockopt(g->out[j], ZMQ_IPV6, &one, sizeof one);
         }
+        RT_TRY(rt_curve_client(g->curve, g->out[j], g->keys ? g->keys[j] : NULL, NULL));
         RT_TRY(rt_zsock_connect(g->out[j], endpoints[j]));
     }
     g->connected = true;
@@ -440,6 +452,14 @@ static void apply_delta(rt_gossip *g, float *params, const float *copy)
         params[i] += avg[i] - copy[i];
 }
 
+/* With CURVE, the ZAP handler names each connection by its key: a message
+ * counts only when it comes with the key of the rank it names. */
+static bool from_rank(rt_gossip *g, int from)
+{
+    const char *uid = zmq_msg_gets(&g->fr.f[0], "User-Id");
+    return g->keys && uid && !strcmp(uid, g->keys[from]);
+}
+
 /* One message handled: the number of averagings applied to params (0 or
  * 1), or < 0 for an error of this rank's own (never for a bad message). */
 static int handle(rt_gossip *g, float *params)
@@ -449,6 +469,11 @@ static int handle(rt_gossip *g, float *params)
     rt_zframes_peer(&g->fr, 0, peer, sizeof peer);
     if (!validate(g, &h, why, sizeof why))
         goto drop;
+    if (g->curve && !from_rank(g, h.from)) {
+        snprintf(why, sizeof why, "a message that says it is from rank %d on a connection "
+                 "of another key", h.from);
+        goto drop;
+    }
     switch (h.kind) {
     case K_REQ: {
         if (h.epoch < g->epoch) {

@@ -40,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "curve.h"
+
 typedef struct rt_gossip rt_gossip;
 
 struct rt_gossip_config {
@@ -55,6 +57,7 @@ struct rt_gossip_config {
     double reply_timeout; /* seconds an exchange may stay unanswered before it is
                              abandoned (0: 30) */
     uint64_t epoch;       /* the epoch the first steps belong to (0 for a fresh run) */
+    rt_curve *curve;      /* CurveZMQ links (curve.h); NULL: plain (--insecure) */
 };
 
 /* Binds the PULL inbox. NULL with a detail on error. world == 1 is valid
@@ -66,8 +69,9 @@ void rt_gossip_destroy(rt_gossip **g);
 const char *rt_gossip_endpoint(const rt_gossip *g);
 
 /* world entries, one per rank (this rank's own is ignored, may be NULL):
- * one PUSH socket per peer. Once, before the first step. */
-int rt_gossip_connect(rt_gossip *g, const char *const *endpoints);
+ * one PUSH socket per peer. Once, before the first step. keys: each rank's
+ * public key (the membership's), required with a curve, else NULL. */
+int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *const *keys);
 
 /* At a step boundary, never blocking: (1) answer every waiting request
  * (params := (params + theirs) / 2, reply with that); (2) apply the reply

@@ -44,22 +44,44 @@ static int read_all(int fd, void *p, size_t n)
     return 0;
 }
 
+/* With o->curve, every link is CurveZMQ like a secured cluster's: a key
+ * pair per rank, the members' keys admitted (bench: its cost). */
+static rt_curve *child_curve(const struct rt_localring_opts *o, void *ctx, int rank,
+                             char key[RT_KEY_LEN + 1])
+{
+    key[0] = '\0';
+    if (!o->curve)
+        return NULL;
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", rank);
+    struct rt_curve_config cc = {.zctx = ctx, .who = who, .unknown = "not a member",
+                                 .defer_s = 5.0};
+    if (rt_keypair_new(&cc.self) < 0)
+        return NULL;
+    snprintf(key, RT_KEY_LEN + 1, "%s", cc.self.pub);
+    return rt_curve_new(&cc);
+}
+
 static int child(const struct rt_localring_opts *o, int rank, int to_parent, int from_parent,
                  int out_fd, rt_localring_fn fn, void *arg)
 {
     static struct rt_membership ms; /* large: not on the stack */
-    char run[RT_RUN_ID_LEN + 1];
+    char run[RT_RUN_ID_LEN + 1], key[RT_KEY_LEN + 1];
     void *ctx = zmq_ctx_new();
+    rt_curve *curve = child_curve(o, ctx, rank, key);
     void *inbox = rt_zsock_new(ctx, ZMQ_PULL, (int64_t)RT_RING_MAX_CHUNK, 4096);
     char ep[RT_ENDPOINT_MAX];
     snprintf(ep, sizeof ep, "tcp://127.0.0.%d:*", rank + 1);
-    if (!inbox || rt_zsock_bind(inbox, ep, ep, sizeof ep) < 0) {
+    if ((o->curve && !curve) || !inbox || rt_curve_server(curve, inbox) < 0 ||
+        rt_zsock_bind(inbox, ep, ep, sizeof ep) < 0) {
         fprintf(stderr, "rank %d: %s\n", rank, rt_error_detail());
         return 3;
     }
-    if (write_all(to_parent, ep, sizeof ep) < 0 || read_all(from_parent, &ms, sizeof ms) < 0 ||
-        read_all(from_parent, run, sizeof run) < 0)
+    if (write_all(to_parent, ep, sizeof ep) < 0 || write_all(to_parent, key, sizeof key) < 0 ||
+        read_all(from_parent, &ms, sizeof ms) < 0 || read_all(from_parent, run, sizeof run) < 0)
         return 3;
+    for (int r = 0; curve && r < ms.n; r++)
+        rt_curve_allow_one(curve, ms.m[r].key);
     struct rt_ring_config rc = {
         .run = run,
         .members = &ms,
@@ -69,6 +91,7 @@ static int child(const struct rt_localring_opts *o, int rank, int to_parent, int
         .allow_shm = o->links != RT_LINKS_TCP,
         .chunk_bytes = o->chunk_bytes,
         .stall_timeout = o->stall_timeout > 0 ? o->stall_timeout : 60.0,
+        .curve = curve,
     };
     rt_ring *ring = rt_ring_new(&rc);
     if (!ring) {
@@ -78,6 +101,7 @@ static int child(const struct rt_localring_opts *o, int rank, int to_parent, int
     int status = fn(ring, rank, out_fd, arg);
     rt_ring_destroy(&ring);
     rt_zsock_close(&inbox);
+    rt_curve_destroy(&curve);
     zmq_ctx_term(ctx);
     return status;
 }
@@ -117,11 +141,13 @@ int rt_localring_run(const struct rt_localring_opts *o, rt_localring_fn fn, void
     int rc = RT_OK;
     for (int r = 0; r < n; r++) {
         struct rt_member *m = &ms.m[r];
-        if (read_all(up[r][0], m->endpoint, sizeof m->endpoint) < 0) {
+        if (read_all(up[r][0], m->endpoint, sizeof m->endpoint) < 0 ||
+            read_all(up[r][0], m->key, sizeof m->key) < 0) {
             rc = rt_error(RT_ERR_NET, "rank %d died before reporting its endpoint", r);
             break;
         }
         snprintf(m->id, sizeof m->id, "%016llx", (unsigned long long)rt_net_nonce());
+        snprintf(m->shm, sizeof m->shm, "%016llx", (unsigned long long)rt_net_nonce());
         snprintf(m->name, sizeof m->name, "rank%d", r);
         snprintf(m->host, sizeof m->host, "localhost");
         if (o->links == RT_LINKS_SHM)

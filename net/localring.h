@@ -24,6 +24,7 @@ struct rt_localring_opts {
     enum rt_localring_links links;
     size_t chunk_bytes;   /* 0: default */
     double stall_timeout; /* 0: 60 s */
+    bool curve;           /* CurveZMQ on the TCP links (curve.h) */
 };
 
 /* fn runs in each child; out_fd is a pipe to the parent. Its return value

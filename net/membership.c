@@ -10,7 +10,7 @@
 
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
 {
-    rt_wire_raw_map(w, 9);
+    rt_wire_raw_map(w, 11);
     rt_wire_raw_str(w, "id");
     rt_wire_raw_str(w, m->id);
     rt_wire_raw_str(w, "name");
@@ -29,6 +29,18 @@ void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
     rt_wire_raw_uint(w, (uint64_t)m->threads);
     rt_wire_raw_str(w, "ips");
     rt_wire_raw_f64(w, m->images_per_s);
+    rt_wire_raw_str(w, "key");
+    rt_wire_raw_str(w, m->key);
+    rt_wire_raw_str(w, "shm");
+    rt_wire_raw_str(w, m->shm);
+}
+
+static bool hex16(const char *s)
+{
+    for (int i = 0; i < 16; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return s[16] == '\0';
 }
 
 static bool printable(const char *s)
@@ -55,6 +67,12 @@ int rt_member_get(rt_wire_map map, struct rt_member *m)
     RT_TRY(rt_wire_get_str(map, "device", 0, m->device, sizeof m->device));
     RT_TRY(rt_wire_get_uint(map, "threads", 0, 4096, &threads));
     RT_TRY(rt_wire_get_f64(map, "ips", 0.0, 1e12, &m->images_per_s));
+    RT_TRY(rt_wire_get_str(map, "key", 0, m->key, sizeof m->key));
+    if (m->key[0] && !rt_key_valid(m->key))
+        return rt_error(RT_ERR_FORMAT, "field 'key' is not a CurveZMQ public key");
+    RT_TRY(rt_wire_get_str(map, "shm", 16, m->shm, sizeof m->shm));
+    if (!hex16(m->shm))
+        return rt_error(RT_ERR_FORMAT, "field 'shm' is not 16 hex digits");
     m->threads = (int)threads;
     if (strncmp(m->endpoint, "tcp://", 6) != 0)
         return rt_error(RT_ERR_FORMAT, "ring endpoint '%s' is not tcp://", m->endpoint);
@@ -105,4 +123,14 @@ const char *rt_membership_link_kind(const struct rt_membership *ms, int r, bool 
         return "-";
     int right = (r + 1) % ms->n;
     return allow_shm && rt_membership_same_host(ms, r, right) ? "shm" : "tcp";
+}
+
+void rt_membership_admit(const struct rt_membership *ms, rt_curve *c)
+{
+    if (!c)
+        return;
+    static _Thread_local char keys[RT_MAX_WORKERS][RT_KEY_LEN + 1];
+    for (int r = 0; r < ms->n; r++)
+        memcpy(keys[r], ms->m[r].key, RT_KEY_LEN + 1);
+    rt_curve_allow(c, (const char(*)[RT_KEY_LEN + 1])keys, ms->n);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "collective.h"
+#include "curve.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -27,6 +28,9 @@ struct rt_member {
     char device[128];                 /* device name */
     int threads;
     double images_per_s;              /* measured at join (0 until known) */
+    char key[RT_KEY_LEN + 1];         /* its CurveZMQ public key ("": --insecure) */
+    char shm[17];                     /* 16 random hex digits: its shared memory's name,
+                                         known only to the members */
 };
 
 struct rt_membership {
@@ -35,7 +39,7 @@ struct rt_membership {
     struct rt_member m[RT_MAX_WORKERS];
 };
 
-/* Encode one member as a map (9 entries), for hello and the job. */
+/* Encode one member as a map (11 entries), for hello and the job. */
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m);
 /* Decode and check one member map. */
 int rt_member_get(rt_wire_map map, struct rt_member *m);
@@ -44,6 +48,9 @@ int rt_member_get(rt_wire_map map, struct rt_member *m);
  * as two fields of the message. */
 void rt_membership_put(rt_wire_writer *w, const struct rt_membership *ms);
 int rt_membership_get(rt_wire_map map, struct rt_membership *ms);
+
+/* Admit exactly these members' keys to c's sockets (NULL c: nothing). */
+void rt_membership_admit(const struct rt_membership *ms, rt_curve *c);
 
 /* Whether ranks a and b share memory (same host id) and may use shm. */
 bool rt_membership_same_host(const struct rt_membership *ms, int a, int b);

@@ -35,6 +35,10 @@ struct rt_coord_options {
     char local_backend[32]; /* one name, or one per worker: cpu,opencl (cycled) */
     int local_device;
     char local_throttle[128]; /* testing aid: "" or one fraction per worker (cycled) */
+    /* link security (docs/cluster.md, "Security") */
+    bool insecure;            /* no CURVE: plain links, said loudly */
+    char keys_dir[1024];      /* ragtag keygen's DIR: key pair and join token */
+    char authorized_keys[1024]; /* admit these workers' keys instead of the token */
 };
 
 void rt_coord_options_defaults(struct rt_coord_options *o);
@@ -63,9 +67,22 @@ struct rt_worker_options {
     char stall_at[32];    /* testing aid: "" or STEP:SECONDS, the training thread hangs */
     long parent;          /* > 0: the process that started this worker (train
                              --workers N); the worker dies with it */
+    /* link security (docs/cluster.md, "Security") */
+    bool insecure;        /* plain links, for a coordinator that runs --insecure */
+    char join_file[1024]; /* a file holding the join string (else $RAGTAG_JOIN,
+                             else, for a loopback coordinator, this user's own) */
+    char keys_dir[1024];  /* this worker's own key pair (ragtag keygen DIR), for a
+                             coordinator that admits by --authorized-keys */
+    char data_dirs[8][1024]; /* --data-dir: the only directories whose files a job
+                             may name (served data aside) */
+    int ndata_dirs;
+    bool any_data;        /* every path allowed (local workers of train --workers) */
 };
 
 void rt_worker_options_defaults(struct rt_worker_options *o);
+/* `ragtag keygen DIR`: a key pair and a join token in DIR (creds.h); the
+ * public key in public_key. */
+int rt_net_keygen(const char *dir, char *public_key, size_t cap);
 int rt_worker_run(const struct rt_worker_options *o);
 void rt_worker_request_stop(void);
 

@@ -40,3 +40,11 @@ int rt_worker_run(const struct rt_worker_options *o)
 }
 
 void rt_worker_request_stop(void) {}
+
+int rt_net_keygen(const char *dir, char *public_key, size_t cap)
+{
+    (void)dir;
+    if (cap)
+        public_key[0] = '\0';
+    return MISSING;
+}

@@ -74,6 +74,7 @@ struct rt_ring {
     rt_wire_droplog drops;
     char who[32];
     bool broken;
+    char left_key[RT_KEY_LEN + 1]; /* CURVE: the only key chunks may come from ("": plain) */
 };
 
 enum plan_kind { P_RS, P_AG, P_AR, P_BC };
@@ -119,10 +120,12 @@ static void zc_released(void *data, void *hint)
 
 /* ---- set-up ----------------------------------------------------------------------- */
 
-static void shm_name(char *out, size_t cap, const char *run, const struct rt_member *m,
-                     uint64_t gen)
+/* Named by the owner's random shm secret, which only the members learn
+ * (over authenticated links): nobody else can guess the name to create it
+ * first or open it. The run id stays out of it. */
+static void shm_name(char *out, size_t cap, const struct rt_member *m, uint64_t gen)
 {
-    snprintf(out, cap, "/ragtag-%.8s-%s-g%llu", run, m->id, (unsigned long long)gen);
+    snprintf(out, cap, "/ragtag-%s-g%llu", m->shm, (unsigned long long)gen);
 }
 
 rt_ring *rt_ring_new(const struct rt_ring_config *c)
@@ -174,12 +177,12 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
     if (r->left_shm || r->right_shm) {
         uint32_t expect = r->left == r->right ? 1 : (uint32_t)r->left_shm + (uint32_t)r->right_shm;
         uint32_t slots = c->shm_slots > 0 ? (uint32_t)c->shm_slots : 8;
-        shm_name(name, sizeof name, r->run, &ms->m[r->rank], r->gen);
+        shm_name(name, sizeof name, &ms->m[r->rank], r->gen);
         r->own = rt_shm_create(name, r->run, r->gen, r->left_shm ? slots : 0, chunk, expect);
         if (!r->own)
             goto fail;
         if (r->right_shm) {
-            shm_name(name, sizeof name, r->run, &ms->m[r->right], r->gen);
+            shm_name(name, sizeof name, &ms->m[r->right], r->gen);
             if (!(r->right_seg = rt_shm_open(name, r->run, r->gen, &tmo)))
                 goto fail;
             if (rt_shm_slot_bytes(r->right_seg) < chunk || rt_shm_slots(r->right_seg) == 0) {
@@ -192,7 +195,7 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
             if (r->left == r->right && r->right_seg) {
                 r->left_seg = r->right_seg;
             } else {
-                shm_name(name, sizeof name, r->run, &ms->m[r->left], r->gen);
+                shm_name(name, sizeof name, &ms->m[r->left], r->gen);
                 if (!(r->left_seg = rt_shm_open(name, r->run, r->gen, &tmo)))
                     goto fail;
             }
@@ -200,9 +203,12 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
         if (rt_shm_unlink_when_attached(r->own, &tmo) < 0)
             goto fail;
     }
+    if (c->curve && !r->left_shm)
+        snprintf(r->left_key, sizeof r->left_key, "%s", ms->m[r->left].key);
     if (!r->right_shm) {
         r->out = rt_zsock_new(r->zctx, ZMQ_PUSH, 0, 0);
-        if (!r->out || rt_zsock_connect(r->out, ms->m[r->right].endpoint) < 0)
+        if (!r->out || rt_curve_client(c->curve, r->out, ms->m[r->right].key, NULL) < 0 ||
+            rt_zsock_connect(r->out, ms->m[r->right].endpoint) < 0)
             goto fail;
     }
     return r;
@@ -490,6 +496,15 @@ static bool chunk_ok(rt_ring *r, const struct expect *e, uint64_t *flags, char *
     return true;
 }
 
+/* With CURVE, the ZAP handler names each connection by its key: a chunk
+ * counts only from the left neighbour of this generation (a member of an
+ * older one, still connected, is not heard). */
+static bool from_left(rt_ring *r)
+{
+    const char *uid = zmq_msg_gets(&r->fr.f[0], "User-Id");
+    return uid && !strcmp(uid, r->left_key);
+}
+
 /* From the ZeroMQ inbox: a header frame and the raw bytes. */
 static int recv_zmq(rt_ring *r, struct plan *p, const struct expect *e, uint32_t *fl)
 {
@@ -498,6 +513,13 @@ static int recv_zmq(rt_ring *r, struct plan *p, const struct expect *e, uint32_t
         return rc == RT_ERR_INTERRUPTED ? 0 : rc;
     char why[300];
     uint64_t mfl = 0;
+    if (r->left_key[0] && !from_left(r)) {
+        char peer[64];
+        rt_zframes_peer(&r->fr, 0, peer, sizeof peer);
+        rt_wire_drop(&r->drops, peer, "a message from a connection that is not the left "
+                                      "neighbour's (another member's key)");
+        return 2;
+    }
     if (!chunk_ok(r, e, &mfl, why, sizeof why)) {
         char peer[64];
         rt_zframes_peer(&r->fr, 0, peer, sizeof peer);

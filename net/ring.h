@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "curve.h"
 #include "membership.h"
 
 #define RT_RING_MAX_CHUNK ((size_t)4 << 20)
@@ -68,6 +69,10 @@ struct rt_ring_config {
     /* Called while the set-up waits for a neighbour (with idle_arg): keep
      * heartbeats going; < 0 gives the set-up up. NULL: none. */
     rt_ring_idle_fn setup_idle;
+    /* CurveZMQ (curve.h): the link to the right neighbour is encrypted and
+     * checks its key (members->m[].key); chunks count only from the left
+     * neighbour's key. NULL: plain links (--insecure). */
+    rt_curve *curve;
 };
 
 /* Connect to the neighbours (shared memory set up with them, so all ranks

@@ -162,6 +162,15 @@ rt_shm *rt_shm_open(const char *name, const char *run, uint64_t gen, const struc
     }
     struct stat st;
     fstat(fd, &st);
+    /* Only a neighbour of this user made it, for this user alone: anything
+     * else was planted (another user's segment under the expected name). */
+    if (st.st_uid != geteuid() || (st.st_mode & 077)) {
+        close(fd);
+        rt_error(RT_ERR_NET, "shared memory %s belongs to another user or is open to others "
+                             "(mode %04o): not a neighbour's", name,
+                 (unsigned)(st.st_mode & 07777));
+        return NULL;
+    }
     size_t size = (size_t)st.st_size;
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);

@@ -29,6 +29,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "comm.h"
+#include "dataguard.h"
 #include "gossip.h"
 #include "datashare.h"
 #include "membership.h"
@@ -40,6 +41,7 @@
 #include "train-testing.h"
 #include "transport.h"
 #include "wire.h"
+#include "worker_sec.h"
 
 #define WORKER_MAX_FRAME ((int64_t)1 << 30) /* weights when resuming */
 #define MAX_MODEL_TEXT (512u << 10)
@@ -80,6 +82,7 @@ struct resume_state {
 struct worker {
     const struct rt_worker_options *o;
     void *zctx, *ctrl, *inbox;
+    struct rt_worker_sec sec; /* credentials, keys, who may connect */
     char run[RT_RUN_ID_LEN + 1];
     struct rt_member me;
     rt_wire_writer w;
@@ -237,8 +240,11 @@ static int open_sockets(struct worker *w)
         snprintf(ip, sizeof ip, "%s", o->advertise);
     else
         RT_TRY(rt_net_route_addr(o->join, ip, sizeof ip));
+    RT_TRY(rt_worker_sec_open(&w->sec, w->zctx, o, w->who));
+    if (w->sec.curve)
+        snprintf(w->me.key, sizeof w->me.key, "%s", rt_curve_public(w->sec.curve));
     w->inbox = rt_zsock_new(w->zctx, ZMQ_PULL, (int64_t)RT_RING_MAX_CHUNK, 4096);
-    if (!w->inbox)
+    if (!w->inbox || rt_curve_server(w->sec.curve, w->inbox) < 0)
         return RT_ERR_NET;
     char ep[RT_ENDPOINT_MAX], bound[RT_ENDPOINT_MAX], port[16];
     if (o->ring_port > 0)
@@ -264,6 +270,7 @@ static int open_sockets(struct worker *w)
     /* no send waits for ever on a coordinator that is gone (the job sets
      * the run's --worker-timeout) */
     zmq_setsockopt(w->ctrl, ZMQ_SNDTIMEO, &ms, sizeof ms);
+    RT_TRY(rt_worker_sec_ctrl(&w->sec, w->zctx, w->ctrl));
     return rt_zsock_connect(w->ctrl, o->join);
 }
 
@@ -272,6 +279,7 @@ static int describe(struct worker *w)
     const struct rt_worker_options *o = w->o;
     struct rt_member *me = &w->me;
     snprintf(me->id, sizeof me->id, "%016llx", (unsigned long long)rt_net_nonce());
+    snprintf(me->shm, sizeof me->shm, "%016llx", (unsigned long long)rt_net_nonce());
     rt_net_host_name(me->host, sizeof me->host);
     if (o->name[0])
         snprintf(me->name, sizeof me->name, "%s", o->name);
@@ -356,6 +364,8 @@ static int parse_job(struct worker *w)
     w->served = rt_wire_has(j, "data");
     if (w->served)
         RT_TRY(rt_manifest_get(j, &w->man));
+    else
+        RT_TRY(rt_data_guard(w->o, c->data_spec));
     return RT_OK;
 }
 
@@ -365,7 +375,8 @@ static int join(struct worker *w)
     w->hb = 1.0;
     w->peer_timeout = 30.0;
     double t0 = rt_now(), last_hello = -1e9;
-    say(w, "joining %s (ring inbox %s)", w->o->join, w->me.endpoint);
+    say(w, "joining %s (ring inbox %s; links %s)", w->o->join, w->me.endpoint,
+        w->sec.curve ? "CurveZMQ" : "INSECURE");
     for (;;) {
         double now = rt_now();
         if (now - last_hello >= 1.0) {
@@ -380,6 +391,7 @@ static int join(struct worker *w)
         if (w->o->connect_timeout > 0 && limit <= 0)
             return rt_error(RT_ERR_TIMEOUT, "no coordinator answered at %s within %.0f s",
                             w->o->join, w->o->connect_timeout);
+        RT_TRY(rt_worker_sec_check(&w->sec, w->o->join));
         int rc = wait_for(w, want, 1, limit > 0 && limit < 1.0 ? limit : 1.0);
         if (rc == RT_ERR_TIMEOUT)
             continue;
@@ -396,6 +408,8 @@ static int join(struct worker *w)
                 zmq_send(w->ctrl, w->w.data, w->w.len, ZMQ_DONTWAIT);
             return rt_error(RT_ERR_FORMAT, "%s", why);
         }
+        rt_worker_sec_joined(&w->sec);
+        rt_membership_admit(&w->ms, w->sec.curve); /* its ring and gossip peers */
         w->last_seen = w->last_hb = rt_now();
         int ms = (int)(w->peer_timeout * 1000.0);
         zmq_setsockopt(w->ctrl, ZMQ_SNDTIMEO, &ms, sizeof ms);
@@ -597,6 +611,7 @@ static int form_ring(struct worker *w, rt_ring **ring, double setup_timeout)
         .allow_shm = w->allow_shm,
         .chunk_bytes = w->chunk,
         .setup_timeout = setup_timeout,
+        .curve = w->sec.curve,
     };
     *ring = rt_ring_new(&rc);
     return *ring ? RT_OK : RT_ERR_NET;
@@ -610,6 +625,7 @@ static int take_members(struct worker *w)
     if (w->ms.gen <= before)
         return rt_error(RT_ERR_FORMAT, "members of generation %llu after %llu",
                         (unsigned long long)w->ms.gen, (unsigned long long)before);
+    rt_membership_admit(&w->ms, w->sec.curve);
     for (int r = 0; r < w->ms.n; r++)
         if (!strcmp(w->ms.m[r].id, w->me.id)) {
             w->rank = r;
@@ -725,6 +741,7 @@ static int w_ready(void *ctx, double ips, const char *summary)
         .members = &w->ms,
         .allow_shm = w->allow_shm,
         .chunk_bytes = w->chunk,
+        .curve = w->sec.curve,
     };
     w->comm = rt_comm_new(&cc);
     if (!w->comm) {
@@ -836,11 +853,13 @@ static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
         .seed = w->c.seed,
         .reply_timeout = w->peer_timeout,
         .epoch = (uint64_t)first_epoch,
+        .curve = w->sec.curve,
     };
     if (!(w->gossip = rt_gossip_new(&gc)))
         return RT_ERR_NET;
     char(*eps)[RT_ENDPOINT_MAX] = calloc((size_t)w->world, RT_ENDPOINT_MAX);
     const char **ptr = calloc((size_t)w->world, sizeof *ptr);
+    const char **keys = calloc((size_t)w->world, sizeof *keys);
     int rc = eps && ptr ? RT_OK : rt_error(RT_ERR_NOMEM, "out of memory");
     if (rc == RT_OK)
         snprintf(eps[w->rank], RT_ENDPOINT_MAX, "%s", rt_gossip_endpoint(w->gossip));
@@ -849,11 +868,16 @@ static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
         if (rc == RT_OK && (eps[r][RT_ENDPOINT_MAX - 1] || strncmp(eps[r], "tcp://", 6)))
             rc = rt_error(RT_ERR_NET, "rank %d sent a malformed gossip address", r);
         ptr[r] = eps[r];
+        if (keys)
+            keys[r] = w->ms.m[r].key;
     }
+    if (rc == RT_OK && !keys)
+        rc = rt_error(RT_ERR_NOMEM, "out of memory");
     if (rc == RT_OK)
-        rc = rt_gossip_connect(w->gossip, ptr);
+        rc = rt_gossip_connect(w->gossip, ptr, w->sec.curve ? keys : NULL);
     free(eps);
     free(ptr);
+    free(keys);
     return rc;
 }
 
@@ -1069,6 +1093,10 @@ static void report_end(struct worker *w, int status, const struct rt_train_resul
     snprintf(msg, sizeof msg, "%s", status < 0 ? rt_error_detail() : "");
     if (!msg[0] && status < 0)
         snprintf(msg, sizeof msg, "%s", rt_strerror(status));
+    /* A reader's detail may quote the file (a CSV field): it stays here. */
+    if (status < 0 && !w->served && rt_data_guard_mentions(w->c.data_spec, msg))
+        snprintf(msg, sizeof msg, "cannot read its data %.200s: %s (the detail is in the "
+                 "worker's log; no file content is sent)", w->c.data_spec, rt_strerror(status));
     rt_wire_begin(&w->w, w->run, "done", 19);
     rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
     rt_wire_put_int(&w->w, "status", status);
@@ -1177,6 +1205,7 @@ out:
         zmq_setsockopt(w->ctrl, ZMQ_LINGER, &linger, sizeof linger);
     }
     rt_wire_droplog_flush(&w->drops);
+    rt_worker_sec_close(&w->sec); /* stops watching ctrl, ends the ZAP handler */
     rt_zsock_close(&w->ctrl);
     rt_zsock_close(&w->inbox);
     if (w->zctx)

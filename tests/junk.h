@@ -25,6 +25,9 @@
 #include <zmq.h>
 
 static uint64_t junk_rng = 0x9E3779B97F4A7C15ull;
+/* CurveZMQ keys to send with (server public, own public, own secret), or
+ * NULL: a stranger without credentials. */
+static const char *junk_curve[3];
 
 static uint32_t junk_rand(void)
 {
@@ -135,6 +138,11 @@ static void junk_blast(const char *endpoint, int type, const char *run, int roun
     int zero = 0, hwm = 100000;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    if (junk_curve[0]) {
+        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, junk_curve[0], 40);
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, junk_curve[1], 40);
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, junk_curve[2], 40);
+    }
     zmq_connect(s, endpoint);
     usleep(50000);
     static char big[6 << 20];

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 
 #include "children.h"
+#include "creds.h"
 #include "membership.h"
 #include "net.h"
 #include "clock.h"
@@ -139,6 +140,15 @@ static void fake_open(struct fake *f, const char *endpoint, const char *id, cons
     assert_non_null(f->s);
     int zero = 0;
     assert_int_equal(zmq_setsockopt(f->s, ZMQ_LINGER, &zero, sizeof zero), 0);
+    /* A coordinator on loopback makes this user's credentials when it
+     * starts: the fake workers join with them like real ones. */
+    struct rt_creds cr;
+    double t0 = rt_now();
+    while (rt_creds_local(endpoint, false, &cr) < 0 && rt_now() - t0 < 10.0)
+        usleep(20000);
+    assert_int_equal(zmq_setsockopt(f->s, ZMQ_CURVE_SERVERKEY, cr.coord.pub, 40), 0);
+    assert_int_equal(zmq_setsockopt(f->s, ZMQ_CURVE_PUBLICKEY, cr.invite.pub, 40), 0);
+    assert_int_equal(zmq_setsockopt(f->s, ZMQ_CURVE_SECRETKEY, cr.invite.sec, 40), 0);
     assert_int_equal(zmq_connect(f->s, endpoint), 0);
     snprintf(f->m.id, sizeof f->m.id, "%s", id);
     snprintf(f->m.name, sizeof f->m.name, "%s", name);
@@ -148,6 +158,7 @@ static void fake_open(struct fake *f, const char *endpoint, const char *id, cons
     snprintf(f->m.backend, sizeof f->m.backend, "cpu");
     snprintf(f->m.device, sizeof f->m.device, "fake");
     f->m.threads = 1;
+    snprintf(f->m.shm, sizeof f->m.shm, "%016llx", (unsigned long long)rt_net_nonce());
     f->rank = -1;
     rt_wire_writer_init(&f->w);
     rt_wire_msg_init(&f->msg);

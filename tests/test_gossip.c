@@ -57,7 +57,7 @@ static void world_init(struct world *w, int ranks, size_t n, double reply_timeou
         tu_fill_uniform(w->x[r], n, (float)r, (float)r + 1.0f, seed * 31 + (uint64_t)r);
     }
     for (int r = 0; r < ranks; r++)
-        if (rt_gossip_connect(w->g[r], w->ep) < 0)
+        if (rt_gossip_connect(w->g[r], w->ep, NULL) < 0)
             fail_msg("rt_gossip_connect rank %d: %s", r, rt_error_detail());
 }
 
@@ -547,7 +547,7 @@ static void test_reply_timeout(void **state)
     rt_gossip *g = rt_gossip_new(&c);
     assert_non_null(g);
     const char *eps[2] = {NULL, mute_ep};
-    assert_int_equal(rt_gossip_connect(g, eps), RT_OK);
+    assert_int_equal(rt_gossip_connect(g, eps, NULL), RT_OK);
     float x[64], before[64];
     tu_fill_uniform(x, n, -1.0f, 1.0f, 66);
     memcpy(before, x, sizeof x);

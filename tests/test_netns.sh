@@ -52,14 +52,17 @@ gone_within() {
 rtf_ns_up "$P" 4 || { bad "cannot build the namespaces"; exit 1; }
 port=$((34000 + $$ % 3000))
 join=tcp://10.250.0.1:$port
+# beyond loopback a coordinator needs credentials: the workers get the join string from a file
+"$RAGTAG" keygen "$tmp/keys" >/dev/null || bad "ragtag keygen"
 ( rtf_ns_exec "$P-c" hc "$RAGTAG" coord "$top_srcdir/examples/lenet.cfg" --workers 4 --listen "$join" \
+    --keys "$tmp/keys" \
     --data fashion-mnist --limit 12000 --val 0.1 --batch 48 --partition static --progress lines \
     --epochs $epochs --worker-timeout $T --metrics "$tmp/m.jsonl" ) >"$tmp/c.log" 2>&1 &
 c=$!
 pids="$c"
 for k in 1 2 3 4; do
   ( rtf_ns_exec "$P-$k" "h$k" "$RAGTAG" worker --join "$join" --advertise "10.250.0.$((10 + k))" \
-      --name "n$k" --threads 1 --connect-timeout 60 ) >"$tmp/n$k.log" 2>&1 &
+      --name "n$k" --threads 1 --connect-timeout 60 --join-file "$tmp/keys/join" ) >"$tmp/n$k.log" 2>&1 &
   pids="$pids $!"
   [ $k -eq 2 ] && n2=$!
 done

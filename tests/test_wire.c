@@ -179,6 +179,7 @@ static void sample_member(struct rt_member *m, int k)
     snprintf(m->device, sizeof m->device, "AMD EPYC");
     m->threads = 2;
     m->images_per_s = 1234.5;
+    snprintf(m->shm, sizeof m->shm, "%016x", 0x5e00 + k);
 }
 
 static void test_membership(void **state)
