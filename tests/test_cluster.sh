@@ -162,7 +162,9 @@ else bad "no drops logged (endpoints: $eps)"; cat "$tmp/c7plain.log"; fi
 junk_run curve "--keys $tmp/keys" "--join-file $tmp/keys/join"
 wlogs="$tmp/a7curve.log $tmp/b7curve.log $tmp/c7wcurve.log"
 check_run "CurveZMQ: a run with garbage sent to the coordinator and every ring inbox" "$tmp/c7curve.log" $st
-if grep -q "\[coord\] refused a connection from a client of tcp://127.0.0.1:$port: a client without CurveZMQ" "$tmp/c7curve.log" &&
+# (junk that is not a ZMTP greeting ends the handshake early; a plain one
+# is a mechanism mismatch: which one libzmq sees first varies)
+if grep -q "\[coord\] refused a connection from a client of tcp://127.0.0.1:$port: \(a client without CurveZMQ\|a handshake that ended early\)" "$tmp/c7curve.log" &&
    [ "$(grep -c 'refused a connection' "$tmp/c7curve.log")" -eq 1 ] &&
    ! cat $wlogs | grep -q "dropped a message" &&
    grep -q "\[coord\] dropped a message" "$tmp/c7curve.log"; then

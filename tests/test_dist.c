@@ -279,9 +279,10 @@ static void test_balanced_uneven_workers(void **state)
         double want = 1.0 + 61.0 * speed[r] / tot;
         assert_true(fabs((double)share[r] - want) <= 0.15 * want + 0.5); /* 0.5: rounding */
     }
-    /* the throttled worker is the slow one and gets the least */
+    /* the throttled worker is the slow one and gets the least (how much
+     * less depends on how busy the machine keeps the others: the rule
+     * above is the test of the shares) */
     assert_true(share[2] < share[0] && share[2] < share[1]);
-    assert_true(share[2] * 2 < 64 / 3);
     /* every sample once: the run fails otherwise; the metrics count them */
     char mp[600];
     snprintf(mp, sizeof mp, "grep -q '\"samples\": *1280' %s/bal.jsonl", tmp);
