@@ -142,6 +142,9 @@ static const char *const coord_help[] = {
     "--authorized-keys F", "coord: admit only workers whose public keys F lists (one a line), "
                            "not the join token",
     "--insecure", "no authentication or encryption on the links (a warning says so)",
+    "--link-security M", "curve (default: every link authenticated and encrypted), token "
+                         "(links between workers authenticated, not encrypted: trusted "
+                         "networks), none (= --insecure)",
     NULL, NULL,
 };
 
@@ -243,6 +246,16 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
     }
     if (!strcmp(key, "insecure")) { /* train --workers N too: to measure what CURVE costs */
         o->insecure = true;
+        return 1;
+    }
+    if (!strcmp(key, "link-security")) {
+        if (strcmp(v, "curve") && strcmp(v, "token") && strcmp(v, "none")) {
+            fprintf(stderr, "ragtag %s: --link-security: '%s' is not curve, token or none\n",
+                    cmd, v);
+            return -1;
+        }
+        o->insecure = !strcmp(v, "none");
+        o->token_links = !strcmp(v, "token");
         return 1;
     }
     if (!coord) {

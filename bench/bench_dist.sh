@@ -6,7 +6,8 @@
 #                                   ragtag over shared memory (local workers) and over
 #                                   ZeroMQ/TCP (as between hosts), OpenMPI over shared
 #                                   memory and over TCP, PyTorch's Gloo
-#   bench/bench_dist.sh security    the same over TCP with CurveZMQ and --insecure
+#   bench/bench_dist.sh security    the same over TCP with CurveZMQ and --insecure (and
+#                                   training with --link-security token)
 #   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
 #                                   thread against 1 process x 2 threads
 #
@@ -106,7 +107,8 @@ train() {
 }
 
 # What CurveZMQ costs: the same TCP ring and the same 2-worker training
-# with credentials (the default) and --insecure, interleaved, best of REPS.
+# with credentials (the default), token links (training) and --insecure,
+# interleaved, best of REPS.
 security() {
   ar="$BUILD/bench/bench_allreduce"
   ragtag="$BUILD/src/ragtag"
@@ -122,22 +124,27 @@ security() {
   for model in lenet seedcnn; do
     images=19200
     [ $model = seedcnn ] && images=6400
-    plain=0 curve=0
+    plain=0 token=0 curve=0
     for _ in $(seq "$REPS"); do
-      for cell in plain curve; do
+      for cell in plain token curve; do
         rm -f "$tmp/m.jsonl"
         flags="--threads 1 --workers 2 --no-shm"
         [ $cell = plain ] && flags="$flags --insecure"
+        [ $cell = token ] && flags="$flags --link-security token"
         "$ragtag" train "$top/examples/$model.cfg" --data fashion-mnist --val 0 --limit $images \
           --epochs 1 --batch 64 --lr 0.01 --momentum 0.9 --progress off --metrics "$tmp/m.jsonl" \
           $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; continue; }
         v=$(ips "$tmp/m.jsonl")
-        if [ $cell = plain ]; then plain=$(max "$plain" "$v"); else curve=$(max "$curve" "$v"); fi
+        case $cell in
+          plain) plain=$(max "$plain" "$v") ;;
+          token) token=$(max "$token" "$v") ;;
+          curve) curve=$(max "$curve" "$v") ;;
+        esac
       done
     done
-    awk -v m=$model -v a="$plain" -v b="$curve" 'BEGIN {
-      printf "%-8s 2 workers over TCP: --insecure %8.0f img/s | CurveZMQ %8.0f img/s | ratio %.2f\n",
-             m, a, b, (a > 0 ? b / a : 0) }'
+    awk -v m=$model -v a="$plain" -v t="$token" -v b="$curve" 'BEGIN {
+      printf "%-8s 2 workers over TCP: --insecure %7.0f img/s | token links %7.0f (%.2f) | CurveZMQ %7.0f (%.2f)\n",
+             m, a, t, (a > 0 ? t / a : 0), b, (a > 0 ? b / a : 0) }'
   done
 }
 

@@ -68,7 +68,7 @@ static void put_job(struct coord *k, int r, const struct rt_membership *ms)
 {
     const struct rt_coord_options *o = k->o;
     const struct rt_train_config *c = k->c;
-    rt_wire_begin(&k->wr, k->run, "job", 12 + (o->serve_data ? 1 : 0));
+    rt_wire_begin(&k->wr, k->run, "job", 13 + (o->serve_data ? 1 : 0));
     rt_wire_put_uint(&k->wr, "rank", (uint64_t)r);
     rt_membership_put(&k->wr, ms);
     rt_wire_put_str(&k->wr, "model_name", c->model_path);
@@ -79,6 +79,7 @@ static void put_job(struct coord *k, int r, const struct rt_membership *ms)
     rt_wire_put_uint(&k->wr, "chunk", o->chunk_bytes);
     rt_wire_put_f64(&k->wr, "hb", 1.0);
     rt_wire_put_f64(&k->wr, "timeout", o->worker_timeout);
+    rt_wire_put_bool(&k->wr, "token_links", o->token_links && k->curve);
     rt_wire_put_array(&k->wr, "options", k->opts.n);
     for (int i = 0; i < k->opts.n; i++) {
         rt_wire_raw_array(&k->wr, 2);

@@ -46,6 +46,10 @@ int coord_security_open(struct coord *k, const char *endpoint)
     if (o->authorized_keys[0] && !o->keys_dir[0])
         return rt_error(RT_ERR_CONFIG, "--authorized-keys needs --keys DIR (the coordinator's "
                                        "own key pair)");
+    if (o->token_links)
+        coord_note("--link-security token: the links between workers are authenticated but "
+                   "not encrypted: whoever can read the network between them sees the "
+                   "gradients, and could pose as a member of the current generation");
     RT_TRY(get_creds(k, endpoint));
     rt_creds_join_string(&k->creds, k->join, sizeof k->join);
     if (o->spawn_local && setenv("RAGTAG_JOIN", k->join, 1) != 0)
@@ -106,6 +110,10 @@ const char *coord_security_mode(const struct coord *k)
 {
     if (!k->curve)
         return "INSECURE (--insecure: neither authenticated nor encrypted)";
+    if (k->o->token_links)
+        return k->o->authorized_keys[0]
+                   ? "CurveZMQ control, token links between workers, admitted by --authorized-keys"
+                   : "CurveZMQ control, token links between workers, admitted by the join token";
     return k->o->authorized_keys[0] ? "CurveZMQ, workers admitted by --authorized-keys"
                                     : "CurveZMQ, workers admitted by the join token";
 }

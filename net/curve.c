@@ -31,8 +31,16 @@ struct pending {
     char req_id[64];
     size_t req_len;
     char key[RT_KEY_LEN + 1];
+    char secret[RT_LINK_SECRET_LEN + 1]; /* PLAIN (token links): the password given */
+    bool plain;
     char addr[64];
     double since;
+};
+
+/* An admitted client: its key and, for token links, its link secret. */
+struct admitted {
+    char key[RT_KEY_LEN + 1];
+    char secret[RT_LINK_SECRET_LEN + 1];
 };
 
 /* Addresses refused lately: one log line per address per minute. */
@@ -55,8 +63,11 @@ struct rt_curve {
     atomic_int quit;
     atomic_long refused;
     pthread_mutex_t mu; /* guards keys */
-    char (*keys)[RT_KEY_LEN + 1];
+    struct admitted *keys;
     int nkeys, cap;
+    /* token links (--link-security token): this process's link secret */
+    bool token_links;
+    char my_secret[RT_LINK_SECRET_LEN + 1];
     /* the thread's own */
     void *zap;
     struct pending pend[MAX_PENDING];
@@ -123,6 +134,35 @@ int rt_curve_client(rt_curve *c, void *sock, const char *server_pub, const struc
     return opt(sock, ZMQ_CURVE_SECRETKEY, "ZMQ_CURVE_SECRETKEY", k->sec, RT_KEY_LEN);
 }
 
+void rt_curve_token_links(rt_curve *c, const char *my_secret)
+{
+    check(c);
+    pthread_mutex_lock(&c->mu);
+    c->token_links = true;
+    snprintf(c->my_secret, sizeof c->my_secret, "%s", my_secret);
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool rt_curve_token_links_on(const rt_curve *c) { return c && c->token_links; }
+
+int rt_link_server(rt_curve *c, void *sock)
+{
+    if (!c || !c->token_links)
+        return rt_curve_server(c, sock);
+    int one = 1;
+    RT_TRY(opt(sock, ZMQ_PLAIN_SERVER, "ZMQ_PLAIN_SERVER", &one, sizeof one));
+    return opt(sock, ZMQ_ZAP_DOMAIN, "ZMQ_ZAP_DOMAIN", "ragtag", 6);
+}
+
+int rt_link_client(rt_curve *c, void *sock, const char *server_pub)
+{
+    if (!c || !c->token_links)
+        return rt_curve_client(c, sock, server_pub, NULL);
+    RT_TRY(opt(sock, ZMQ_PLAIN_USERNAME, "ZMQ_PLAIN_USERNAME", c->self.pub, RT_KEY_LEN));
+    return opt(sock, ZMQ_PLAIN_PASSWORD, "ZMQ_PLAIN_PASSWORD", c->my_secret,
+               strlen(c->my_secret));
+}
+
 const char *rt_curve_public(const rt_curve *c)
 {
     check(c);
@@ -143,21 +183,24 @@ static void wake(rt_curve *c)
     (void)n; /* a full pipe has a wake-up in it already */
 }
 
-void rt_curve_allow(rt_curve *c, const char (*keys)[RT_KEY_LEN + 1], int n)
+void rt_curve_allow(rt_curve *c, const char (*keys)[RT_KEY_LEN + 1],
+                    const char (*secrets)[RT_LINK_SECRET_LEN + 1], int n)
 {
     check(c);
     pthread_mutex_lock(&c->mu);
     c->nkeys = 0;
     pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < n; i++)
-        rt_curve_allow_one(c, keys[i]);
+        rt_curve_allow_member(c, keys[i], secrets ? secrets[i] : "");
     wake(c);
 }
 
-void rt_curve_allow_one(rt_curve *c, const char *key)
+void rt_curve_allow_one(rt_curve *c, const char *key) { rt_curve_allow_member(c, key, ""); }
+
+void rt_curve_allow_member(rt_curve *c, const char *key, const char *secret)
 {
     check(c);
-    if (!rt_key_valid(key))
+    if (!rt_key_valid(key) || strlen(secret) > RT_LINK_SECRET_LEN)
         return;
     pthread_mutex_lock(&c->mu);
     if (c->nkeys == c->cap) {
@@ -170,19 +213,46 @@ void rt_curve_allow_one(rt_curve *c, const char *key)
         c->keys = p;
         c->cap = cap;
     }
-    memcpy(c->keys[c->nkeys++], key, RT_KEY_LEN + 1);
+    struct admitted *a = &c->keys[c->nkeys++];
+    memcpy(a->key, key, RT_KEY_LEN + 1);
+    snprintf(a->secret, sizeof a->secret, "%s", secret);
     pthread_mutex_unlock(&c->mu);
     wake(c);
 }
 
-static bool allowed(rt_curve *c, const char *key)
+/* Equal strings, in a time that does not say where they differ. */
+static bool same_secret(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+    unsigned char d = (unsigned char)(n != strlen(b) || n == 0);
+    for (size_t i = 0; i < n && b[i]; i++)
+        d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* CURVE: the key is admitted. PLAIN (token links only): the key is a
+ * member's and the password is that member's link secret. */
+static bool allowed(rt_curve *c, const struct pending *p)
 {
     bool yes = false;
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->nkeys && !yes; i++)
-        yes = !memcmp(c->keys[i], key, RT_KEY_LEN);
+        yes = !memcmp(c->keys[i].key, p->key, RT_KEY_LEN) &&
+              (!p->plain || (c->token_links && same_secret(c->keys[i].secret, p->secret)));
     pthread_mutex_unlock(&c->mu);
     return yes;
+}
+
+/* A member's key with a wrong link secret: no later generation makes that
+ * right (a member's key and secret are made together), so no waiting. */
+static bool wrong_secret(rt_curve *c, const struct pending *p)
+{
+    bool known = false;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->nkeys && !known; i++)
+        known = !memcmp(c->keys[i].key, p->key, RT_KEY_LEN);
+    pthread_mutex_unlock(&c->mu);
+    return p->plain && known;
 }
 
 /* ---- the ZAP handler ---------------------------------------------------------------------- */
@@ -256,7 +326,8 @@ static int frame(zmq_msg_t *f, int n, int i, char *buf, size_t cap)
 }
 
 /* One request: [rid][""][version][request id][domain][address][identity]
- * [mechanism][credentials...]. */
+ * [mechanism][credentials...]: CURVE's one (the client's key) or PLAIN's
+ * two (user name: the member's key, password: its link secret). */
 static void take_request(rt_curve *c, zmq_msg_t *f, int n)
 {
     struct pending p = {.since = rt_now()};
@@ -270,19 +341,28 @@ static void take_request(rt_curve *c, zmq_msg_t *f, int n)
     p.req_len = (size_t)req;
     if (frame(f, n, 5, p.addr, sizeof p.addr) < 0)
         p.addr[0] = '\0';
-    bool curve = frame(f, n, 7, mech, sizeof mech) >= 0 && !strcmp(mech, "CURVE") && n > 8 &&
-                 zmq_msg_size(&f[8]) == 32;
-    if (curve) {
+    bool known = frame(f, n, 7, mech, sizeof mech) >= 0;
+    bool creds = known && !strcmp(mech, "CURVE") && n > 8 && zmq_msg_size(&f[8]) == 32;
+    if (creds) {
         memcpy(raw, zmq_msg_data(&f[8]), 32);
         zmq_z85_encode(p.key, (const uint8_t *)raw, 32);
+    } else if (known && !strcmp(mech, "PLAIN") && n > 9 &&
+               frame(f, n, 8, p.key, sizeof p.key) == RT_KEY_LEN &&
+               frame(f, n, 9, p.secret, sizeof p.secret) > 0) {
+        creds = p.plain = true; /* a token link: a member's key and its secret */
+    } else {
+        p.key[0] = '\0';
     }
-    if (curve && allowed(c, p.key)) {
+    if (creds && allowed(c, &p)) {
         reply(c, p.rid, p.rid_len, p.req_id, p.req_len, true, p.key);
-    } else if (curve && c->defer > 0 && c->npend < MAX_PENDING) {
+    } else if (creds && c->defer > 0 && c->npend < MAX_PENDING && !wrong_secret(c, &p)) {
         c->pend[c->npend++] = p;
     } else {
         reply(c, p.rid, p.rid_len, p.req_id, p.req_len, false, "");
-        log_refusal(c, p.addr, p.key);
+        if (creds && wrong_secret(c, &p))
+            rt_curve_log_refusal(c, p.addr, "a member's key with a wrong link secret");
+        else
+            log_refusal(c, p.addr, p.key);
     }
 }
 
@@ -293,7 +373,7 @@ static void recheck(rt_curve *c)
     int k = 0;
     for (int i = 0; i < c->npend; i++) {
         struct pending *p = &c->pend[i];
-        bool ok = allowed(c, p->key);
+        bool ok = allowed(c, p);
         if (ok || now - p->since > c->defer) {
             reply(c, p->rid, p->rid_len, p->req_id, p->req_len, ok, p->key);
             if (!ok)
@@ -421,6 +501,7 @@ void rt_curve_destroy(rt_curve **cp)
     pthread_mutex_destroy(&c->mu);
     free(c->keys);
     memset(&c->self, 0, sizeof c->self); /* no secret left in freed memory */
+    memset(c->my_secret, 0, sizeof c->my_secret);
     c->tag = CURVE_DEAD;
     free(c);
     *cp = NULL;

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #define RT_KEY_LEN 40 /* a Curve25519 key in Z85 */
+#define RT_LINK_SECRET_LEN 32 /* a member's link secret: 32 hex digits */
 
 struct rt_keypair {
     char pub[RT_KEY_LEN + 1];
@@ -59,10 +60,13 @@ struct rt_curve_config {
 rt_curve *rt_curve_new(const struct rt_curve_config *c);
 void rt_curve_destroy(rt_curve **c);
 
-/* Replace the admitted client keys (n entries of RT_KEY_LEN + 1 bytes). */
-void rt_curve_allow(rt_curve *c, const char (*keys)[RT_KEY_LEN + 1], int n);
-/* Add one key to those admitted. */
+/* Replace the admitted client keys (n entries of RT_KEY_LEN + 1 bytes),
+ * with each member's link secret for token links (secrets NULL: none). */
+void rt_curve_allow(rt_curve *c, const char (*keys)[RT_KEY_LEN + 1],
+                    const char (*secrets)[RT_LINK_SECRET_LEN + 1], int n);
+/* Add one key to those admitted (with its link secret, or ""). */
 void rt_curve_allow_one(rt_curve *c, const char *key);
+void rt_curve_allow_member(rt_curve *c, const char *key, const char *secret);
 
 /* A server socket, before it binds. c NULL: plain (--insecure). */
 int rt_curve_server(rt_curve *c, void *sock);
@@ -71,6 +75,20 @@ int rt_curve_server(rt_curve *c, void *sock);
 int rt_curve_client(rt_curve *c, void *sock, const char *server_pub,
                     const struct rt_keypair *as);
 const char *rt_curve_public(const rt_curve *c);
+
+/* Token links (--link-security token): the data links between workers
+ * (ring and gossip) authenticate without encrypting. A client presents
+ * its public key and its own random link secret (ZeroMQ PLAIN); the ZAP
+ * handler admits it when the key is a member's and the secret is the one
+ * that member announced over the encrypted control link. The control
+ * link stays CurveZMQ. Anyone who can read the traffic sees the secrets
+ * and the data: for trusted networks only (docs/cluster.md). */
+void rt_curve_token_links(rt_curve *c, const char *my_secret);
+bool rt_curve_token_links_on(const rt_curve *c);
+/* A data link's server (inbox) or client socket: token links when they
+ * are on, else as rt_curve_server / rt_curve_client. */
+int rt_link_server(rt_curve *c, void *sock);
+int rt_link_client(rt_curve *c, void *sock, const char *server_pub);
 /* Log a refusal seen elsewhere (a handshake that failed before ZAP: no
  * CURVE, a wrong server key), with the same once-per-address-per-minute
  * limit. */

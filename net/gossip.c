@@ -112,7 +112,7 @@ static int bind_inbox(rt_gossip *g, const char *ip)
     g->inbox = rt_zsock_new(g->zctx, ZMQ_PULL, max_frame, GOSSIP_HWM);
     if (!g->inbox)
         return RT_ERR_NET;
-    RT_TRY(rt_curve_server(g->curve, g->inbox));
+    RT_TRY(rt_link_server(g->curve, g->inbox));
     bool v6 = strchr(ip, ':') != NULL;
     if (v6) {
         int one = 1;
@@ -255,7 +255,7 @@ int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *co
             int one = 1;
             zmq_setsockopt(g->out[j], ZMQ_IPV6, &one, sizeof one);
         }
-        RT_TRY(rt_curve_client(g->curve, g->out[j], g->keys ? g->keys[j] : NULL, NULL));
+        RT_TRY(rt_link_client(g->curve, g->out[j], g->keys ? g->keys[j] : NULL));
         RT_TRY(rt_zsock_connect(g->out[j], endpoints[j]));
     }
     g->connected = true;

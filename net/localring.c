@@ -148,6 +148,8 @@ int rt_localring_run(const struct rt_localring_opts *o, rt_localring_fn fn, void
         }
         snprintf(m->id, sizeof m->id, "%016llx", (unsigned long long)rt_net_nonce());
         snprintf(m->shm, sizeof m->shm, "%016llx", (unsigned long long)rt_net_nonce());
+        snprintf(m->link, sizeof m->link, "%016llx%016llx", (unsigned long long)rt_net_nonce(),
+                 (unsigned long long)rt_net_nonce());
         snprintf(m->name, sizeof m->name, "rank%d", r);
         snprintf(m->host, sizeof m->host, "localhost");
         if (o->links == RT_LINKS_SHM)

@@ -10,7 +10,7 @@
 
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
 {
-    rt_wire_raw_map(w, 11);
+    rt_wire_raw_map(w, 12);
     rt_wire_raw_str(w, "id");
     rt_wire_raw_str(w, m->id);
     rt_wire_raw_str(w, "name");
@@ -33,14 +33,16 @@ void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
     rt_wire_raw_str(w, m->key);
     rt_wire_raw_str(w, "shm");
     rt_wire_raw_str(w, m->shm);
+    rt_wire_raw_str(w, "link");
+    rt_wire_raw_str(w, m->link);
 }
 
-static bool hex16(const char *s)
+static bool hex_digits(const char *s, int n)
 {
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < n; i++)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return false;
-    return s[16] == '\0';
+    return s[n] == '\0';
 }
 
 static bool printable(const char *s)
@@ -71,8 +73,11 @@ int rt_member_get(rt_wire_map map, struct rt_member *m)
     if (m->key[0] && !rt_key_valid(m->key))
         return rt_error(RT_ERR_FORMAT, "field 'key' is not a CurveZMQ public key");
     RT_TRY(rt_wire_get_str(map, "shm", 16, m->shm, sizeof m->shm));
-    if (!hex16(m->shm))
+    if (!hex_digits(m->shm, 16))
         return rt_error(RT_ERR_FORMAT, "field 'shm' is not 16 hex digits");
+    RT_TRY(rt_wire_get_str(map, "link", RT_LINK_SECRET_LEN, m->link, sizeof m->link));
+    if (!hex_digits(m->link, RT_LINK_SECRET_LEN))
+        return rt_error(RT_ERR_FORMAT, "field 'link' is not %d hex digits", RT_LINK_SECRET_LEN);
     m->threads = (int)threads;
     if (strncmp(m->endpoint, "tcp://", 6) != 0)
         return rt_error(RT_ERR_FORMAT, "ring endpoint '%s' is not tcp://", m->endpoint);
@@ -130,7 +135,11 @@ void rt_membership_admit(const struct rt_membership *ms, rt_curve *c)
     if (!c)
         return;
     static _Thread_local char keys[RT_MAX_WORKERS][RT_KEY_LEN + 1];
-    for (int r = 0; r < ms->n; r++)
+    static _Thread_local char links[RT_MAX_WORKERS][RT_LINK_SECRET_LEN + 1];
+    for (int r = 0; r < ms->n; r++) {
         memcpy(keys[r], ms->m[r].key, RT_KEY_LEN + 1);
-    rt_curve_allow(c, (const char(*)[RT_KEY_LEN + 1])keys, ms->n);
+        memcpy(links[r], ms->m[r].link, RT_LINK_SECRET_LEN + 1);
+    }
+    rt_curve_allow(c, (const char(*)[RT_KEY_LEN + 1])keys,
+                   (const char(*)[RT_LINK_SECRET_LEN + 1])links, ms->n);
 }

@@ -31,6 +31,8 @@ struct rt_member {
     char key[RT_KEY_LEN + 1];         /* its CurveZMQ public key ("": --insecure) */
     char shm[17];                     /* 16 random hex digits: its shared memory's name,
                                          known only to the members */
+    char link[RT_LINK_SECRET_LEN + 1]; /* 32 random hex digits: the secret its token links
+                                         present (--link-security token); members only */
 };
 
 struct rt_membership {
@@ -39,7 +41,7 @@ struct rt_membership {
     struct rt_member m[RT_MAX_WORKERS];
 };
 
-/* Encode one member as a map (11 entries), for hello and the job. */
+/* Encode one member as a map (12 entries), for hello and the job. */
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m);
 /* Decode and check one member map. */
 int rt_member_get(rt_wire_map map, struct rt_member *m);

@@ -37,6 +37,8 @@ struct rt_coord_options {
     char local_throttle[128]; /* testing aid: "" or one fraction per worker (cycled) */
     /* link security (docs/cluster.md, "Security") */
     bool insecure;            /* no CURVE: plain links, said loudly */
+    bool token_links;         /* --link-security token: worker-to-worker links authenticated,
+                                 not encrypted (the control link stays CurveZMQ) */
     char keys_dir[1024];      /* ragtag keygen's DIR: key pair and join token */
     char authorized_keys[1024]; /* admit these workers' keys instead of the token */
 };

@@ -207,7 +207,7 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
         snprintf(r->left_key, sizeof r->left_key, "%s", ms->m[r->left].key);
     if (!r->right_shm) {
         r->out = rt_zsock_new(r->zctx, ZMQ_PUSH, 0, 0);
-        if (!r->out || rt_curve_client(c->curve, r->out, ms->m[r->right].key, NULL) < 0 ||
+        if (!r->out || rt_link_client(c->curve, r->out, ms->m[r->right].key) < 0 ||
             rt_zsock_connect(r->out, ms->m[r->right].endpoint) < 0)
             goto fail;
     }

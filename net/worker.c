@@ -98,6 +98,7 @@ struct worker {
     struct rt_train_config c;
     struct rt_train_testing testing; /* --throttle */
     bool want_ckpt, want_final, allow_shm;
+    bool token_links;  /* the job's --link-security token: the inbox re-made for it */
     bool finished;     /* the run ended before this worker was admitted */
     bool have_regroup; /* w->msg holds a "regroup" a ring set-up gave way to */
     size_t chunk;
@@ -280,6 +281,8 @@ static int describe(struct worker *w)
     struct rt_member *me = &w->me;
     snprintf(me->id, sizeof me->id, "%016llx", (unsigned long long)rt_net_nonce());
     snprintf(me->shm, sizeof me->shm, "%016llx", (unsigned long long)rt_net_nonce());
+    snprintf(me->link, sizeof me->link, "%016llx%016llx", (unsigned long long)rt_net_nonce(),
+             (unsigned long long)rt_net_nonce());
     rt_net_host_name(me->host, sizeof me->host);
     if (o->name[0])
         snprintf(me->name, sizeof me->name, "%s", o->name);
@@ -294,6 +297,34 @@ static int describe(struct worker *w)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     me->threads = o->threads > 0 ? o->threads : (int)(cores > 0 ? cores : 1);
     snprintf(w->who, sizeof w->who, "worker %s", me->name);
+    return RT_OK;
+}
+
+/* Token links (the job says so): the ring inbox, bound for CurveZMQ
+ * before the job came, is made again on the same port for PLAIN (a
+ * socket's mechanism is fixed when it binds). No peer connects before it
+ * has the job's member list, and one that does retries. */
+static int inbox_for_token_links(struct worker *w)
+{
+    if (!w->sec.curve)
+        return rt_error(RT_ERR_CONFIG, "the run's links between workers are token links, but "
+                                       "this worker runs --insecure");
+    rt_curve_token_links(w->sec.curve, w->me.link);
+    char ep[RT_ENDPOINT_MAX];
+    size_t n = sizeof ep;
+    if (zmq_getsockopt(w->inbox, ZMQ_LAST_ENDPOINT, ep, &n) != 0)
+        return rt_error(RT_ERR_NET, "cannot read the ring inbox's endpoint");
+    rt_zsock_close(&w->inbox);
+    w->inbox = rt_zsock_new(w->zctx, ZMQ_PULL, (int64_t)RT_RING_MAX_CHUNK, 4096);
+    if (!w->inbox || rt_link_server(w->sec.curve, w->inbox) < 0)
+        return RT_ERR_NET;
+    /* the old listener closes in ZeroMQ's I/O thread: the port frees soon */
+    for (int i = 0; zmq_bind(w->inbox, ep) != 0; i++) {
+        if (errno != EADDRINUSE || i >= 200)
+            return rt_error(RT_ERR_NET, "cannot listen again on %s for token links: %s", ep,
+                            zmq_strerror(errno));
+        usleep(10000);
+    }
     return RT_OK;
 }
 
@@ -322,6 +353,11 @@ static int parse_job(struct worker *w)
     RT_TRY(rt_wire_get_uint(j, "chunk", 4096, RT_RING_MAX_CHUNK, &chunk));
     RT_TRY(rt_wire_get_f64(j, "hb", 0.05, 60.0, &w->hb));
     RT_TRY(rt_wire_get_f64(j, "timeout", 1.0, 1e6, &w->peer_timeout));
+    bool token = false;
+    RT_TRY(rt_wire_get_bool(j, "token_links", &token));
+    if (token && !w->token_links)
+        RT_TRY(inbox_for_token_links(w));
+    w->token_links = token;
     if (memchr(text, '\0', tn))
         return rt_error(RT_ERR_FORMAT, "the model text holds a NUL byte");
     free(w->model_text);

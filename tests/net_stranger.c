@@ -4,9 +4,11 @@
  *         a DEALER says a well-formed hello to a coordinator every 100 ms,
  *         plainly or, with JOIN (a join string), through CurveZMQ with its
  *         keys; then a hello, a disconnect and a hello again;
- *     net_stranger ring ENDPOINT SECONDS RUN
+ *     net_stranger ring ENDPOINT SECONDS RUN [USER PASSWORD]
  *         a PUSH sends well-formed ring chunks of run RUN (generations 1-3,
- *         ops 0-400, NaN payloads) to a worker's ring inbox.
+ *         ops 0-400, NaN payloads) to a worker's ring inbox; with USER and
+ *         PASSWORD through ZeroMQ PLAIN, as token links do (a guessed key
+ *         and link secret).
  * Prints "received N bytes in M messages" (what came back: the model, the
  * options, data...). Exit 0; the test judges. */
 #include "config.h"
@@ -24,12 +26,17 @@
 #include "membership.h"
 #include "wire.h"
 
-static void *open_socket(void *ctx, int type, const char *endpoint, const char *join)
+static void *open_socket(void *ctx, int type, const char *endpoint, const char *join,
+                         const char *user, const char *pass)
 {
     void *s = zmq_socket(ctx, type);
     int zero = 0, hwm = 100000;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    if (user && pass) {
+        zmq_setsockopt(s, ZMQ_PLAIN_USERNAME, user, strlen(user));
+        zmq_setsockopt(s, ZMQ_PLAIN_PASSWORD, pass, strlen(pass));
+    }
     static struct rt_creds c;
     if (join && rt_creds_from_join(join, &c) == 0) {
         zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, c.coord.pub, 40);
@@ -76,18 +83,19 @@ static void run_hello(void *ctx, const char *ep, double secs, const char *join)
     snprintf(m.endpoint, sizeof m.endpoint, "tcp://127.0.0.1:9");
     snprintf(m.backend, sizeof m.backend, "cpu");
     snprintf(m.shm, sizeof m.shm, "0123456789abcdef");
+    snprintf(m.link, sizeof m.link, "0123456789abcdef0123456789abcdef");
     m.threads = 1;
     rt_wire_writer w;
     rt_wire_writer_init(&w);
     long bytes = 0, msgs = 0;
-    void *s = open_socket(ctx, ZMQ_DEALER, ep, join);
+    void *s = open_socket(ctx, ZMQ_DEALER, ep, join, NULL, NULL);
     double t0 = rt_now();
     for (int k = 0; rt_now() - t0 < secs; k++) {
         hello(s, &w, &m);
         drain(s, &bytes, &msgs, 100);
         if (k == 5) { /* a hello and a disconnect (once killed a run), then again */
             zmq_close(s);
-            s = open_socket(ctx, ZMQ_DEALER, ep, join);
+            s = open_socket(ctx, ZMQ_DEALER, ep, join, NULL, NULL);
         }
     }
     zmq_close(s);
@@ -95,9 +103,10 @@ static void run_hello(void *ctx, const char *ep, double secs, const char *join)
     printf("received %ld bytes in %ld messages\n", bytes, msgs);
 }
 
-static void run_ring(void *ctx, const char *ep, double secs, const char *run)
+static void run_ring(void *ctx, const char *ep, double secs, const char *run, const char *user,
+                     const char *pass)
 {
-    void *s = open_socket(ctx, ZMQ_PUSH, ep, NULL);
+    void *s = open_socket(ctx, ZMQ_PUSH, ep, NULL, user, pass);
     rt_wire_writer w;
     rt_wire_writer_init(&w);
     static float nan_chunk[1024];
@@ -130,7 +139,7 @@ int main(int argc, char **argv)
     if (argc < 4 || (strcmp(argv[1], "hello") && strcmp(argv[1], "ring")) ||
         (!strcmp(argv[1], "ring") && argc < 5)) {
         fprintf(stderr, "usage: net_stranger hello ENDPOINT SECONDS [JOIN] | ring ENDPOINT "
-                        "SECONDS RUN\n");
+                        "SECONDS RUN [USER PASSWORD]\n");
         return 2;
     }
     void *ctx = zmq_ctx_new();
@@ -138,7 +147,8 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "hello"))
         run_hello(ctx, argv[2], secs, argc > 4 ? argv[4] : NULL);
     else
-        run_ring(ctx, argv[2], secs, argv[4]);
+        run_ring(ctx, argv[2], secs, argv[4], argc > 6 ? argv[5] : NULL,
+                 argc > 6 ? argv[6] : NULL);
     zmq_ctx_term(ctx);
     return 0;
 }

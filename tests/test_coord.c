@@ -159,6 +159,8 @@ static void fake_open(struct fake *f, const char *endpoint, const char *id, cons
     snprintf(f->m.device, sizeof f->m.device, "fake");
     f->m.threads = 1;
     snprintf(f->m.shm, sizeof f->m.shm, "%016llx", (unsigned long long)rt_net_nonce());
+    snprintf(f->m.link, sizeof f->m.link, "%016llx%016llx", (unsigned long long)rt_net_nonce(),
+             (unsigned long long)rt_net_nonce());
     f->rank = -1;
     rt_wire_writer_init(&f->w);
     rt_wire_msg_init(&f->msg);

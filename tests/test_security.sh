@@ -55,12 +55,13 @@ else bad "permissions ($st, $st2)"; cat "$tmp/perm.log" "$tmp/perm2.log"; fi
 run="--data fashion-mnist --limit 4800 --val 0.1 --epochs 2 --batch 48 --partition static
   --progress lines --seed 7"
 secure_run() { # tag: a coordinator with --keys and 2 workers with the join file
+  tag=$1
   port=$((port + 1))
   "$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" --keys "$tmp/k" \
-    --no-shm $run >"$tmp/c-$1.log" 2>&1 & c=$!
+    --no-shm $run >"$tmp/c-$tag.log" 2>&1 & c=$!
   for n in a b; do
     "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --join-file "$tmp/k/join" --name "$n" \
-      --threads 1 --connect-timeout 30 >"$tmp/$n-$1.log" 2>&1 &
+      --threads 1 --connect-timeout 30 >"$tmp/$n-$tag.log" 2>&1 &
     pids="$pids $!"
   done
 }
@@ -118,6 +119,41 @@ if grep -q "\[coord\] refused a connection from 127.0.0.1: not invited" "$tmp/c-
    ! grep -q "evil\|intruder" "$tmp/c-storm.log"; then
   ok "refusals logged once per address per minute; no stranger was ever a member"
 else bad "refusal log"; grep -h "refused\|evil\|intruder" "$tmp/c-storm.log" "$tmp/a-storm.log" "$tmp/b-storm.log"; fi
+
+# ---- token links: between workers authenticated, not encrypted; the same maths ---------
+# Workers with their own keys (--authorized-keys), so that a stranger can
+# present a real member's key (with a guessed link secret).
+"$RAGTAG" keygen "$tmp/wa" >/dev/null 2>&1 && "$RAGTAG" keygen "$tmp/wb" >/dev/null 2>&1 ||
+  bad "keygen for the workers"
+cat "$tmp/wa/public.key" "$tmp/wb/public.key" >"$tmp/authorized"
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" --keys "$tmp/k" \
+  --authorized-keys "$tmp/authorized" --no-shm $run --link-security token \
+  >"$tmp/c-token.log" 2>&1 & c=$!
+for n in a b; do
+  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --join-file "$tmp/k/join" --keys "$tmp/w$n" \
+    --name "$n" --threads 1 --connect-timeout 30 >"$tmp/$n-token.log" 2>&1 &
+done
+i=0
+while [ $i -lt 300 ] && [ "$(grep -c ' joined from ' "$tmp/c-token.log")" -lt 2 ]; do sleep 0.1; i=$((i + 1)); done
+runid=$(sed -n 's/.*run \([0-9a-f]\{32\}\): waiting.*/\1/p' "$tmp/c-token.log")
+rings=$(sed -n 's/.* joined from .*, \(tcp:\/\/[0-9.]*:[0-9]*\)).*/\1/p' "$tmp/c-token.log")
+for r in $rings; do # worker a's key with a guessed link secret, and no credentials at all
+  "$STRANGER" ring "$r" 3 "$runid" "$(cat "$tmp/wa/public.key")" \
+    0123456789abcdef0123456789abcdef >/dev/null 2>&1 &
+  "$STRANGER" ring "$r" 3 "$runid" >/dev/null 2>&1 &
+done
+wait $c; st=$?
+wait
+h2=$(hash_of "$tmp/c-token.log")
+if [ $st -eq 0 ] && [ -n "$h0" ] && [ "$h2" = "$h0" ] && [ -n "$rings" ] &&
+   grep -q "links CurveZMQ control, token links between workers" "$tmp/c-token.log" &&
+   grep -q "authenticated but not encrypted" "$tmp/c-token.log" &&
+   grep -q "refused a connection from 127.0.0.1: a member's key with a wrong link secret" \
+     "$tmp/a-token.log" "$tmp/b-token.log" &&
+   ! cat "$tmp/a-token.log" "$tmp/b-token.log" | grep -q "dropped a message"; then
+  ok "--link-security token over TCP: the hash of the CurveZMQ run ($h2); a member's key with a guessed link secret is refused"
+else bad "token links (status $st, hash '$h2', CurveZMQ '$h0')"; tail -n 12 "$tmp/c-token.log"; grep -h "refused\|dropped\|error" "$tmp/a-token.log" "$tmp/b-token.log"; fi
 
 # ---- beyond loopback ---------------------------------------------------------------------
 addr=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -v '^127\.' | grep '^[0-9.]*$' | head -n 1)

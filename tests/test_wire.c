@@ -180,6 +180,7 @@ static void sample_member(struct rt_member *m, int k)
     m->threads = 2;
     m->images_per_s = 1234.5;
     snprintf(m->shm, sizeof m->shm, "%016x", 0x5e00 + k);
+    snprintf(m->link, sizeof m->link, "%032x", 0x1e00 + k);
 }
 
 static void test_membership(void **state)
