@@ -89,10 +89,35 @@ struct plan {
     size_t nsend, nrecv;
     int dist;    /* broadcast: (rank - root) mod N */
     uint32_t my_flags, out_flags;
+    uint32_t sig;  /* what collective this is (plan_sig): every chunk carries it */
     void (*reduce)(void *dst, const void *src, size_t count);
 };
 
 static void check(const rt_ring *r) { RT_ASSERT(r && r->tag == RING_TAG); }
+
+/* The collective's kind, element size, length and root, hashed (FNV-1a):
+ * ranks that run the same collective compute the same. */
+static uint32_t plan_sig(const struct plan *p, int root)
+{
+    uint64_t v[4] = {(uint64_t)p->kind, (uint64_t)p->elem, (uint64_t)p->n, (uint64_t)root};
+    const unsigned char *b = (const unsigned char *)v;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < sizeof v; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+/* The left neighbour's chunk of this very collective number carries
+ * another signature: it runs another collective. Members only diverge
+ * through a bug; said at once, rather than after the collective timeout
+ * (600 s) of ranks that wait for each other, or a sum of mismatched parts. */
+static int diverged(const rt_ring *r, uint32_t got, uint32_t want)
+{
+    return rt_error(RT_ERR_NET, "rank %d is in another collective than rank %d (collective "
+                                "%llu: signature %08x where this rank runs %08x): the members' "
+                                "steps diverged, a bug in ragtag (please report it with the logs)",
+                    r->left, r->rank, (unsigned long long)r->op, got, want);
+}
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -382,13 +407,14 @@ static int do_send(rt_ring *r, struct plan *p, size_t i)
         void *slot = rt_shm_slot_to_fill(r->right_seg);
         memcpy(slot, ptr, bytes);
         struct rt_shm_desc d = {.op = r->op, .t = (uint32_t)t, .j = (uint32_t)j, .flags = fl,
-                                .bytes = bytes};
+                                .sig = p->sig, .bytes = bytes};
         rt_shm_publish(r->right_seg, &d);
         return RT_OK;
     }
-    rt_wire_begin(&r->w, r->run, "chunk", 6);
+    rt_wire_begin(&r->w, r->run, "chunk", 7);
     rt_wire_put_uint(&r->w, "gen", r->gen);
     rt_wire_put_uint(&r->w, "op", r->op);
+    rt_wire_put_uint(&r->w, "sig", p->sig);
     rt_wire_put_uint(&r->w, "t", (uint64_t)t);
     rt_wire_put_uint(&r->w, "j", j);
     rt_wire_put_uint(&r->w, "fl", fl);
@@ -434,6 +460,8 @@ static int recv_shm(rt_ring *r, struct plan *p, const struct expect *e, uint32_t
     int rc = rt_shm_peek(r->own, &d, &payload);
     if (rc <= 0)
         return rc;
+    if (d.op == r->op && d.sig != p->sig)
+        return diverged(r, d.sig, p->sig);
     if (d.op != r->op || d.t != (uint32_t)e->t || d.j != (uint32_t)e->j || d.bytes != e->bytes) {
         char why[300];
         snprintf(why, sizeof why, "shared-memory chunk op %llu step %u part %u of %llu bytes, "
@@ -454,9 +482,11 @@ static int recv_shm(rt_ring *r, struct plan *p, const struct expect *e, uint32_t
 }
 
 /* Whether the two frames in r->fr are the expected chunk; why not, if not. */
-static bool chunk_ok(rt_ring *r, const struct expect *e, uint64_t *flags, char *why, size_t cap)
+static bool chunk_ok(rt_ring *r, const struct expect *e, uint32_t sig, uint64_t *flags,
+                     char *why, size_t cap, uint32_t *other)
 {
-    uint64_t gen, op, mt, mj, mn;
+    uint64_t gen, op, mt, mj, mn, msig;
+    *other = sig;
     rt_wire_map m = rt_wire_root(&r->msg);
     if (r->fr.n != 2 || r->fr.truncated) {
         snprintf(why, cap, "a data message of %d frames (expected 2)", r->fr.n);
@@ -468,6 +498,7 @@ static bool chunk_ok(rt_ring *r, const struct expect *e, uint64_t *flags, char *
          rt_error(RT_ERR_FORMAT, "a '%s' message on the data socket", r->msg.type) < 0) ||
         rt_wire_get_uint(m, "gen", 0, UINT32_MAX, &gen) < 0 ||
         rt_wire_get_uint(m, "op", 0, UINT64_MAX, &op) < 0 ||
+        rt_wire_get_uint(m, "sig", 0, UINT32_MAX, &msig) < 0 ||
         rt_wire_get_uint(m, "t", 0, 2 * RT_MAX_WORKERS, &mt) < 0 ||
         rt_wire_get_uint(m, "j", 0, UINT32_MAX, &mj) < 0 ||
         rt_wire_get_uint(m, "fl", 0, UINT32_MAX, flags) < 0 ||
@@ -482,6 +513,12 @@ static bool chunk_ok(rt_ring *r, const struct expect *e, uint64_t *flags, char *
     if (gen != r->gen) {
         snprintf(why, cap, "a chunk of generation %llu (ours: %llu)", (unsigned long long)gen,
                  (unsigned long long)r->gen);
+        return false;
+    }
+    if (op == r->op && msig != sig) {
+        *other = (uint32_t)msig;
+        snprintf(why, cap, "a chunk of collective %llu with signature %08llx (ours: %08x)",
+                 (unsigned long long)op, (unsigned long long)msig, sig);
         return false;
     }
     if (op != r->op || mt != (uint64_t)e->t || mj != e->j || mn != e->bytes ||
@@ -520,7 +557,10 @@ static int recv_zmq(rt_ring *r, struct plan *p, const struct expect *e, uint32_t
                                       "neighbour's (another member's key)");
         return 2;
     }
-    if (!chunk_ok(r, e, &mfl, why, sizeof why)) {
+    uint32_t other;
+    if (!chunk_ok(r, e, p->sig, &mfl, why, sizeof why, &other)) {
+        if (other != p->sig && r->left_key[0]) /* authenticated: the neighbour said it */
+            return diverged(r, other, p->sig);
         char peer[64];
         rt_zframes_peer(&r->fr, 0, peer, sizeof peer);
         if (why[0])
@@ -704,6 +744,7 @@ static void plan_ring(rt_ring *r, struct plan *p, enum plan_kind kind, void *buf
     size_t maxseg = (n + (size_t)N - 1) / (size_t)N;
     p->K = subchunks(r, maxseg * elem);
     p->nsend = p->nrecv = (size_t)(p->t1 - p->t0) * p->K;
+    p->sig = plan_sig(p, -1);
 }
 
 int rt_ring_reduce_scatter(rt_ring *r, float *buf, size_t n, uint32_t *flags)
@@ -761,5 +802,6 @@ int rt_ring_broadcast(rt_ring *r, void *buf, size_t bytes, int root)
     p.dist = mod(r->rank - root, r->world);
     p.nsend = p.dist < r->world - 1 ? p.K : 0;
     p.nrecv = p.dist > 0 ? p.K : 0;
+    p.sig = plan_sig(&p, root);
     return run_plan(r, &p);
 }

@@ -34,7 +34,7 @@ struct rt_shm_desc {
     uint64_t op;
     uint32_t t, j;
     uint32_t flags;
-    uint32_t pad;
+    uint32_t sig;   /* the collective's signature (kind, length, root): ring.c */
     uint64_t bytes;
 };
 
