@@ -142,6 +142,8 @@ static const char *const coord_help[] = {
     "--authorized-keys F", "coord: admit only workers whose public keys F lists (one a line), "
                            "not the join token",
     "--insecure", "no authentication or encryption on the links (a warning says so)",
+    "--http ADDR:PORT", "serve a live status page, /api/status and /metrics (docs/status.md); "
+                        "no ADDR: 127.0.0.1; with credentials it asks for the join token",
     "--link-security M", "curve (default: every link authenticated and encrypted), token "
                          "(links between workers authenticated, not encrypted: trusted "
                          "networks), none (= --insecure)",
@@ -242,6 +244,21 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
             return -1;
         }
         o->chunk_bytes = (size_t)n;
+        return 1;
+    }
+    if (!strcmp(key, "http")) { /* train --workers N too: its coordinator serves the page */
+        if (!*v || strlen(v) >= sizeof o->http) {
+            fprintf(stderr, "ragtag %s: --http: '%s' is not accepted (expected PORT or "
+                            "ADDRESS:PORT)\n", cmd, v);
+            return -1;
+        }
+#ifndef RT_HAVE_HTTP
+        fprintf(stderr, "ragtag %s: --http: this ragtag was built without the status page; "
+                        "install the Debian package libmicrohttpd-dev, then run ./configure "
+                        "and make again\n", cmd);
+        return -1;
+#endif
+        snprintf(o->http, sizeof o->http, "%s", v);
         return 1;
     }
     if (!strcmp(key, "insecure")) { /* train --workers N too: to measure what CURVE costs */
@@ -385,6 +402,9 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
         }
         i += used;
     }
+    if (!multi && co.http[0])
+        return usage_error(cmd, "%s", "--http: the status page is served by a cluster's "
+                                      "coordinator: give --workers N (or run ragtag coord)");
     if (!multi && co.local_throttle[0])
         return fail(rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag "
                                             "worker, or train --workers N)"));
