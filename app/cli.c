@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include "cli.h"
+#include "plot.h"
 
 #include <errno.h>
 #include <math.h>
@@ -59,6 +60,7 @@ static void print_main_help(FILE *out)
             "  worker --join tcp://HOST:PORT\n"
             "                              join a coordinator and train with it\n"
             "  keygen DIR                  credentials for a cluster: key pair and join token\n"
+            "  plot METRICS.jsonl -o F.png curves of --metrics files (.png, .svg or .pdf)\n"
             "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
             "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
             "  devices                     compute backends and devices, with measured GEMM speed\n"
@@ -743,6 +745,21 @@ static int cmd_devices(int argc, char **argv)
     return 0;
 }
 
+static int cmd_plot(int argc, char **argv)
+{
+    if (argc < 2 || is_help(argv[1])) {
+        FILE *o = argc < 2 ? stderr : stdout;
+        fprintf(o, "usage: ragtag plot METRICS.jsonl [MORE.jsonl ...] [-o FILE.png|.svg|.pdf]\n\n"
+                   "Draws the curves of --metrics files: loss and accuracy (train/val/test),\n"
+                   "images/s, and each worker's share of the batch when the file has the\n"
+                   "coordinator's plans. Several files share the panels (one dash per file).\n"
+                   "Default output: plot.png. See docs/status.md.\n");
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    int rc = rt_cli_plot(argc, argv);
+    return rc < 0 ? fail(rc) : 0;
+}
+
 int rt_cli_main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -770,8 +787,10 @@ int rt_cli_main(int argc, char **argv)
         return cmd_devices(argc - 1, argv + 1);
     if (!strcmp(cmd, "keygen"))
         return rt_cli_keygen(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plot"))
+        return cmd_plot(argc - 1, argv + 1);
     fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices, "
-                    "coord, worker, keygen; "
+                    "coord, worker, keygen, plot; "
                     "see ragtag --help)\n",
             cmd);
     return EXIT_USAGE;
