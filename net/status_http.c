@@ -188,7 +188,9 @@ static enum MHD_Result text(struct MHD_Connection *c, unsigned code, const char 
                  "no-store");
 }
 
-/* The JSON or Prometheus text, rendered at most every RENDER_EVERY s. */
+/* The JSON or Prometheus text. Both are rendered from one copy of the
+ * snapshot, at most every RENDER_EVERY s: /api/status and /metrics then
+ * agree, whatever the number of requests. */
 static const struct cached *render(rt_http *h, bool json)
 {
     struct cached *k = json ? &h->json : &h->prom;
@@ -197,14 +199,17 @@ static const struct cached *render(rt_http *h, bool json)
         return k;
     rt_snap_copy(h->snap, h->copy);
     double wall = rt_snap_now();
-    char *t = json ? rt_snap_json(h->copy, wall) : rt_snap_prometheus(h->copy, wall);
-    if (!t)
-        return k->text ? k : NULL;
-    free(k->text);
-    k->text = t;
-    k->len = strlen(t);
-    k->at = now;
-    return k;
+    char *t[2] = {rt_snap_json(h->copy, wall), rt_snap_prometheus(h->copy, wall)};
+    struct cached *to[2] = {&h->json, &h->prom};
+    for (int i = 0; i < 2; i++) {
+        if (!t[i])
+            continue; /* no memory: the older text stays */
+        free(to[i]->text);
+        to[i]->text = t[i];
+        to[i]->len = strlen(t[i]);
+        to[i]->at = now;
+    }
+    return k->text ? k : NULL;
 }
 
 static enum MHD_Result data(rt_http *h, struct MHD_Connection *c, bool json)
