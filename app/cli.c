@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include "cli.h"
+#include "plot.h"
 
 #include <errno.h>
 #include <math.h>
@@ -59,6 +60,7 @@ static void print_main_help(FILE *out)
             "  worker --join tcp://HOST:PORT\n"
             "                              join a coordinator and train with it\n"
             "  keygen DIR                  credentials for a cluster: key pair and join token\n"
+            "  plot METRICS.jsonl -o F.png curves of --metrics files (.png, .svg or .pdf)\n"
             "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
             "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
             "  devices                     compute backends and devices, with measured GEMM speed\n"
@@ -142,6 +144,8 @@ static const char *const coord_help[] = {
     "--authorized-keys F", "coord: admit only workers whose public keys F lists (one a line), "
                            "not the join token",
     "--insecure", "no authentication or encryption on the links (a warning says so)",
+    "--http ADDR:PORT", "serve a live status page, /api/status and /metrics (docs/status.md); "
+                        "no ADDR: 127.0.0.1; with credentials it asks for the join token",
     "--link-security M", "curve (default: every link authenticated and encrypted), token "
                          "(links between workers authenticated, not encrypted: trusted "
                          "networks), none (= --insecure)",
@@ -242,6 +246,21 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
             return -1;
         }
         o->chunk_bytes = (size_t)n;
+        return 1;
+    }
+    if (!strcmp(key, "http")) { /* train --workers N too: its coordinator serves the page */
+        if (!*v || strlen(v) >= sizeof o->http) {
+            fprintf(stderr, "ragtag %s: --http: '%s' is not accepted (expected PORT or "
+                            "ADDRESS:PORT)\n", cmd, v);
+            return -1;
+        }
+#ifndef RT_HAVE_HTTP
+        fprintf(stderr, "ragtag %s: --http: this ragtag was built without the status page; "
+                        "install the Debian package libmicrohttpd-dev, then run ./configure "
+                        "and make again\n", cmd);
+        return -1;
+#endif
+        snprintf(o->http, sizeof o->http, "%s", v);
         return 1;
     }
     if (!strcmp(key, "insecure")) { /* train --workers N too: to measure what CURVE costs */
@@ -385,6 +404,9 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
         }
         i += used;
     }
+    if (!multi && co.http[0])
+        return usage_error(cmd, "%s", "--http: the status page is served by a cluster's "
+                                      "coordinator: give --workers N (or run ragtag coord)");
     if (!multi && co.local_throttle[0])
         return fail(rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag "
                                             "worker, or train --workers N)"));
@@ -723,6 +745,21 @@ static int cmd_devices(int argc, char **argv)
     return 0;
 }
 
+static int cmd_plot(int argc, char **argv)
+{
+    if (argc < 2 || is_help(argv[1])) {
+        FILE *o = argc < 2 ? stderr : stdout;
+        fprintf(o, "usage: ragtag plot METRICS.jsonl [MORE.jsonl ...] [-o FILE.png|.svg|.pdf]\n\n"
+                   "Draws the curves of --metrics files: loss and accuracy (train/val/test),\n"
+                   "images/s, and each worker's share of the batch when the file has the\n"
+                   "coordinator's plans. Several files share the panels (one dash per file).\n"
+                   "Default output: plot.png. See docs/status.md.\n");
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    int rc = rt_cli_plot(argc, argv);
+    return rc < 0 ? fail(rc) : 0;
+}
+
 int rt_cli_main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -750,8 +787,10 @@ int rt_cli_main(int argc, char **argv)
         return cmd_devices(argc - 1, argv + 1);
     if (!strcmp(cmd, "keygen"))
         return rt_cli_keygen(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plot"))
+        return cmd_plot(argc - 1, argv + 1);
     fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices, "
-                    "coord, worker, keygen; "
+                    "coord, worker, keygen, plot; "
                     "see ragtag --help)\n",
             cmd);
     return EXIT_USAGE;

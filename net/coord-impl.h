@@ -16,7 +16,10 @@
  *   coord_elastic.c  members that come and go: losses, joins, generations;
  *   coord_adopt.c    the coordinator goes away and comes back: the run id kept
  *                    with the checkpoints, acknowledgements that bound the
- *                    workers' run-ahead, re-adoption of live workers. */
+ *                    workers' run-ahead, re-adoption of live workers;
+ *   coord_status.c   the status page (--http): what the coordinator learns,
+ *                    published into the snapshot the HTTP thread reads;
+ *   coord_plan.c     what rank 0's plan lines say (shares, speeds, standby). */
 #ifndef RT_COORD_IMPL_H
 #define RT_COORD_IMPL_H
 
@@ -35,6 +38,7 @@
 #include "optim.h"
 #include "clock.h"
 #include "progress.h"
+#include "snapshot.h"
 #include "children.h"
 #include "creds.h"
 #include "curve.h"
@@ -64,6 +68,10 @@ struct coord_worker {
     char message[600];
     uint64_t hash;
     struct rt_train_result res;
+    /* the newest plan's view of it (coord_plan.c), for the status page */
+    long plan_share;        /* samples of each batch (gossip: local batches of the epoch) */
+    double plan_ips;        /* the speed that plan used (0: none yet) */
+    bool plan_standby;
 };
 
 /* The options sent to every worker with the job, as rt_train_config_each
@@ -140,6 +148,12 @@ struct coord {
     int adopt_world;        /* its size */
     long adopt_step;        /* the most advanced rejoined worker's step */
     long metrics_step;      /* --resume: the newest step in the --metrics file (-1: none) */
+    /* the status page, --http (coord_status.c; NULL: off) */
+    rt_snap *snap;
+    struct rt_http *http;
+    struct rt_snap_worker *snap_rows; /* RT_MAX_WORKERS, for publishing */
+    struct rt_snap_run srun; /* the run's fields, kept between publishes */
+    double snap_at;          /* the last publish */
 };
 
 /* coord.c */
@@ -282,5 +296,25 @@ int coord_report_failed(struct coord *k, struct coord_worker *w);
 /* The end: rank 0's result, and whether the run was interrupted or
  * its replicas diverged. */
 int coord_report_end(struct coord *k, double t_start, struct rt_train_result *res);
+
+/* coord_status.c: the status page; every call returns at once without --http */
+/* After the socket (and its credentials): the snapshot and the server. */
+int coord_status_open(struct coord *k);
+void coord_status_close(struct coord *k, int rc);
+void coord_status_phase(struct coord *k, const char *phase);
+/* The table and the run's fields into the snapshot (now: not rate-limited). */
+void coord_status_publish(struct coord *k, bool now);
+void coord_status_event(struct coord *k, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void coord_status_progress(struct coord *k, int epoch, int epochs, long done, long total,
+                           double loss, double acc, double ips, double eta);
+/* A checked "metrics" message of rank 0: a point of the curves. */
+void coord_status_metrics(struct coord *k, rt_wire_map f);
+
+/* coord_plan.c */
+/* A line of rank 0: a plan's shares and speeds, standby on or off. */
+void coord_plan_line(struct coord *k, const char *text);
+/* The first plan (the cluster table's shares, by rank). */
+void coord_plan_first(struct coord *k, const long *share);
 
 #endif

@@ -254,6 +254,7 @@ static int dispatch(struct coord *k, const struct coord_action *a, struct coord_
 static int run_phase(struct coord *k, const struct coord_phase *p)
 {
     k->phase_start = rt_now();
+    coord_status_phase(k, p->name);
     if (p->enter)
         RT_TRY(p->enter(k));
     while (!p->finished(k)) {
@@ -266,6 +267,7 @@ static int run_phase(struct coord *k, const struct coord_phase *p)
         RT_TRY(coord_local_check(k));
         if (p->heartbeat)
             coord_heartbeat(k);
+        coord_status_publish(k, false);
         int rc = p->on_clock(k);
         if (rc < 0)
             return rc;
@@ -334,6 +336,7 @@ static int coord_prepare(struct coord *k)
         coord_note("serving data %s: %d files", c->data_spec, k->man.files.n);
     }
     RT_TRY(coord_socket_open(k));
+    RT_TRY(coord_status_open(k));
     if (k->o->spawn_local)
         RT_TRY(coord_local_start(k));
     return RT_OK;
@@ -356,6 +359,7 @@ static void coord_abort(struct coord *k, int rc)
 static void coord_destroy(struct coord **kp, int rc)
 {
     struct coord *k = *kp;
+    coord_status_close(k, rc);
     coord_local_finish(k, rc);
     rt_wire_droplog_flush(&k->drops);
     coord_socket_close(k, rc);

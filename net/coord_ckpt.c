@@ -246,9 +246,15 @@ int coord_ckpt_part(struct coord *k, struct coord_worker *w)
         if (!path[0])
             return RT_OK;
         RT_TRY(upload_model(ck, p.params, p.state));
-        return rt_checkpoint_save(path, ck->cm, NULL, &pos);
+        RT_TRY(rt_checkpoint_save(path, ck->cm, NULL, &pos));
+        coord_status_event(k, "checkpoint", "wrote %s (%s, step %llu)", path, p.which,
+                           (unsigned long long)p.step);
+        return RT_OK;
     }
     if (!ck->last_path[0])
         return RT_OK;
-    return last_save(k, &p, &pos);
+    RT_TRY(last_save(k, &p, &pos));
+    coord_status_event(k, "checkpoint", "wrote %s (step %llu)", ck->last_path,
+                       (unsigned long long)p.step);
+    return RT_OK;
 }

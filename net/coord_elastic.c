@@ -313,6 +313,8 @@ int coord_regrouped(struct coord *k, struct coord_worker *w)
     }
     members_note("generation %llu formed in %.2f s: %d worker%s", (unsigned long long)gen,
                  rt_now() - k->regroup_t0, k->ms.n, k->ms.n == 1 ? "" : "s");
+    coord_status_event(k, "generation", "generation %llu formed: %d worker%s",
+                       (unsigned long long)gen, k->ms.n, k->ms.n == 1 ? "" : "s");
     if (k->adopted && gen == k->adopt_gen + 1)
         members_note("training goes on %.2f s after this coordinator started (re-adopted)",
                      rt_now() - k->t_start);

@@ -62,6 +62,9 @@ static void add_member(struct coord *k, const struct rt_member *m, const char *p
     coord_add_member(k, m, peer);
     coord_note("worker %s joined from %s (%s, %s) [%d/%d]", m->name, peer[0] ? peer : m->host,
                m->host, m->endpoint, k->nw, k->o->workers);
+    coord_status_event(k, "join", "worker %s joined from %s (%s, %s %s) [%d/%d]", m->name,
+                       peer[0] ? peer : m->host, m->host, m->backend, m->device, k->nw,
+                       k->o->workers);
 }
 
 /* A hello from w (NULL: a new route). A worker says hello every second

@@ -95,6 +95,8 @@ int coord_report_progress(struct coord *k, struct coord_worker *w)
     }
     rt_progress_step(&k->prog, (int)epoch, (int)epochs, (long)done, (long)total, loss, acc, ips,
                      eta);
+    coord_status_progress(k, (int)epoch, (int)epochs, (long)done, (long)total, loss, acc, ips,
+                          eta);
     return RT_OK;
 }
 
@@ -108,6 +110,7 @@ int coord_report_line(struct coord *k, struct coord_worker *w)
     }
     /* The plan's lines (shares, standby) are log lines, shown even with
      * --progress off; epoch lines follow the progress mode. */
+    coord_plan_line(k, text);
     if (k->prog.quiet && !strncmp(text, "ragtag: [plan]", 14))
         fprintf(stderr, "%s\n", text);
     else
@@ -147,6 +150,7 @@ int coord_report_metrics(struct coord *k, struct coord_worker *w)
             rt_wire_drop(&k->drops, w->m.name, "a 'metrics' field that is not a known number");
             return RT_OK;
         }
+    coord_status_metrics(k, f);
     if (!k->mf || metrics_seen(k, f))
         return RT_OK;
     rt_metrics_begin(k->mf);
@@ -193,6 +197,7 @@ void coord_report_table(struct coord *k)
 {
     long share[RT_MAX_WORKERS];
     first_shares(k, share);
+    coord_plan_first(k, share);
     int n = k->ms.n;
     coord_note("cluster of %d worker%s, run %.8s, links %s, generation %llu:", n,
                n == 1 ? "" : "s", k->run, coord_security_mode(k), (unsigned long long)k->ms.gen);
@@ -297,6 +302,9 @@ static int check_replicas(struct coord *k)
 void coord_report_event(struct coord *k, const char *event, const struct coord_worker *w,
                         const char *why)
 {
+    coord_status_event(k, !strcmp(event, "joined") ? "join" : event,
+                       "generation %llu: %s %s (%s, rank %d): %s", (unsigned long long)k->ms.gen +
+                       (!strcmp(event, "joined") ? 0 : 1), w->m.name, event, w->m.host, w->rank, why);
     if (!k->mf)
         return;
     rt_metrics_begin(k->mf);

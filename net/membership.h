@@ -27,6 +27,7 @@ struct rt_member {
     char backend[32];
     char device[128];                 /* device name */
     int threads;
+    double cpu_quota;                 /* cores its cgroup allows (0: no quota) */
     double images_per_s;              /* measured at join (0 until known) */
     char key[RT_KEY_LEN + 1];         /* its CurveZMQ public key ("": --insecure) */
     char shm[17];                     /* 16 random hex digits: its shared memory's name,
@@ -41,7 +42,7 @@ struct rt_membership {
     struct rt_member m[RT_MAX_WORKERS];
 };
 
-/* Encode one member as a map (12 entries), for hello and the job. */
+/* Encode one member as a map (13 entries), for hello and the job. */
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m);
 /* Decode and check one member map. */
 int rt_member_get(rt_wire_map map, struct rt_member *m);

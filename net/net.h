@@ -41,6 +41,8 @@ struct rt_coord_options {
                                  not encrypted (the control link stays CurveZMQ) */
     char keys_dir[1024];      /* ragtag keygen's DIR: key pair and join token */
     char authorized_keys[1024]; /* admit these workers' keys instead of the token */
+    /* the status page (docs/status.md) */
+    char http[256];           /* --http ADDR:PORT, "" off; no address: 127.0.0.1 */
 };
 
 void rt_coord_options_defaults(struct rt_coord_options *o);

@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -35,6 +36,7 @@
 #include "membership.h"
 #include "net.h"
 #include "clock.h"
+#include "partition.h"
 #include "progress.h"
 #include "ring.h"
 #include "status.h"
@@ -296,6 +298,7 @@ static int describe(struct worker *w)
     snprintf(me->device, sizeof me->device, "%s", info.name);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     me->threads = o->threads > 0 ? o->threads : (int)(cores > 0 ? cores : 1);
+    me->cpu_quota = fmax(0.0, rt_cpu_quota()); /* for the status page */
     snprintf(w->who, sizeof w->who, "worker %s", me->name);
     return RT_OK;
 }

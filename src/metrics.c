@@ -13,6 +13,7 @@ struct rt_metrics {
     FILE *f;
     char path[1024];
     int fields;
+    int outer; /* the fields of the line around a nested object */
 };
 
 rt_metrics *rt_metrics_open(const char *path)
@@ -89,4 +90,18 @@ int rt_metrics_end(rt_metrics *m)
     if (fflush(m->f) != 0)
         return rt_error(RT_ERR_IO, "writing metrics file %s: %s", m->path, strerror(errno));
     return RT_OK;
+}
+
+void rt_metrics_map_begin(rt_metrics *m, const char *key)
+{
+    put_key(m, key);
+    fputc('{', m->f);
+    m->outer = m->fields;
+    m->fields = 0;
+}
+
+void rt_metrics_map_end(rt_metrics *m)
+{
+    fputc('}', m->f);
+    m->fields = m->outer;
 }

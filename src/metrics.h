@@ -17,5 +17,8 @@ void rt_metrics_str(rt_metrics *m, const char *key, const char *value);
 void rt_metrics_num(rt_metrics *m, const char *key, double value);
 void rt_metrics_int(rt_metrics *m, const char *key, long value);
 int rt_metrics_end(rt_metrics *m);
+/* A nested object under key: its fields follow, then map_end (one level). */
+void rt_metrics_map_begin(rt_metrics *m, const char *key);
+void rt_metrics_map_end(rt_metrics *m);
 
 #endif
