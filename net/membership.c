@@ -10,7 +10,7 @@
 
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
 {
-    rt_wire_raw_map(w, 11);
+    rt_wire_raw_map(w, 14);
     rt_wire_raw_str(w, "id");
     rt_wire_raw_str(w, m->id);
     rt_wire_raw_str(w, "name");
@@ -33,6 +33,12 @@ void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
     rt_wire_raw_str(w, m->key);
     rt_wire_raw_str(w, "shm");
     rt_wire_raw_str(w, m->shm);
+    rt_wire_raw_str(w, "mem_limit");
+    rt_wire_raw_uint(w, m->mem_limit);
+    rt_wire_raw_str(w, "mem_rss");
+    rt_wire_raw_uint(w, m->mem_rss);
+    rt_wire_raw_str(w, "mem_need");
+    rt_wire_raw_uint(w, m->mem_need);
 }
 
 static bool hex16(const char *s)
@@ -74,6 +80,14 @@ int rt_member_get(rt_wire_map map, struct rt_member *m)
     if (!hex16(m->shm))
         return rt_error(RT_ERR_FORMAT, "field 'shm' is not 16 hex digits");
     m->threads = (int)threads;
+    /* memory (issue 18): optional, 0 = not known */
+    static const uint64_t TB = (uint64_t)1 << 50;
+    if (rt_wire_has(map, "mem_limit"))
+        RT_TRY(rt_wire_get_uint(map, "mem_limit", 0, TB, &m->mem_limit));
+    if (rt_wire_has(map, "mem_rss"))
+        RT_TRY(rt_wire_get_uint(map, "mem_rss", 0, TB, &m->mem_rss));
+    if (rt_wire_has(map, "mem_need"))
+        RT_TRY(rt_wire_get_uint(map, "mem_need", 0, TB, &m->mem_need));
     if (strncmp(m->endpoint, "tcp://", 6) != 0)
         return rt_error(RT_ERR_FORMAT, "ring endpoint '%s' is not tcp://", m->endpoint);
     if (!printable(m->name) || !printable(m->host) || !printable(m->host_id) ||

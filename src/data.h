@@ -34,6 +34,9 @@ struct rt_data {
 /* Readers. A truncated or malformed file is RT_ERR_FORMAT naming the file and
  * the byte offset; a missing one RT_ERR_NOTFOUND/RT_ERR_IO naming the path. */
 int rt_dataset_read_idx(const char *images_path, const char *labels_path, rt_dataset **out);
+/* The sizes an IDX image file's header gives (images, rows, columns),
+ * without reading its pixels. */
+int rt_idx_image_dims(const char *path, uint32_t dims[3]);
 int rt_dataset_read_cifar10(const char *const *paths, int npaths, rt_dataset **out);
 /* CSV: label in the first column, then c*h*w pixel values 0..255; a header
  * line is skipped when its first field is not a number. */
@@ -72,6 +75,11 @@ int rt_data_files_spec(const struct rt_data_files *f, const char *dir, char *spe
 
 /* A set of n images of c x h x w: rt_dataset_new holds floats,
  * rt_dataset_new_u8 bytes (with lut[v] = v / 255). */
+/* What rt_data_open(spec, val_frac, limit) will hold, without reading the
+ * pixels (IDX headers, CIFAR-10 file sizes; for CSV, a bound from the file
+ * sizes): *peak while the files are read and split, *kept once open. */
+int rt_data_need(const char *spec, float val_frac, long limit, uint64_t *peak, uint64_t *kept);
+
 rt_dataset *rt_dataset_new(int n, int c, int h, int w);
 rt_dataset *rt_dataset_new_u8(int n, int c, int h, int w);
 void rt_dataset_destroy(rt_dataset **ds);

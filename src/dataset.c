@@ -85,6 +85,27 @@ static void keep_first(rt_dataset *ds, long limit)
         ds->y = y;
 }
 
+/* Move the samples not marked in is_val to the front, in file order, and
+ * keep only them: the training part stays where it was read, so a split
+ * costs the validation part's memory only, never a second copy of the
+ * set (that copy was most of a worker's peak). */
+static void keep_unmarked(rt_dataset *ds, const unsigned char *is_val)
+{
+    size_t bytes = rt_dataset_sample_values(ds) * rt_dataset_value_size(ds);
+    char *x = ds->u8 ? (char *)ds->u8 : (char *)ds->f32;
+    long a = 0;
+    for (long i = 0; i < ds->n; i++) {
+        if (is_val[i])
+            continue;
+        if (a != i) {
+            memmove(x + (size_t)a * bytes, x + (size_t)i * bytes, bytes);
+            ds->y[a] = ds->y[i];
+        }
+        a++;
+    }
+    keep_first(ds, a);
+}
+
 /* Split *train into train and val: the last nval samples of a seeded shuffle
  * go to val. Both keep file order, which keeps the copies sequential and the
  * result independent of how the shuffle happens to order them. */
@@ -101,12 +122,10 @@ static int split(rt_dataset **train, float val_frac, uint64_t seed, rt_dataset *
                         (double)val_frac, n);
 
     int rc = RT_ERR_NOMEM;
-    rt_dataset *tr = NULL, *va = NULL;
     uint32_t *perm = malloc((size_t)n * sizeof *perm);
-    uint32_t *itr = malloc((size_t)(n - nval) * sizeof *itr);
     uint32_t *iva = malloc((size_t)nval * sizeof *iva);
     unsigned char *is_val = calloc((size_t)n, 1);
-    if (!perm || !itr || !iva || !is_val) {
+    if (!perm || !iva || !is_val) {
         rc = rt_error(RT_ERR_NOMEM, "out of memory splitting %ld images", n);
         goto out;
     }
@@ -115,30 +134,20 @@ static int split(rt_dataset **train, float val_frac, uint64_t seed, rt_dataset *
     shuffle(perm, n, &r);
     for (long i = n - nval; i < n; i++)
         is_val[perm[i]] = 1;
-    long a = 0, b = 0;
-    for (long i = 0; i < n; i++) {
+    long b = 0;
+    for (long i = 0; i < n; i++)
         if (is_val[i])
             iva[b++] = (uint32_t)i;
-        else
-            itr[a++] = (uint32_t)i;
-    }
-    RT_ASSERT(a == n - nval && b == nval);
-    tr = gather(all, itr, a);
-    va = gather(all, iva, b);
-    if (!tr || !va) {
-        rc = RT_ERR_NOMEM;
-        rt_dataset_destroy(&tr);
-        rt_dataset_destroy(&va);
+    RT_ASSERT(b == nval);
+    rt_dataset *va = gather(all, iva, b);
+    if (!va)
         goto out;
-    }
-    rt_dataset_destroy(train);
-    *train = tr;
+    keep_unmarked(all, is_val);
     *val = va;
     rc = RT_OK;
 out:
     free(is_val);
     free(iva);
-    free(itr);
     free(perm);
     return rc;
 }

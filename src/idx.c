@@ -152,6 +152,16 @@ static int idx_header(struct idx_file *s, int ndim, uint32_t *dims, const char *
     return RT_OK;
 }
 
+int rt_idx_image_dims(const char *path, uint32_t dims[3])
+{
+    struct idx_file im = {0};
+    int rc = idx_open(&im, path);
+    if (rc == RT_OK)
+        rc = idx_header(&im, 3, dims, "image");
+    idx_close(&im);
+    return rc;
+}
+
 int rt_dataset_read_idx(const char *images_path, const char *labels_path, rt_dataset **out)
 {
     RT_ASSERT(images_path && labels_path && out);
