@@ -294,6 +294,8 @@ static void print_done(const struct rt_train_result *res)
             res->seconds);
     if (res->test_acc >= 0)
         fprintf(stderr, ", test_acc %.2f%%", 100 * res->test_acc);
+    if (res->max_rss)
+        fprintf(stderr, ", max RSS %.0f MB", (double)res->max_rss / (1024.0 * 1024.0));
     fprintf(stderr, "\n");
 }
 

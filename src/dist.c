@@ -49,6 +49,7 @@ static int measure_throughput(struct rt_trainer *t, struct rt_dist *d, double *i
     const rt_dataset *ds = t->data.train;
     int n = rt_dist_even_rows(t);
     n = n > ds->n ? ds->n : n;
+    n = n > t->rows ? t->rows : n; /* a memory cap may hold less */
     *ips = 0.0;
     if (n <= 0)
         return RT_OK;

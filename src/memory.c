@@ -180,7 +180,7 @@ int rt_mem_estimate(const char *model_text, const struct rt_train_config *c, int
         copies += 1 + copies;
     if (!host)
         copies += 2; /* host replica: parameters and gradients */
-    out->process = rt_mem_rss() + RUNTIME_SLACK;
+    rt_mem_set_process(out, rt_mem_rss());
     out->data_peak = peak;
     out->data = kept;
     out->model = (host ? b1 - row_model : 0) + (uint64_t)copies * np * sizeof(float);
@@ -189,6 +189,38 @@ int rt_mem_estimate(const char *model_text, const struct rt_train_config *c, int
     out->per_row = (host ? row_model : 0) + 2 * chw * sizeof(float) +
                    (uint64_t)classes * sizeof(float) + sizeof(int32_t);
     return RT_OK;
+}
+
+void rt_mem_set_process(struct rt_mem_need *n, uint64_t rss) { n->process = rss + RUNTIME_SLACK; }
+
+int rt_mem_fit(const struct rt_mem_need *n, const struct rt_train_config *c, int world,
+               uint64_t limit, long *rows, uint64_t *need)
+{
+    long want = rt_mem_rows(c, world, false), least = rt_mem_rows(c, world, true);
+    *rows = want;
+    *need = rt_mem_need_at(n, want);
+    if (!limit || *need <= limit)
+        return RT_OK;
+    long cap = rt_mem_rows_cap(n, limit);
+    if (cap >= least) {
+        *rows = cap < want ? cap : want;
+        *need = rt_mem_need_at(n, *rows);
+        return RT_OK;
+    }
+    char d[400];
+    rt_mem_describe(n, least, d, sizeof d);
+    return rt_error(RT_ERR_NOMEM, "needs %s but its memory limit is %.0f MB", d,
+                    (double)limit / RT_MB);
+}
+
+long rt_mem_rows(const struct rt_train_config *c, int world, bool least)
+{
+    world = world > 0 ? world : 1;
+    if (c->mode == RT_MODE_GOSSIP)
+        return c->local_batch > 0 ? c->local_batch : (c->batch + world - 1) / world;
+    if (least && c->mode == RT_MODE_SYNC && c->partition == RT_PARTITION_BALANCED && world > 1)
+        return 1;
+    return c->batch;
 }
 
 /* Reading the data is over before the model is built: the peak is the

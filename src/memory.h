@@ -10,6 +10,7 @@
 #ifndef RT_MEMORY_H
 #define RT_MEMORY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "train.h"
@@ -48,11 +49,25 @@ struct rt_mem_need {
  * device and their buffers counted. */
 int rt_mem_estimate(const char *model_text, const struct rt_train_config *c, int world,
                     struct rt_mem_need *out);
+/* The images a worker's buffers hold in the run of c with `world`
+ * workers: the whole batch in sync and average (a balanced share may grow
+ * to it), gossip's local batch. least: the fewest it can do with, 1 for a
+ * balanced sync share, which its memory may cap (rt_plan_shares_capped). */
+long rt_mem_rows(const struct rt_train_config *c, int world, bool least);
 /* The whole need with a share of `rows` images. */
 uint64_t rt_mem_need_at(const struct rt_mem_need *n, long rows);
 /* The most images of a share that fit in `limit` bytes (0: not even one);
  * LONG_MAX when limit is 0 (none). */
 long rt_mem_rows_cap(const struct rt_mem_need *n, uint64_t limit);
+/* The part of n that is the process itself, from its resident memory
+ * (the coordinator estimates for a worker from the RSS its hello gave). */
+void rt_mem_set_process(struct rt_mem_need *n, uint64_t rss);
+/* Whether the run of c fits in `limit` bytes (0: no limit): RT_OK and
+ * *rows, the images this worker's buffers hold (the mode's, or fewer in a
+ * balanced sync run when that is what fits), and *need at those rows; or
+ * RT_ERR_NOMEM with a detail naming the need and the limit. */
+int rt_mem_fit(const struct rt_mem_need *n, const struct rt_train_config *c, int world,
+               uint64_t limit, long *rows, uint64_t *need);
 /* "about 310 MB (process 21, data 55, model 17, batch buffers 1, 64
  * images of activations 16)" */
 void rt_mem_describe(const struct rt_mem_need *n, long rows, char *buf, unsigned cap);
