@@ -23,9 +23,10 @@
 
 /* Allowance for what a run allocates after the estimate and no buffer
  * count shows: BLAS and OpenMP per-thread buffers, the ring's and the
- * communication thread's buffers, thread stacks, malloc's slack. Measured:
- * lenet and seedcnn workers peak 10-14 MB above the counted parts
- * (docs/cluster.md, "Memory"). */
+ * communication thread's buffers, thread stacks, malloc's slack. With it
+ * the estimate of lenet and seedcnn workers stays 20-40% above their
+ * measured peak (buffers are counted whole, the kernel counts touched
+ * pages; docs/cluster.md, "Memory"). */
 #define RUNTIME_SLACK ((uint64_t)16 << 20)
 
 /* The limit written in DIR (v1: memory.limit_in_bytes, v2: memory.max);
