@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "memory.h"
 #include "model.h"
 #include "partition.h"
 #include "net.h"
@@ -326,6 +327,8 @@ static void print_done(const struct rt_train_result *res)
             res->seconds);
     if (res->test_acc >= 0)
         fprintf(stderr, ", test_acc %.2f%%", 100 * res->test_acc);
+    if (res->max_rss)
+        fprintf(stderr, ", max RSS %.0f MB", (double)res->max_rss / (1024.0 * 1024.0));
     fprintf(stderr, "\n");
 }
 
@@ -701,16 +704,90 @@ static double measure_gemm(rt_dev *d, int n)
     return best;
 }
 
+/* The model file's text (malloc'ed), or NULL with the error set. */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        rt_error(RT_ERR_NOTFOUND, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *text = NULL;
+    size_t len = 0, cap = 0, got;
+    char buf[4096];
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (len + got + 1 > cap) {
+            cap = (len + got + 1) * 2;
+            char *t = realloc(text, cap);
+            if (!t)
+                break;
+            text = t;
+        }
+        memcpy(text + len, buf, got);
+        len += got;
+    }
+    fclose(f);
+    if (text)
+        text[len] = '\0';
+    else
+        rt_error(RT_ERR_IO, "%s: empty or unreadable", path);
+    return text;
+}
+
+/* The memory this process may use and, for a model (and training flags),
+ * what a worker here would need to train it: the figures a worker says at
+ * join (docs/cluster.md, "Memory"). */
+static int devices_memory(int argc, char **argv)
+{
+    uint64_t limit = rt_mem_limit();
+    if (limit)
+        printf("memory: limit %.0f MB (this process's cgroup)\n", (double)limit / RT_MB);
+    else
+        printf("memory: no limit (this process's cgroup)\n");
+    if (argc < 2)
+        return 0;
+    struct rt_train_config c;
+    rt_train_config_defaults(&c);
+    int rc = rt_train_config_from_model(&c, argv[1]);
+    for (int i = 2; rc >= 0 && i < argc; i += 2) {
+        if (strncmp(argv[i], "--", 2) != 0 || i + 1 >= argc || !rt_train_config_known(argv[i] + 2))
+            return usage_error("devices", "expected training flags with values after the model, "
+                                          "found '%s'", argv[i]);
+        rc = rt_train_config_set(&c, argv[i] + 2, argv[i + 1], argv[i]);
+    }
+    char *text = rc >= 0 ? read_text(argv[1]) : NULL;
+    struct rt_mem_need n;
+    if (!text || (rc = rt_mem_estimate(text, &c, 1, &n)) < 0) {
+        free(text);
+        return fail(rc < 0 ? rc : RT_ERR_IO);
+    }
+    free(text);
+    long rows;
+    uint64_t need;
+    char d[400];
+    rc = rt_mem_fit(&n, &c, 1, limit, &rows, &need);
+    rt_mem_describe(&n, rc < 0 ? 1 : rows, d, sizeof d);
+    printf("memory need of %s, batch %d, data %s: %s%s\n", argv[1], c.batch, c.data_spec, d,
+           rc < 0 ? ": MORE THAN THE LIMIT, a worker here is turned away"
+                  : rows < c.batch ? ": a balanced sync share here is capped" : "");
+    return 0;
+}
+
 static int cmd_devices(int argc, char **argv)
 {
     if (argc >= 2 && is_help(argv[1])) {
-        printf("usage: ragtag devices\n\n"
+        printf("usage: ragtag devices [MODEL.cfg [TRAINING FLAGS]]\n\n"
                "Lists every compute backend and device found, with a measured SGEMM speed\n"
-               "(1024^3, all threads).\n");
+               "(1024^3, all threads), this process's CPU quota and memory limit (cgroup)\n"
+               "and, given a model (and flags such as --batch 64 --data SPEC), the memory\n"
+               "a worker here would need to train it.\n");
         return 0;
     }
-    if (argc > 1)
-        return usage_error("devices", "unexpected argument '%s'", argv[1]);
+    /* first, while this process is as small as a worker at its hello (the
+     * backends' libraries are not loaded yet) */
+    int rc = devices_memory(argc, argv);
+    if (rc != 0)
+        return rc;
     printf("%-8s %-3s %-44s %10s %5s %12s\n", "backend", "dev", "name", "memory", "units",
            "SGEMM");
     for (int b = 0; b < rt_backend_count(); b++) {

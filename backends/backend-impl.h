@@ -40,6 +40,7 @@ struct rt_dev {
     int device;
     int threads;
     void *impl; /* the backend's own state */
+    size_t live_bytes; /* bytes of its buffers now (rt_dev_live_bytes) */
 };
 
 /* Built-in backends. */

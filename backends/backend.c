@@ -416,6 +416,7 @@ void rt_dev_close(rt_dev **dp)
 
 const char *rt_dev_backend(const rt_dev *d) { return d->ops->name; }
 int rt_dev_threads(const rt_dev *d) { return d->threads; }
+size_t rt_dev_live_bytes(const rt_dev *d) { return d->live_bytes; }
 
 rt_buf *rt_buf_new(rt_dev *d, size_t bytes)
 {
@@ -431,6 +432,7 @@ rt_buf *rt_buf_new(rt_dev *d, size_t bytes)
         free(b);
         return NULL;
     }
+    d->live_bytes += bytes;
     return b;
 }
 
@@ -439,6 +441,7 @@ void rt_buf_destroy(rt_buf **bp)
     if (!bp || !*bp)
         return;
     rt_buf *b = *bp;
+    b->dev->live_bytes -= b->bytes;
     b->dev->ops->buf_free(b->dev, b);
     free(b);
     *bp = NULL;

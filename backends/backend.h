@@ -168,6 +168,9 @@ rt_dev *rt_dev_open(const char *backend, int device, int threads);
 void rt_dev_close(rt_dev **d);
 const char *rt_dev_backend(const rt_dev *d);
 int rt_dev_threads(const rt_dev *d);
+/* Bytes of the buffers allocated on d and not yet destroyed (a worker's
+ * memory estimate measures a model's buffers with it). */
+size_t rt_dev_live_bytes(const rt_dev *d);
 
 /* Buffers: allocate `bytes`; contents undefined. */
 rt_buf *rt_buf_new(rt_dev *d, size_t bytes);

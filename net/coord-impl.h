@@ -32,6 +32,7 @@
 #include "checkpoint.h"
 #include "datashare.h"
 #include "membership.h"
+#include "memory.h"
 #include "metrics.h"
 #include "model.h"
 #include "net.h"
@@ -72,6 +73,8 @@ struct coord_worker {
     long plan_share;        /* samples of each batch (gossip: local batches of the epoch) */
     double plan_ips;        /* the speed that plan used (0: none yet) */
     bool plan_standby;
+    uint64_t max_rss;       /* its peak memory, from its "done" (0: not known) */
+    long mem_rows;          /* the images its memory holds of a share, when capped (0: not) */
 };
 
 /* The options sent to every worker with the job, as rt_train_config_each
@@ -154,6 +157,9 @@ struct coord {
     struct rt_snap_worker *snap_rows; /* RT_MAX_WORKERS, for publishing */
     struct rt_snap_run srun; /* the run's fields, kept between publishes */
     double snap_at;          /* the last publish */
+    /* the workers' memory need, estimated once (coord_memory.c) */
+    int mem_state;          /* 0: not yet, 1: estimated, -1: could not */
+    struct rt_mem_need mem;
 };
 
 /* coord.c */
@@ -188,6 +194,14 @@ void coord_security_announce(struct coord *k);
 void coord_security_close(struct coord *k);
 /* "CurveZMQ ..." or "INSECURE ...", for the status lines. */
 const char *coord_security_mode(const struct coord *k);
+
+/* coord_memory.c */
+/* Whether worker m's memory limit holds the run; why says what it needs. */
+bool coord_memory_fits(struct coord *k, const struct rt_member *m, char *why, size_t cap);
+/* "NEED/LIMIT" in MB for the cluster table ("*": its share is capped). */
+void coord_memory_cell(const struct coord_worker *w, char *buf, size_t cap);
+/* Each worker's peak memory: a log line, metrics, res->max_rss the largest. */
+void coord_memory_report(struct coord *k, struct rt_train_result *res);
 
 /* coord_members.c */
 int coord_hello(struct coord *k, struct coord_worker *w, bool open);

@@ -197,7 +197,7 @@ int coord_joiner_failed(struct coord *k, struct coord_worker *w)
 int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
 {
     int cap = k->o->max_workers > 0 ? k->o->max_workers : k->o->workers;
-    char why[200];
+    char why[700];
     const char *no = NULL;
     if (coord_alive(k) + joiners(k, false) >= cap) {
         snprintf(why, sizeof why, "the run has its %d workers (--max-workers)", cap);
@@ -210,6 +210,8 @@ int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
             snprintf(why, sizeof why, "a worker named %s is in the run (give --name)", m->name);
             no = why;
         }
+    if (!no && !coord_memory_fits(k, m, why, sizeof why))
+        no = why;
     if (no) {
         (void)coord_send_reject(k, rt_zframe_data(&k->fr, 0), rt_zframe_size(&k->fr, 0),
                                 m->name, no);

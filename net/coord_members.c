@@ -75,7 +75,7 @@ int coord_hello(struct coord *k, struct coord_worker *w, bool open)
 {
     struct rt_member m;
     rt_wire_map mm;
-    char peer[64], why[200];
+    char peer[64], why[700];
     rt_zframes_peer(&k->fr, 1, peer, sizeof peer);
     if (rt_wire_get_map(rt_wire_root(&k->msg), "member", &mm) < 0 || rt_member_get(mm, &m) < 0) {
         rt_wire_drop(&k->drops, peer, rt_error_detail());
@@ -106,6 +106,8 @@ int coord_hello(struct coord *k, struct coord_worker *w, bool open)
         snprintf(why, sizeof why, "a worker named %s already joined (give --name)", m.name);
         return turn_away(k, &m, from, false, why);
     }
+    if (!coord_memory_fits(k, &m, why, sizeof why))
+        return turn_away(k, &m, from, true, why);
     add_member(k, &m, peer);
     return RT_OK;
 }
@@ -246,5 +248,14 @@ int coord_ready(struct coord *k, struct coord_worker *w)
         k->ms.m[w->rank].images_per_s = ips;
     if (w->rank == 0 && rt_wire_get_str(r, "summary", 0, k->summary, sizeof k->summary) == 0)
         coord_sanitize(k->summary);
+    uint64_t need = 0, rows = 0;
+    if (rt_wire_has(r, "mem_need") &&
+        (rt_wire_get_uint(r, "mem_need", 0, (uint64_t)1 << 50, &need) < 0 ||
+         rt_wire_get_uint(r, "rows", 0, 1u << 30, &rows) < 0))
+        rt_wire_drop(&k->drops, w->m.name, "a bad memory need in 'ready'");
+    w->m.mem_need = need;
+    w->mem_rows = (long)rows;
+    if (w->rank >= 0)
+        k->ms.m[w->rank].mem_need = need;
     return RT_OK;
 }

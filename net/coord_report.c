@@ -121,7 +121,7 @@ int coord_report_line(struct coord *k, struct coord_worker *w)
 static const char *const metric_keys[] = {
     "epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc",
     "lr", "images_per_s", "seconds", "loss", "acc", "grad_norm", "samples", "steps_redone",
-    "consensus_distance", "consensus_relative", NULL,
+    "consensus_distance", "consensus_relative", "max_rss_mb", NULL,
 };
 
 static bool metric_ok(const msgpack_object *key, const msgpack_object *v)
@@ -141,7 +141,7 @@ int coord_report_metrics(struct coord *k, struct coord_worker *w)
 {
     rt_wire_map f;
     if (w->rank != 0 || rt_wire_get_map(rt_wire_root(&k->msg), "fields", &f) < 0 ||
-        f->via.map.size > 16) {
+        f->via.map.size > 18) {
         rt_wire_drop(&k->drops, w->m.name, "a bad 'metrics'");
         return RT_OK;
     }
@@ -182,9 +182,15 @@ static void first_shares(struct coord *k, long *share)
         speed[r] = coord_rank(k, r)->ips;
         act[r] = true;
     }
+    long cap[RT_MAX_WORKERS];
+    for (int r = 0; r < n; r++) {
+        long c = coord_rank(k, r)->mem_rows;
+        cap[r] = c > 0 ? c : k->c->batch;
+    }
     if (plan) {
         rt_plan_standby(n, speed, k->c->min_share, act);
-        rt_plan_shares(k->c->batch, n, speed, act, sh);
+        (void)rt_plan_shares_capped(k->c->batch, n, speed, act,
+                                    k->c->mode == RT_MODE_SYNC ? cap : NULL, sh);
     }
     for (int r = 0; r < n; r++) {
         size_t lo, hi;
@@ -201,8 +207,8 @@ void coord_report_table(struct coord *k)
     int n = k->ms.n;
     coord_note("cluster of %d worker%s, run %.8s, links %s, generation %llu:", n,
                n == 1 ? "" : "s", k->run, coord_security_mode(k), (unsigned long long)k->ms.gen);
-    fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %9s %6s  %s\n", "rank", "name", "host",
-            "backend", "device", "threads", "img/s", "share", "ring");
+    fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %10s %9s %6s  %s\n", "rank", "name",
+            "host", "backend", "device", "threads", "MB need/lim", "img/s", "share", "ring");
     for (int r = 0; r < n; r++) {
         struct coord_worker *w = coord_rank(k, r);
         char ring[64];
@@ -211,8 +217,10 @@ void coord_report_table(struct coord *k)
         else
             snprintf(ring, sizeof ring, "%s -> %d",
                      rt_membership_link_kind(&k->ms, r, k->o->allow_shm), (r + 1) % n);
-        fprintf(stderr, "  %4d  %-14.14s %-14.14s %-8s %-30.30s %7d %9.0f %6ld  %s\n", r,
-                w->m.name, w->m.host, w->m.backend, w->m.device, w->m.threads, w->ips,
+        char mem[48];
+        coord_memory_cell(w, mem, sizeof mem);
+        fprintf(stderr, "  %4d  %-14.14s %-14.14s %-8s %-30.30s %7d %11s %9.0f %6ld  %s\n", r,
+                w->m.name, w->m.host, w->m.backend, w->m.device, w->m.threads, mem, w->ips,
                 share[r], ring);
     }
 }
@@ -240,7 +248,9 @@ static bool read_done(struct coord *k, struct coord_worker *w, int64_t *status, 
             (rt_wire_get_uint(m, "local_steps", 0, (uint64_t)1 << 50, &u[4]) == 0 &&
              rt_wire_get_f64(m, "train_s", 0, 1e12, &r->train_seconds) == 0 &&
              rt_wire_get_uint(m, "averagings", 0, (uint64_t)1 << 50, &u[5]) == 0 &&
-             rt_wire_get_uint(m, "plans", 0, (uint64_t)1 << 50, &u[6]) == 0));
+             rt_wire_get_uint(m, "plans", 0, (uint64_t)1 << 50, &u[6]) == 0)) &&
+           (!rt_wire_has(m, "max_rss") ||
+            rt_wire_get_uint(m, "max_rss", 0, (uint64_t)1 << 50, &w->max_rss) == 0);
 }
 
 void coord_report_done(struct coord *k, struct coord_worker *w)
@@ -328,6 +338,7 @@ int coord_report_end(struct coord *k, double t_start, struct rt_train_result *re
     struct coord_worker *w0 = coord_rank(k, 0);
     *res = w0->res;
     res->seconds = rt_now() - t_start;
+    coord_memory_report(k, res);
     if (k->interrupted_step <= 0 && w0->status != RT_ERR_INTERRUPTED)
         return check_replicas(k);
     if (k->ck.last_path[0])

@@ -10,7 +10,7 @@
 
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
 {
-    rt_wire_raw_map(w, 13);
+    rt_wire_raw_map(w, 16);
     rt_wire_raw_str(w, "id");
     rt_wire_raw_str(w, m->id);
     rt_wire_raw_str(w, "name");
@@ -37,6 +37,12 @@ void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
     rt_wire_raw_str(w, m->shm);
     rt_wire_raw_str(w, "link");
     rt_wire_raw_str(w, m->link);
+    rt_wire_raw_str(w, "mem_limit");
+    rt_wire_raw_uint(w, m->mem_limit);
+    rt_wire_raw_str(w, "mem_rss");
+    rt_wire_raw_uint(w, m->mem_rss);
+    rt_wire_raw_str(w, "mem_need");
+    rt_wire_raw_uint(w, m->mem_need);
 }
 
 static bool hex_digits(const char *s, int n)
@@ -82,6 +88,14 @@ int rt_member_get(rt_wire_map map, struct rt_member *m)
     if (!hex_digits(m->link, RT_LINK_SECRET_LEN))
         return rt_error(RT_ERR_FORMAT, "field 'link' is not %d hex digits", RT_LINK_SECRET_LEN);
     m->threads = (int)threads;
+    /* memory (issue 18): optional, 0 = not known */
+    static const uint64_t TB = (uint64_t)1 << 50;
+    if (rt_wire_has(map, "mem_limit"))
+        RT_TRY(rt_wire_get_uint(map, "mem_limit", 0, TB, &m->mem_limit));
+    if (rt_wire_has(map, "mem_rss"))
+        RT_TRY(rt_wire_get_uint(map, "mem_rss", 0, TB, &m->mem_rss));
+    if (rt_wire_has(map, "mem_need"))
+        RT_TRY(rt_wire_get_uint(map, "mem_need", 0, TB, &m->mem_need));
     if (strncmp(m->endpoint, "tcp://", 6) != 0)
         return rt_error(RT_ERR_FORMAT, "ring endpoint '%s' is not tcp://", m->endpoint);
     if (!printable(m->name) || !printable(m->host) || !printable(m->host_id) ||

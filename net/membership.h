@@ -34,6 +34,10 @@ struct rt_member {
                                          known only to the members */
     char link[RT_LINK_SECRET_LEN + 1]; /* 32 random hex digits: the secret its token links
                                          present (--link-security token); members only */
+    /* memory in bytes, 0 when not known: its cgroup's limit (0: none), its
+     * resident memory when it said hello, and its own estimate of the
+     * run's need (known from "ready" on) */
+    uint64_t mem_limit, mem_rss, mem_need;
 };
 
 struct rt_membership {
@@ -42,7 +46,7 @@ struct rt_membership {
     struct rt_member m[RT_MAX_WORKERS];
 };
 
-/* Encode one member as a map (13 entries), for hello and the job. */
+/* Encode one member as a map (16 entries), for hello and the job. */
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m);
 /* Decode and check one member map. */
 int rt_member_get(rt_wire_map map, struct rt_member *m);

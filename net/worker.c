@@ -34,6 +34,7 @@
 #include "gossip.h"
 #include "datashare.h"
 #include "membership.h"
+#include "memory.h"
 #include "net.h"
 #include "clock.h"
 #include "partition.h"
@@ -195,9 +196,15 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
             rt_wire_drop(&w->drops, "the coordinator", "a message of too many frames");
             continue;
         }
+        /* A refused hello's reject carries no run id (a stranger learns
+         * none): before it joined, this worker reads one without. */
         if (rt_wire_parse(&w->msg, rt_zframe_data(&w->fr, 0), rt_zframe_size(&w->fr, 0),
-                          w->run[0] ? w->run : NULL, false) < 0) {
+                          w->run[0] ? w->run : NULL, !w->run[0]) < 0) {
             rt_wire_drop(&w->drops, "the coordinator", rt_error_detail());
+            continue;
+        }
+        if (!w->msg.run[0] && strcmp(w->msg.type, "reject") != 0) {
+            rt_wire_drop(&w->drops, "the coordinator", "a message without a run id");
             continue;
         }
         w->last_seen = now;
@@ -207,7 +214,7 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
             return rt_error(RT_ERR_INTERRUPTED, "the run ended before this worker was admitted");
         }
         if (!strcmp(t, "abort") || !strcmp(t, "reject")) {
-            char why[300];
+            char why[700];
             if (rt_wire_get_str(rt_wire_root(&w->msg), "reason", 0, why, sizeof why) < 0)
                 snprintf(why, sizeof why, "(no reason given)");
             return rt_error(RT_ERR_NET, "the coordinator %s: %s",
@@ -299,6 +306,8 @@ static int describe(struct worker *w)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     me->threads = o->threads > 0 ? o->threads : (int)(cores > 0 ? cores : 1);
     me->cpu_quota = fmax(0.0, rt_cpu_quota()); /* for the status page */
+    me->mem_limit = rt_mem_limit();
+    me->mem_rss = rt_mem_rss();
     snprintf(w->who, sizeof w->who, "worker %s", me->name);
     return RT_OK;
 }
@@ -511,6 +520,33 @@ static int get_data(struct worker *w)
     RT_TRY(rt_cache_spec(cache, &w->man, w->c.data_spec, sizeof w->c.data_spec));
     say(w, "data: %d files, %d from the cache in %s, %d fetched (%.1f MB)", w->man.files.n,
         w->man.files.n - fetched, cache, fetched, (double)bytes / 1e6);
+    return RT_OK;
+}
+
+/* Memory (issue 18): the run's need against this worker's limit, before
+ * it reads its data. The coordinator turned away a worker that cannot fit
+ * at all; this one may still hold less than the whole batch, and a
+ * balanced sync share is then capped to what fits. */
+static int check_memory(struct worker *w)
+{
+    struct rt_mem_need n;
+    if (rt_mem_estimate(w->model_text, &w->c, w->world, &n) < 0) {
+        say(w, "memory: no estimate of the run's need (%s)", rt_error_detail());
+        return RT_OK;
+    }
+    long rows;
+    uint64_t need, limit = w->me.mem_limit;
+    RT_TRY(rt_mem_fit(&n, &w->c, w->world, limit, &rows, &need));
+    w->me.mem_need = need;
+    if (rows < rt_mem_rows(&w->c, w->world, false))
+        w->c.mem_rows = rows;
+    char d[400];
+    rt_mem_describe(&n, rows, d, sizeof d);
+    if (limit)
+        say(w, "memory: needs %s; its limit is %.0f MB%s", d, (double)limit / RT_MB,
+            w->c.mem_rows ? ": its shares are capped to what fits" : "");
+    else
+        say(w, "memory: needs %s; no memory limit", d);
     return RT_OK;
 }
 
@@ -750,10 +786,12 @@ static int w_ready(void *ctx, double ips, const char *summary)
 {
     struct worker *w = ctx;
     static const char *const want[] = {"start", "regroup", "probe", NULL};
-    rt_wire_begin(&w->w, w->run, "ready", 3);
+    rt_wire_begin(&w->w, w->run, "ready", 5);
     rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
     rt_wire_put_f64(&w->w, "ips", ips);
     rt_wire_put_str(&w->w, "summary", summary);
+    rt_wire_put_uint(&w->w, "mem_need", w->me.mem_need);
+    rt_wire_put_uint(&w->w, "rows", (uint64_t)(w->c.mem_rows > 0 ? w->c.mem_rows : 0));
     RT_TRY(rt_wire_end(&w->w));
     RT_TRY(send_ctrl(w, NULL, NULL, 0));
     RT_TRY(wait_for(w, want, -1, 0));
@@ -1136,7 +1174,7 @@ static void report_end(struct worker *w, int status, const struct rt_train_resul
     if (status < 0 && !w->served && rt_data_guard_mentions(w->c.data_spec, msg))
         snprintf(msg, sizeof msg, "cannot read its data %.200s: %s (the detail is in the "
                  "worker's log; no file content is sent)", w->c.data_spec, rt_strerror(status));
-    rt_wire_begin(&w->w, w->run, "done", 19);
+    rt_wire_begin(&w->w, w->run, "done", 20);
     rt_wire_put_uint(&w->w, "rank", (uint64_t)w->rank);
     rt_wire_put_int(&w->w, "status", status);
     rt_wire_put_str(&w->w, "message", msg);
@@ -1157,6 +1195,7 @@ static void report_end(struct worker *w, int status, const struct rt_train_resul
     rt_wire_put_uint(&w->w, "averagings",
                      (uint64_t)(r->gossip_averagings > 0 ? r->gossip_averagings : 0));
     rt_wire_put_uint(&w->w, "plans", (uint64_t)(r->plans > 0 ? r->plans : 0));
+    rt_wire_put_uint(&w->w, "max_rss", rt_mem_peak());
     if (rt_wire_end(&w->w) == RT_OK)
         send_ctrl(w, NULL, NULL, 0);
 }
@@ -1204,7 +1243,7 @@ int rt_worker_run(const struct rt_worker_options *o)
     if ((rc = join(w)) < 0)
         goto out;
     joined = true;
-    if ((rc = get_data(w)) < 0)
+    if ((rc = get_data(w)) < 0 || (rc = check_memory(w)) < 0)
         goto out;
     struct rt_train_net tn = {
         .coll = {.ops = &worker_collectives, .ctx = w, .rank = w->rank, .world = w->world},

@@ -81,9 +81,7 @@ static int read_file(const char *path, long long records, rt_dataset *ds, long l
                 goto out;
             }
             ds->y[i] = rec[0];
-            float *x = ds->x + (size_t)i * PIXELS;
-            for (int p = 0; p < PIXELS; p++)
-                x[p] = (float)rec[1 + p] / 255.0f;
+            memcpy(ds->u8 + (size_t)i * PIXELS, rec + 1, PIXELS);
         }
         done += (long long)want;
     }
@@ -117,7 +115,7 @@ int rt_dataset_read_cifar10(const char *const *paths, int npaths, rt_dataset **o
                       total);
         goto out;
     }
-    if (!(ds = rt_dataset_new((int)total, 3, SIDE, SIDE))) {
+    if (!(ds = rt_dataset_new_u8((int)total, 3, SIDE, SIDE))) {
         rc = RT_ERR_NOMEM;
         goto out;
     }

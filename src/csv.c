@@ -3,7 +3,8 @@
  * c > 1 the pixels are taken channel by channel (planar, as in CIFAR-10's
  * binary files). A first line whose first field is not a number is a header
  * and skipped; empty lines are skipped; anything else that is not a whole
- * row of numbers in range is an error naming file:line. */
+ * row of numbers in range is an error naming file:line. Integer pixels
+ * are kept as bytes; a file with any fraction is kept as floats. */
 #include "data.h"
 #include "status.h"
 
@@ -74,8 +75,9 @@ static long count_fields(const char *line)
     return n;
 }
 
-/* Parse one data line into x[0..per-1] and *label. */
-static int parse_line(const char *path, long lineno, const char *line, size_t per, float *x,
+/* Parse one data line into row[0..per-1] (the values as written) and
+ * *label. */
+static int parse_line(const char *path, long lineno, const char *line, size_t per, double *row,
                       int32_t *label)
 {
     char txt[40];
@@ -100,7 +102,7 @@ static int parse_line(const char *path, long lineno, const char *line, size_t pe
             if (v < 0 || v > 255)
                 return rt_error(RT_ERR_FORMAT, "%s:%ld: field %ld: pixel value '%s' is not in 0..255",
                                 path, lineno, f + 1, field_text(skip_blank(p), txt, sizeof txt));
-            x[f - 1] = (float)v / 255.0f;
+            row[f - 1] = v;
         }
         bool last = f + 1 == fields;
         if (*end == '\0' && !last)
@@ -126,15 +128,43 @@ static int grow(rt_dataset *ds, long *cap, size_t per, const char *path)
     long ncap = *cap ? *cap * 2 : 64;
     if (ncap > INT_MAX)
         ncap = INT_MAX;
-    float *x = realloc(ds->x, (size_t)ncap * per * sizeof(float));
+    size_t vs = rt_dataset_value_size(ds);
+    void *x = realloc(ds->u8 ? (void *)ds->u8 : (void *)ds->f32, (size_t)ncap * per * vs);
     if (!x)
         return rt_error(RT_ERR_NOMEM, "%s: out of memory after %d rows", path, ds->n);
-    ds->x = x;
+    if (ds->u8)
+        ds->u8 = x;
+    else
+        ds->f32 = x;
     int32_t *y = realloc(ds->y, (size_t)ncap * sizeof(int32_t));
     if (!y)
         return rt_error(RT_ERR_NOMEM, "%s: out of memory after %d rows", path, ds->n);
     ds->y = y;
     *cap = ncap;
+    return RT_OK;
+}
+
+/* Row ds->n of the set from the values as written: bytes while every value
+ * so far is an integer 0..255, else the set becomes floats (v / 255, what
+ * the byte table gives for bytes) for good. -0 is not a byte: its float
+ * keeps its sign. `cap` rows are allocated. */
+static int store_row(rt_dataset *ds, long cap, size_t per, const double *row, const char *path)
+{
+    if (ds->u8) {
+        uint8_t *dst = ds->u8 + (size_t)ds->n * per;
+        size_t k = 0;
+        while (k < per && row[k] == floor(row[k]) && !signbit(row[k])) {
+            dst[k] = (uint8_t)row[k];
+            k++;
+        }
+        if (k == per)
+            return RT_OK;
+        if (rt_dataset_widen(ds, cap) < 0)
+            return rt_error_wrap(RT_ERR_NOMEM, "%s", path);
+    }
+    float *dst = ds->f32 + (size_t)ds->n * per;
+    for (size_t k = 0; k < per; k++)
+        dst[k] = (float)row[k] / 255.0f;
     return RT_OK;
 }
 
@@ -152,7 +182,12 @@ int rt_dataset_read_csv(const char *path, int c, int h, int w, rt_dataset **out)
             return rt_error(RT_ERR_NOTFOUND, "%s: no such file", path);
         return rt_error(RT_ERR_IO, "%s: %s", path, strerror(errno));
     }
-    if (!(ds = rt_dataset_new(0, c, h, w))) {
+    double *row = malloc((size_t)c * h * w * sizeof *row);
+    if (!row) {
+        rc = rt_error(RT_ERR_NOMEM, "%s: out of memory for a row of %dx%dx%d values", path, h, w, c);
+        goto out;
+    }
+    if (!(ds = rt_dataset_new_u8(0, c, h, w))) {
         rc = RT_ERR_NOMEM;
         goto out;
     }
@@ -180,8 +215,8 @@ int rt_dataset_read_csv(const char *path, int c, int h, int w, rt_dataset **out)
         first = false;
         if ((rc = grow(ds, &cap, per, path)) < 0)
             goto out;
-        if ((rc = parse_line(path, lineno, line, per, ds->x + (size_t)ds->n * per,
-                             &ds->y[ds->n])) < 0)
+        if ((rc = parse_line(path, lineno, line, per, row, &ds->y[ds->n])) < 0 ||
+            (rc = store_row(ds, cap, per, row, path)) < 0)
             goto out;
         if (ds->y[ds->n] > maxlabel)
             maxlabel = ds->y[ds->n];
@@ -196,9 +231,12 @@ int rt_dataset_read_csv(const char *path, int c, int h, int w, rt_dataset **out)
         goto out;
     }
     /* Give back the unused half of the last doubling. */
-    float *x = realloc(ds->x, (size_t)ds->n * per * sizeof(float));
-    if (x)
-        ds->x = x;
+    void *x = realloc(ds->u8 ? (void *)ds->u8 : (void *)ds->f32,
+                      (size_t)ds->n * per * rt_dataset_value_size(ds));
+    if (x && ds->u8)
+        ds->u8 = x;
+    else if (x)
+        ds->f32 = x;
     ds->classes = maxlabel + 1;
     snprintf(ds->name, sizeof ds->name, "%s", path);
     *out = ds;
@@ -206,6 +244,7 @@ int rt_dataset_read_csv(const char *path, int c, int h, int w, rt_dataset **out)
     rc = RT_OK;
 out:
     rt_dataset_destroy(&ds);
+    free(row);
     free(line);
     fclose(f);
     return rc;

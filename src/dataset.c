@@ -1,7 +1,7 @@
-/* dataset.c — data sets in memory, the seeded permutation, and
- * rt_data_open: spec parsing, the Fashion-MNIST finder, the --limit subset,
- * the seeded validation split and normalisation. The file readers live in
- * idx.c, cifar.c and csv.c; the batch loader in loader.c. */
+/* dataset.c — the seeded permutation, and rt_data_open: spec parsing, the
+ * Fashion-MNIST finder, the --limit subset, the seeded validation split and
+ * normalisation. How a set holds its pixels is samples.c; the file readers
+ * live in idx.c, cifar.c and csv.c; the batch loader in loader.c. */
 #include "data.h"
 #include "rng.h"
 #include "status.h"
@@ -16,107 +16,6 @@
  * 0, 1, 2, ...; this one is far from them, so the split never correlates
  * with any epoch's order. */
 #define SPLIT_STREAM 0x73706c6974ull /* "split" */
-
-/* ---- data sets ------------------------------------------------------------- */
-
-rt_dataset *rt_dataset_new(int n, int c, int h, int w)
-{
-    if (n < 0 || c <= 0 || h <= 0 || w <= 0) {
-        rt_error(RT_ERR_SHAPE, "impossible data set shape: %d images of %dx%dx%d", n, c, h, w);
-        return NULL;
-    }
-    size_t per, total, bytes;
-    if (__builtin_mul_overflow((size_t)c, (size_t)h, &per) ||
-        __builtin_mul_overflow(per, (size_t)w, &per) ||
-        __builtin_mul_overflow(per, (size_t)n, &total) ||
-        __builtin_mul_overflow(total, sizeof(float), &bytes)) {
-        rt_error(RT_ERR_SHAPE, "data set too large: %d images of %dx%dx%d", n, c, h, w);
-        return NULL;
-    }
-    rt_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds)
-        goto fail;
-    /* At least one element, so that an empty set still has valid pointers. */
-    ds->x = malloc(bytes ? bytes : sizeof(float));
-    ds->y = malloc(n ? (size_t)n * sizeof(int32_t) : sizeof(int32_t));
-    if (!ds->x || !ds->y)
-        goto fail_arrays;
-    ds->n = n;
-    ds->c = c;
-    ds->h = h;
-    ds->w = w;
-    return ds;
-
-fail_arrays:
-    free(ds->y);
-    free(ds->x);
-    free(ds);
-fail:
-    rt_error(RT_ERR_NOMEM, "out of memory for %d images of %dx%dx%d (%.1f MiB)", n, c, h, w,
-             (double)bytes / (1024.0 * 1024.0));
-    return NULL;
-}
-
-void rt_dataset_destroy(rt_dataset **ds)
-{
-    if (!ds || !*ds)
-        return;
-    free((*ds)->x);
-    free((*ds)->y);
-    free(*ds);
-    *ds = NULL;
-}
-
-static size_t sample_floats(const rt_dataset *ds)
-{
-    return (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
-}
-
-/* One pass over the pixels (the set is ~190 MB: memory bandwidth is the
- * cost) in double, shifted by the first value so that the sum of squares
- * does not cancel; float sums would lose digits on 47 million pixels.
- * Eight independent sums keep the adders busy and let the loop vectorise. */
-void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std)
-{
-    RT_ASSERT(ds && mean && std);
-    size_t n = (size_t)ds->n * sample_floats(ds);
-    if (n == 0) {
-        *mean = 0.0f;
-        *std = 0.0f;
-        return;
-    }
-    const float *x = ds->x;
-    const double k = x[0];
-    double s[8] = {0}, q[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            double d = (double)x[i + j] - k;
-            s[j] += d;
-            q[j] += d * d;
-        }
-    for (; i < n; i++) {
-        double d = (double)x[i] - k;
-        s[0] += d;
-        q[0] += d * d;
-    }
-    double sum = 0.0, sq = 0.0;
-    for (int j = 0; j < 8; j++) {
-        sum += s[j];
-        sq += q[j];
-    }
-    double m = sum / (double)n, var = sq / (double)n - m * m;
-    *mean = (float)(k + m);
-    *std = (float)sqrt(var > 0.0 ? var : 0.0);
-}
-
-void rt_dataset_normalize(rt_dataset *ds, float mean, float std)
-{
-    RT_ASSERT(ds && std > 0.0f);
-    size_t total = (size_t)ds->n * sample_floats(ds);
-    for (size_t i = 0; i < total; i++)
-        ds->x[i] = (ds->x[i] - mean) / std;
-}
 
 /* ---- permutations ------------------------------------------------------------ */
 
@@ -144,17 +43,22 @@ void rt_permutation(uint32_t *perm, long n, uint64_t seed, long epoch)
 
 /* ---- limit, split ------------------------------------------------------------- */
 
-/* A new set holding src's samples idx[0..n-1], in that order. */
+/* A new set holding src's samples idx[0..n-1], in that order, stored as
+ * src is. */
 static rt_dataset *gather(const rt_dataset *src, const uint32_t *idx, long n)
 {
-    rt_dataset *ds = rt_dataset_new((int)n, src->c, src->h, src->w);
+    rt_dataset *ds = src->u8 ? rt_dataset_new_u8((int)n, src->c, src->h, src->w)
+                             : rt_dataset_new((int)n, src->c, src->h, src->w);
     if (!ds)
         return NULL;
-    size_t per = sample_floats(src);
+    size_t bytes = rt_dataset_sample_values(src) * rt_dataset_value_size(src);
+    char *dst = ds->u8 ? (char *)ds->u8 : (char *)ds->f32;
+    const char *from = src->u8 ? (const char *)src->u8 : (const char *)src->f32;
     for (long i = 0; i < n; i++) {
-        memcpy(ds->x + (size_t)i * per, src->x + (size_t)idx[i] * per, per * sizeof(float));
+        memcpy(dst + (size_t)i * bytes, from + (size_t)idx[i] * bytes, bytes);
         ds->y[i] = src->y[idx[i]];
     }
+    memcpy(ds->lut, src->lut, sizeof ds->lut);
     ds->classes = src->classes;
     return ds;
 }
@@ -166,12 +70,40 @@ static void keep_first(rt_dataset *ds, long limit)
     if (limit <= 0 || limit >= ds->n)
         return;
     ds->n = (int)limit;
-    float *x = realloc(ds->x, (size_t)limit * sample_floats(ds) * sizeof(float));
-    if (x)
-        ds->x = x;
+    size_t bytes = (size_t)limit * rt_dataset_sample_values(ds) * rt_dataset_value_size(ds);
+    if (ds->u8) {
+        uint8_t *x = realloc(ds->u8, bytes);
+        if (x)
+            ds->u8 = x;
+    } else {
+        float *x = realloc(ds->f32, bytes);
+        if (x)
+            ds->f32 = x;
+    }
     int32_t *y = realloc(ds->y, (size_t)limit * sizeof(int32_t));
     if (y)
         ds->y = y;
+}
+
+/* Move the samples not marked in is_val to the front, in file order, and
+ * keep only them: the training part stays where it was read, so a split
+ * costs the validation part's memory only, never a second copy of the
+ * set (that copy was most of a worker's peak). */
+static void keep_unmarked(rt_dataset *ds, const unsigned char *is_val)
+{
+    size_t bytes = rt_dataset_sample_values(ds) * rt_dataset_value_size(ds);
+    char *x = ds->u8 ? (char *)ds->u8 : (char *)ds->f32;
+    long a = 0;
+    for (long i = 0; i < ds->n; i++) {
+        if (is_val[i])
+            continue;
+        if (a != i) {
+            memmove(x + (size_t)a * bytes, x + (size_t)i * bytes, bytes);
+            ds->y[a] = ds->y[i];
+        }
+        a++;
+    }
+    keep_first(ds, a);
 }
 
 /* Split *train into train and val: the last nval samples of a seeded shuffle
@@ -190,12 +122,10 @@ static int split(rt_dataset **train, float val_frac, uint64_t seed, rt_dataset *
                         (double)val_frac, n);
 
     int rc = RT_ERR_NOMEM;
-    rt_dataset *tr = NULL, *va = NULL;
     uint32_t *perm = malloc((size_t)n * sizeof *perm);
-    uint32_t *itr = malloc((size_t)(n - nval) * sizeof *itr);
     uint32_t *iva = malloc((size_t)nval * sizeof *iva);
     unsigned char *is_val = calloc((size_t)n, 1);
-    if (!perm || !itr || !iva || !is_val) {
+    if (!perm || !iva || !is_val) {
         rc = rt_error(RT_ERR_NOMEM, "out of memory splitting %ld images", n);
         goto out;
     }
@@ -204,30 +134,20 @@ static int split(rt_dataset **train, float val_frac, uint64_t seed, rt_dataset *
     shuffle(perm, n, &r);
     for (long i = n - nval; i < n; i++)
         is_val[perm[i]] = 1;
-    long a = 0, b = 0;
-    for (long i = 0; i < n; i++) {
+    long b = 0;
+    for (long i = 0; i < n; i++)
         if (is_val[i])
             iva[b++] = (uint32_t)i;
-        else
-            itr[a++] = (uint32_t)i;
-    }
-    RT_ASSERT(a == n - nval && b == nval);
-    tr = gather(all, itr, a);
-    va = gather(all, iva, b);
-    if (!tr || !va) {
-        rc = RT_ERR_NOMEM;
-        rt_dataset_destroy(&tr);
-        rt_dataset_destroy(&va);
+    RT_ASSERT(b == nval);
+    rt_dataset *va = gather(all, iva, b);
+    if (!va)
         goto out;
-    }
-    rt_dataset_destroy(train);
-    *train = tr;
+    keep_unmarked(all, is_val);
     *val = va;
     rc = RT_OK;
 out:
     free(is_val);
     free(iva);
-    free(itr);
     free(perm);
     return rc;
 }
@@ -555,6 +475,19 @@ int rt_data_files_spec(const struct rt_data_files *f, const char *dir, char *spe
     return RT_OK;
 }
 
+/* RAGTAG_DATA_FLOAT=1, a testing aid: keep the sets as floats scaled and
+ * normalised in place, as ragtag did before sets were kept as bytes, so
+ * that tests can check that both give the model the same bits (and a
+ * benchmark can show what the bytes save). */
+static int float_storage_if_asked(rt_dataset *train, rt_dataset *test)
+{
+    const char *e = getenv("RAGTAG_DATA_FLOAT");
+    if (!e || strcmp(e, "1") != 0)
+        return RT_OK;
+    RT_TRY(rt_dataset_widen(train, train->n));
+    return test ? rt_dataset_widen(test, test->n) : RT_OK;
+}
+
 int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, struct rt_data *out)
 {
     RT_ASSERT(spec && out);
@@ -573,6 +506,8 @@ int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, st
         rc = rt_error(RT_ERR_FORMAT, "%s: the training set is empty", train->name);
         goto fail;
     }
+    if ((rc = float_storage_if_asked(train, test)) < 0)
+        goto fail;
     if (test && (test->c != train->c || test->h != train->h || test->w != train->w)) {
         rc = rt_error(RT_ERR_FORMAT, "%s: test images are %dx%dx%d but training images %dx%dx%d",
                       spec, test->h, test->w, test->c, train->h, train->w, train->c);

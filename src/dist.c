@@ -49,12 +49,20 @@ static int measure_throughput(struct rt_trainer *t, struct rt_dist *d, double *i
     const rt_dataset *ds = t->data.train;
     int n = rt_dist_even_rows(t);
     n = n > ds->n ? ds->n : n;
+    n = n > t->rows ? t->rows : n; /* a memory cap may hold less */
     *ips = 0.0;
     if (n <= 0)
         return RT_OK;
     RT_TRY(rt_replica_pull_state(&d->r));
     rt_view x = rt_buf_view(t->xb), y = rt_buf_view(t->yb);
-    RT_TRY(rt_upload(t->dev, x, ds->x, (size_t)n * t->chw * sizeof(float)));
+    /* The set may hold bytes: the model takes the floats a batch has. */
+    float *host = malloc((size_t)n * t->chw * sizeof(float));
+    if (!host)
+        return rt_error(RT_ERR_NOMEM, "out of memory for %d images to measure speed on", n);
+    rt_dataset_rows(ds, 0, n, host);
+    int rc = rt_upload(t->dev, x, host, (size_t)n * t->chw * sizeof(float));
+    free(host);
+    RT_TRY(rc);
     RT_TRY(rt_upload(t->dev, y, ds->y, (size_t)n * sizeof(int32_t)));
     double best = INFINITY;
     for (int rep = 0; rep < 4; rep++) {

@@ -86,10 +86,8 @@ int rt_evaluator_sums(rt_evaluator *ev, const rt_dataset *ds, long lo, long hi, 
 {
     RT_ASSERT(ev && ev->tag == EVALUATOR_TAG && 0 <= lo && lo <= hi && hi <= ds->n);
     size_t chw = (size_t)ds->c * ds->h * ds->w;
-    rt_dataset part = *ds;
-    part.n = (int)(hi - lo);
-    part.x = ds->x + (size_t)lo * chw;
-    part.y = ds->y + lo;
+    rt_dataset part;
+    rt_dataset_slice(ds, lo, hi, &part);
     sums[0] = sums[1] = sums[2] = 0.0;
     if (part.n == 0)
         return RT_OK;

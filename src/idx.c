@@ -152,6 +152,16 @@ static int idx_header(struct idx_file *s, int ndim, uint32_t *dims, const char *
     return RT_OK;
 }
 
+int rt_idx_image_dims(const char *path, uint32_t dims[3])
+{
+    struct idx_file im = {0};
+    int rc = idx_open(&im, path);
+    if (rc == RT_OK)
+        rc = idx_header(&im, 3, dims, "image");
+    idx_close(&im);
+    return rc;
+}
+
 int rt_dataset_read_idx(const char *images_path, const char *labels_path, rt_dataset **out)
 {
     RT_ASSERT(images_path && labels_path && out);
@@ -183,25 +193,21 @@ int rt_dataset_read_idx(const char *images_path, const char *labels_path, rt_dat
         goto out;
     }
 
-    ds = rt_dataset_new((int)n, 1, (int)rows, (int)cols);
+    ds = rt_dataset_new_u8((int)n, 1, (int)rows, (int)cols);
     stage = malloc(STAGE_BYTES);
     if (!ds || !stage) {
         rc = ds ? rt_error(RT_ERR_NOMEM, "out of memory reading %s", images_path) : RT_ERR_NOMEM;
         goto out;
     }
 
-    /* Pixels: big reads into a staging buffer, then bytes to floats. */
+    /* Pixels: kept as the bytes they are, read straight into the set. */
     size_t image_bytes = (size_t)rows * cols;
     size_t total = (size_t)n * image_bytes;
-    float *x = ds->x;
     const struct idx_part images = {"image", im.off, image_bytes, n};
     for (size_t done = 0; done < total;) {
         size_t chunk = total - done < STAGE_BYTES ? total - done : STAGE_BYTES;
-        if ((rc = idx_read(&im, stage, chunk, &images)) < 0)
+        if ((rc = idx_read(&im, ds->u8 + done, chunk, &images)) < 0)
             goto out;
-        for (size_t i = 0; i < chunk; i++)
-            x[i] = (float)stage[i] / 255.0f;
-        x += chunk;
         done += chunk;
     }
     if ((rc = idx_expect_end(&im)) < 0)

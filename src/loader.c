@@ -8,6 +8,7 @@
  * variable and a few fields are the whole protocol.
  *
  * Everything is allocated in rt_loader_new: a step allocates nothing.
+ * The slots hold floats whatever the set stores (bytes, mostly).
  * The slots are page-aligned host memory; a backend that can pin memory
  * can register them, and a CPU backend reads them in place. */
 #include "data.h"
@@ -50,19 +51,18 @@ struct rt_loader {
 
 static void check(const rt_loader *l) { RT_ASSERT(l && l->tag == LOADER_TAG); }
 
-/* Copy batch b's samples into slot s. perm is only written by
- * rt_loader_start while no gather is outstanding, and the mutex orders
- * that write before this read. */
+/* Batch b's samples into slot s, as the floats the model sees: a set kept
+ * as bytes is normalised here, on the fly (samples.c). perm is only
+ * written by rt_loader_start while no gather is outstanding, and the
+ * mutex orders that write before this read. */
 static void gather(rt_loader *l, int s, long b)
 {
     const rt_dataset *ds = l->ds;
     long first = b * l->batch;
     long n = ds->n - first < l->batch ? ds->n - first : l->batch;
-    for (long i = 0; i < n; i++) {
-        uint32_t j = l->perm[first + i];
-        memcpy(l->x[s] + (size_t)i * l->per, ds->x + (size_t)j * l->per, l->per * sizeof(float));
-        l->y[s][i] = ds->y[j];
-    }
+    rt_dataset_gather(ds, l->perm + first, n, l->x[s]);
+    for (long i = 0; i < n; i++)
+        l->y[s][i] = ds->y[l->perm[first + i]];
     l->count[s] = (int)n;
 }
 

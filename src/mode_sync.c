@@ -31,7 +31,15 @@ struct sync {
 };
 
 /* Any share up to the whole batch: the members, and so the shares, change. */
-static int sync_rows(const struct rt_trainer *t) { return t->c.batch; }
+/* The whole batch: a balanced share may grow to it. A worker whose memory
+ * holds less (mem_rows) builds its buffers for that, and the planner never
+ * gives it more. */
+static int sync_rows(const struct rt_trainer *t)
+{
+    long cap = t->c.mem_rows;
+    bool capped = cap > 0 && cap < t->c.batch && t->c.partition == RT_PARTITION_BALANCED;
+    return capped ? (int)cap : t->c.batch;
+}
 
 static int sync_init(struct rt_trainer *t)
 {

@@ -96,6 +96,46 @@ void rt_plan_shares(long n, int world, const double *speed, const bool *active, 
     }
 }
 
+bool rt_plan_shares_capped(long n, int world, const double *speed, const bool *active,
+                           const long *cap, long *share)
+{
+    RT_ASSERT(world >= 1 && world <= RT_MAX_WORKERS && n >= 0);
+    if (!cap) {
+        rt_plan_shares(n, world, speed, active, share);
+        return true;
+    }
+    bool open[RT_MAX_WORKERS];
+    long sh[RT_MAX_WORKERS], rest = n;
+    int nopen = 0;
+    for (int r = 0; r < world; r++) {
+        open[r] = !active || active[r];
+        nopen += open[r];
+        share[r] = 0;
+    }
+    /* Cut among the open workers; those given more than their cap get
+     * their cap and close; cut the rest again among the others. Each
+     * round closes a worker or ends, so at most `world` rounds. */
+    while (nopen > 0) {
+        rt_plan_shares(rest, world, speed, open, sh);
+        bool over = false;
+        for (int r = 0; r < world; r++)
+            if (open[r] && sh[r] > cap[r]) {
+                share[r] = cap[r];
+                rest -= cap[r];
+                open[r] = false;
+                nopen--;
+                over = true;
+            }
+        if (!over) {
+            for (int r = 0; r < world; r++)
+                if (open[r])
+                    share[r] = sh[r];
+            return true;
+        }
+    }
+    return rest == 0;
+}
+
 bool rt_plan_standby(int world, const double *speed, double min_share, bool *active)
 {
     bool changed = false;

@@ -42,7 +42,13 @@ bool rt_speedo_full(const struct rt_speedo *s);
  * may be NULL (all active). Deterministic: integer arithmetic on the
  * speeds rounded to 1/1024 sample/s. */
 void rt_plan_shares(long n, int world, const double *speed, const bool *active, long *share);
-/* world <= RT_MAX_WORKERS in both. */
+/* The same with no worker above cap[r] images (its memory's limit; NULL:
+ * no caps): a capped worker's excess goes to the others by their speeds.
+ * false when the active workers' caps add up to less than n (the shares
+ * then hold the caps, short of n). */
+bool rt_plan_shares_capped(long n, int world, const double *speed, const bool *active,
+                           const long *cap, long *share);
+/* world <= RT_MAX_WORKERS in all three. */
 
 /* Standby decisions with hysteresis: an active worker whose speed is below
  * min_share x the mean speed of the active workers goes on standby; a

@@ -52,15 +52,17 @@ int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balan
     p->speed = calloc((size_t)M * 2, sizeof *p->speed);
     p->overhead = p->speed ? p->speed + M : NULL;
     p->active = calloc((size_t)M, sizeof *p->active);
-    p->share = calloc((size_t)M * 4, sizeof *p->share);
+    p->share = calloc((size_t)M * 5, sizeof *p->share);
     if (!p->speed || !p->active || !p->share)
         return rt_error(RT_ERR_NOMEM, "out of memory");
     p->off = p->share + M;
     p->nshare = p->share + 2 * M;
     p->noff = p->share + 3 * M;
+    p->cap = p->share + 4 * M;
     for (int r = 0; r < M; r++) {
         p->active[r] = true;
         p->speed[r] = 1.0;
+        p->cap[r] = t->c.batch;
     }
     planner_quota(p, t);
     if (rt_train_testing_throttle(&t->c) > 0.0f) {
@@ -122,18 +124,39 @@ static double quota_speed(struct rt_planner *p, double rep)
     return rep;
 }
 
-/* Everybody's current speed and overhead, the same bits on every rank. */
+/* Everybody's current speed and overhead, and the images each one's
+ * buffers hold (its memory's cap, else the whole batch), the same bits on
+ * every rank. */
 static int exchange_speeds(struct rt_planner *p, double mine)
 {
     const struct rt_trainer *t = p->t;
     int W = t->world;
-    double both[2 * RT_MAX_WORKERS] = {0};
-    both[t->rank] = mine;
-    both[W + t->rank] = p->my_overhead;
-    RT_TRY(t->coll->ops->allreduce_f64(t->coll->ctx, both, (size_t)(2 * W)));
-    memcpy(p->speed, both, (size_t)W * sizeof *both);
-    memcpy(p->overhead, both + W, (size_t)W * sizeof *both);
+    double all[3 * RT_MAX_WORKERS] = {0};
+    all[t->rank] = mine;
+    all[W + t->rank] = p->my_overhead;
+    all[2 * W + t->rank] = (double)t->rows;
+    RT_TRY(t->coll->ops->allreduce_f64(t->coll->ctx, all, (size_t)(3 * W)));
+    memcpy(p->speed, all, (size_t)W * sizeof *all);
+    memcpy(p->overhead, all + W, (size_t)W * sizeof *all);
+    for (int r = 0; r < W; r++)
+        p->cap[r] = all[2 * W + r] >= 1.0 ? (long)all[2 * W + r] : 1;
     return RT_OK;
+}
+
+/* Shares of n images by speed; sync and average: none above a worker's
+ * cap (gossip's cut is of local batches, never capped). */
+static int cut(struct rt_planner *p, long n, long *share)
+{
+    const struct rt_trainer *t = p->t;
+    if (rt_plan_shares_capped(n, t->world, p->speed, p->active, p->roles ? p->cap : NULL, share))
+        return RT_OK;
+    long sum = 0;
+    for (int r = 0; r < t->world; r++)
+        sum += p->active[r] ? p->cap[r] : 0;
+    return rt_error(RT_ERR_NOMEM, "the workers' memory holds %ld images of a batch of %ld "
+                                  "(their caps by rank are in the cluster table): fewer "
+                                  "images a batch (--batch), or workers with more memory",
+                    sum, n);
 }
 
 /* Who is on standby: too slow for a share (--min-share), or costing the
@@ -202,7 +225,7 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
     }
     bool roles = plan_roles(p);
     p->leaving = p->can_leave && W > 1 && !p->active[t->rank];
-    rt_plan_shares(t->c.batch, W, p->speed, p->active, p->share);
+    RT_TRY(cut(p, t->c.batch, p->share));
     p->plans++;
     /* A move of a sample or two is noise (a smaller share runs at fewer
      * img/s, which asks for a smaller share...): keep the plan then, shares
@@ -277,7 +300,9 @@ void rt_planner_part(struct rt_planner *p, long n, long *a, long *b)
     }
     const long *sh = p->share, *of = p->off;
     if (n != t->c.batch) {
-        rt_plan_shares(n, t->world, p->speed, p->active, p->nshare);
+        /* fits: n is less than a full batch, which did */
+        (void)rt_plan_shares_capped(n, t->world, p->speed, p->active, p->roles ? p->cap : NULL,
+                                    p->nshare);
         rt_plan_offsets(t->world, p->nshare, p->noff);
         sh = p->nshare;
         of = p->noff;
@@ -332,6 +357,7 @@ static int standby_probe(struct rt_planner *p, struct rt_trainer *t, struct rt_s
 {
     int nprobe = t->c.batch / (4 * t->world);
     nprobe = nprobe < 1 ? 1 : nprobe > s->n ? s->n : nprobe;
+    nprobe = nprobe > t->rows ? t->rows : nprobe;
     double tp = rt_now();
     RT_TRY(rt_trainer_compute(t, s, 0, nprobe, 0.0f, false));
     RT_TRY(rt_sync(t->dev));

@@ -31,6 +31,7 @@ struct rt_planner {
     double my_overhead;   /* this worker's, measured since the last plan */
     bool *active;
     long *share, *off, *nshare, *noff;
+    long *cap;            /* images each rank's buffers hold (memory, issue 18) */
     struct rt_speedo speedo;
     double plan_speed;    /* this rank's speed when the plan was made */
     long plan_step;       /* step of the last plan */

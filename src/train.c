@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "clock.h"
+#include "memory.h"
 #include "report_local.h"
 #include "status.h"
 #include "trainer.h"
@@ -374,7 +375,7 @@ static int epoch_metrics(struct rt_trainer *t, const struct rt_epoch *e, double 
                          double val_acc, double secs, double ips)
 {
     const struct rt_train_result *r = t->res;
-    struct rt_train_field f[16];
+    struct rt_train_field f[18];
     int n = 0;
 #define FI(k, v) f[n++] = (struct rt_train_field){.key = k, .kind = 'i', .integer = (v)}
 #define FN(k, v) f[n++] = (struct rt_train_field){.key = k, .kind = 'n', .num = (v)}
@@ -399,6 +400,9 @@ static int epoch_metrics(struct rt_trainer *t, const struct rt_epoch *e, double 
         FN("consensus_distance", e->consensus);
         FN("consensus_relative", e->consensus_rel);
     }
+    /* this process's peak so far: a cluster's epoch lines are rank 0's; the
+     * coordinator writes every worker's at the end (event "memory") */
+    FN("max_rss_mb", (double)rt_mem_peak() / RT_MB);
 #undef FI
 #undef FN
     return t->rep.ops->metrics(t->rep.ctx, f, n);
@@ -612,6 +616,7 @@ static int run(struct rt_trainer *t, const char *model_text)
     if (rc >= 0)
         t->res->seconds = rt_now() - t_run;
     trainer_close(t);
+    t->res->max_rss = rt_mem_peak();
     return rc < 0 ? rc : RT_OK;
 }
 

@@ -53,6 +53,8 @@ struct rt_train_config {
     enum rt_partition partition;
     int sync_every;       /* average mode: steps between averagings (default 8) */
     int local_batch;      /* gossip: images per local batch (0: batch / starting workers) */
+    long mem_rows;        /* sync, balanced: the most images of a share this worker's memory
+                             holds (0: no cap); set by the worker, never sent */
     long replan_every;    /* balanced: re-plan the shares every K steps (default 200) */
     float replan_change;  /* ... and when a speed moved by more than this fraction (0.2) */
     float min_share;      /* standby below this fraction of an equal share (0.1; 0: never) */
@@ -100,6 +102,8 @@ struct rt_train_result {
                                    at each epoch's end (gossip) */
     long gossip_averagings;     /* pairwise averagings applied (gossip) */
     long plans;                 /* share plans made (balanced) */
+    uint64_t max_rss;           /* peak resident memory in bytes (getrusage): this
+                                   process's; a coordinator's, its largest worker's */
 };
 
 /* Run a whole training as configured. Prints progress to stderr. */

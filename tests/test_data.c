@@ -133,7 +133,7 @@ static void check_idx_contents(const rt_dataset *ds, int n, int h, int w)
     for (int i = 0; i < n; i++) {
         assert_int_equal(ds->y[i], lab(i));
         for (int k = 0; k < h * w; k++)
-            assert_true(ds->x[(size_t)i * h * w + k] == (float)pix(i, k) / 255.0f);
+            assert_true(rt_dataset_value(ds, (size_t)i * h * w + k) == (float)pix(i, k) / 255.0f);
     }
 }
 
@@ -338,10 +338,10 @@ static void check_cifar(const rt_dataset *ds, int n)
     for (int i = 0; i < n; i++) {
         assert_int_equal(ds->y[i], lab(i));
         for (int k = 0; k < 3072; k++)
-            assert_true(ds->x[(size_t)i * 3072 + k] == (float)pix(i, k) / 255.0f);
+            assert_true(rt_dataset_value(ds, (size_t)i * 3072 + k) == (float)pix(i, k) / 255.0f);
     }
     /* NCHW: the green plane of image 1 starts 1024 floats in. */
-    assert_true(ds->x[3072 + 1024] == (float)pix(1, 1024) / 255.0f);
+    assert_true(rt_dataset_value(ds, 3072 + 1024) == (float)pix(1, 1024) / 255.0f);
 }
 
 static void test_cifar(void **state)
@@ -416,7 +416,7 @@ static void test_csv(void **state)
     for (int i = 0; i < 3; i++) {
         assert_int_equal(ds->y[i], ys[i]);
         for (int k = 0; k < 4; k++)
-            assert_true(ds->x[i * 4 + k] == (float)px[i][k] / 255.0f);
+            assert_true(rt_dataset_value(ds, (size_t)(i * 4 + k)) == (float)px[i][k] / 255.0f);
     }
     rt_dataset_destroy(&ds);
 
@@ -523,14 +523,14 @@ static void test_stats_normalize(void **state)
     rt_dataset *ds = rt_dataset_new(2, 1, 1, 2);
     assert_non_null(ds);
     const float v[4] = {0, 1, 2, 3};
-    memcpy(ds->x, v, sizeof v);
+    memcpy(ds->f32, v, sizeof v);
     float m, s;
     rt_dataset_stats(ds, &m, &s);
     assert_float_equal(m, 1.5, 1e-6);
     assert_float_equal(s, sqrt(1.25), 1e-6);
     rt_dataset_normalize(ds, m, s);
     for (int i = 0; i < 4; i++)
-        assert_float_equal(ds->x[i], (v[i] - 1.5) / sqrt(1.25), 1e-6);
+        assert_float_equal(ds->f32[i], (v[i] - 1.5) / sqrt(1.25), 1e-6);
     rt_dataset_destroy(&ds);
     assert_null(rt_dataset_new(-1, 1, 1, 1));
     assert_null(rt_dataset_new(1, 0, 1, 1));
@@ -538,6 +538,84 @@ static void test_stats_normalize(void **state)
     rt_dataset *empty = rt_dataset_new(0, 1, 2, 2);
     assert_non_null(empty);
     rt_dataset_destroy(&empty);
+}
+
+/* Bytes and the float copy ragtag kept before issue 18 give the model the
+ * same bits: statistics, normalisation and gathered batches. All 256 byte
+ * values, in a set large enough for the eight-lane sums and a tail. */
+static void test_bytes_equal_floats(void **state)
+{
+    (void)state;
+    enum { N = 37, PER = 29 };
+    rt_dataset *b = rt_dataset_new_u8(N, 1, 1, PER);
+    assert_non_null(b);
+    assert_null(b->f32);
+    assert_int_equal(rt_dataset_value_size(b), 1);
+    assert_int_equal(rt_dataset_bytes(b), (size_t)N * (PER + 4));
+    for (size_t i = 0; i < (size_t)N * PER; i++)
+        b->u8[i] = (uint8_t)((i * 97 + 13) % 256);
+    for (int i = 0; i < N; i++)
+        b->y[i] = i % 10;
+    /* The float set as the readers made it: v / 255 in float. */
+    rt_dataset *f = rt_dataset_new(N, 1, 1, PER);
+    assert_non_null(f);
+    for (size_t i = 0; i < (size_t)N * PER; i++)
+        f->f32[i] = (float)b->u8[i] / 255.0f;
+    float mb, sb, mf, sf;
+    rt_dataset_stats(b, &mb, &sb);
+    rt_dataset_stats(f, &mf, &sf);
+    assert_memory_equal(&mb, &mf, sizeof mb);
+    assert_memory_equal(&sb, &sf, sizeof sb);
+    rt_dataset_normalize(b, mb, sb);
+    rt_dataset_normalize(f, mf, sf);
+    static float xb[N * PER], xf[N * PER];
+    uint32_t idx[N];
+    rt_permutation(idx, N, 5, 0);
+    rt_dataset_gather(b, idx, N, xb);
+    rt_dataset_gather(f, idx, N, xf);
+    assert_memory_equal(xb, xf, sizeof xb);
+    rt_dataset_rows(b, 3, 7, xb);
+    assert_memory_equal(xb, f->f32 + 3 * PER, 7 * PER * sizeof(float));
+    rt_dataset part;
+    rt_dataset_slice(b, 10, 20, &part);
+    assert_int_equal(part.n, 10);
+    assert_true(rt_dataset_value(&part, 0) == f->f32[10 * PER]);
+    /* Widening keeps the values. */
+    assert_int_equal(rt_dataset_widen(b, N), RT_OK);
+    assert_null(b->u8);
+    assert_memory_equal(b->f32, f->f32, (size_t)N * PER * sizeof(float));
+    rt_dataset_destroy(&b);
+    rt_dataset_destroy(&f);
+}
+
+/* CSV: integer pixels are kept as bytes; one fraction (or a -0) keeps the
+ * whole file as floats, the rows before it included. */
+static void test_csv_storage(void **state)
+{
+    (void)state;
+    char d[512], p[600];
+    path_in(d, sizeof d, tmp, "csvstore");
+    mkdir(d, 0755);
+    path_in(p, sizeof p, d, "s.csv");
+    rt_dataset *ds = NULL;
+    write_text(p, "1,0,17,255,3\n2,4,5,6,7\n");
+    assert_int_equal(rt_dataset_read_csv(p, 1, 2, 2, &ds), RT_OK);
+    assert_non_null(ds->u8);
+    assert_int_equal(ds->u8[2], 255);
+    rt_dataset_destroy(&ds);
+    write_text(p, "1,0,17,255,3\n2,4,5,6.5,7\n3,8,9,10,11\n");
+    assert_int_equal(rt_dataset_read_csv(p, 1, 2, 2, &ds), RT_OK);
+    assert_null(ds->u8);
+    assert_int_equal(ds->n, 3);
+    assert_true(ds->f32[1] == 17.0f / 255.0f);
+    assert_true(ds->f32[6] == 6.5f / 255.0f);
+    assert_true(ds->f32[11] == 11.0f / 255.0f);
+    rt_dataset_destroy(&ds);
+    write_text(p, "1,0,-0,2,3\n");
+    assert_int_equal(rt_dataset_read_csv(p, 1, 2, 2, &ds), RT_OK);
+    assert_null(ds->u8);
+    assert_true(signbit(ds->f32[1]));
+    rt_dataset_destroy(&ds);
 }
 
 /* ---- loader ---------------------------------------------------------------------------- */
@@ -549,8 +627,8 @@ static rt_dataset *counting_set(int n)
     rt_dataset *ds = rt_dataset_new(n, 1, 1, 2);
     assert_non_null(ds);
     for (int i = 0; i < n; i++) {
-        ds->x[2 * i] = (float)i;
-        ds->x[2 * i + 1] = (float)-i;
+        ds->f32[2 * i] = (float)i;
+        ds->f32[2 * i + 1] = (float)-i;
         ds->y[i] = i;
     }
     ds->classes = n;
@@ -698,14 +776,15 @@ static void test_open_split_limit(void **state)
     float m = a.mean, s = a.std;
     for (int i = 0; i < a.val->n; i++) {
         int id = a.val->y[i];
-        assert_float_equal(a.val->x[(size_t)i * 16], ((float)pix(id, 0) / 255.0f - m) / s, 1e-5);
+        assert_float_equal(rt_dataset_value(a.val, (size_t)i * 16), ((float)pix(id, 0) / 255.0f - m) / s, 1e-5);
     }
 
     /* Same seed: the same split; another seed: another. */
     assert_int_equal(rt_data_open(spec, 0.25f, 0, 5, &b), RT_OK);
     assert_int_equal(b.val->n, 50);
     assert_memory_equal(a.val->y, b.val->y, 50 * sizeof(int32_t));
-    assert_memory_equal(a.train->x, b.train->x, 150 * 16 * sizeof(float));
+    assert_memory_equal(a.train->u8, b.train->u8, 150 * 16);
+    assert_memory_equal(a.train->lut, b.train->lut, sizeof a.train->lut);
     assert_int_equal(rt_data_open(spec, 0.25f, 0, 6, &c), RT_OK);
     assert_memory_not_equal(a.val->y, c.val->y, 50 * sizeof(int32_t));
     rt_data_close(&b);
@@ -728,7 +807,7 @@ static void test_open_split_limit(void **state)
     rt_dataset_stats(a.train, &tm, &ts);
     assert_float_equal(tm, 0.0, 1e-5);
     assert_float_equal(ts, 1.0, 1e-5);
-    assert_float_equal(a.test->x[5 * 16 + 3], ((float)pix(5, 3) / 255.0f - m) / s, 1e-5);
+    assert_float_equal(rt_dataset_value(a.test, 5 * 16 + 3), ((float)pix(5, 3) / 255.0f - m) / s, 1e-5);
     rt_data_close(&a);
     assert_null(a.train);
     assert_null(a.test);
@@ -979,6 +1058,8 @@ int main(void)
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_permutation),
         cmocka_unit_test(test_stats_normalize),
+        cmocka_unit_test(test_bytes_equal_floats),
+        cmocka_unit_test(test_csv_storage),
         cmocka_unit_test(test_loader),
         cmocka_unit_test(test_open_split_limit),
         cmocka_unit_test(test_open_other_formats),

@@ -1,11 +1,16 @@
 /* test_partition.c — shares of a batch by speed (src/partition.c):
  * they add up to n, every active worker gets at least one item, each share
  * is within one item of the exact proportion, standby workers get nothing,
- * the roles change with hysteresis, and the speed window averages. */
+ * the roles change with hysteresis, and the speed window averages; shares
+ * capped by a worker's memory; the memory limit read from a fake cgroup
+ * tree (v1 and v2). */
 #include "config.h"
 
 #include "testutil.h"
 
+#include <sys/stat.h>
+
+#include "memory.h"
 #include "partition.h"
 
 static void test_shares_add_up_and_follow_speeds(void **state)
@@ -141,6 +146,122 @@ static void test_speed_window(void **state)
     assert_true(fabs(rt_speedo_rate(&sp) - 50.0) < 1e-9);
 }
 
+/* Caps: no share above its cap, the sum is n, the uncapped keep their
+ * proportion of what is left, no caps is rt_plan_shares, and caps short
+ * of n say so. */
+static void test_shares_capped_by_memory(void **state)
+{
+    (void)state;
+    double speed[4] = {100, 100, 100, 100};
+    long cap[4] = {5, 1000, 1000, 1000}, share[4], plain[4];
+    assert_true(rt_plan_shares_capped(64, 4, speed, NULL, cap, share));
+    assert_int_equal(share[0], 5);
+    assert_int_equal(share[0] + share[1] + share[2] + share[3], 64);
+    for (int r = 1; r < 4; r++)
+        assert_true(share[r] >= 19 && share[r] <= 20);
+    assert_true(rt_plan_shares_capped(64, 4, speed, NULL, NULL, share));
+    rt_plan_shares(64, 4, speed, NULL, plain);
+    assert_memory_equal(share, plain, sizeof share);
+    /* a cap that another cap's excess then pushes over: rounds go on */
+    double fast[3] = {1000, 100, 100};
+    long cap3[3] = {10, 30, 1000}, s3[3];
+    assert_true(rt_plan_shares_capped(100, 3, fast, NULL, cap3, s3));
+    assert_int_equal(s3[0], 10);
+    assert_int_equal(s3[1], 30);
+    assert_int_equal(s3[2], 60);
+    /* standby workers stay at 0 */
+    bool act[3] = {true, false, true};
+    assert_true(rt_plan_shares_capped(100, 3, fast, act, cap3, s3));
+    assert_int_equal(s3[1], 0);
+    assert_int_equal(s3[0] + s3[2], 100);
+    /* not enough memory among them */
+    long tiny[2] = {10, 20}, s2[2];
+    assert_false(rt_plan_shares_capped(64, 2, speed, NULL, tiny, s2));
+    assert_true(s2[0] <= 10 && s2[1] <= 20);
+    /* random: caps respected, sums right, the same every time */
+    rt_rng g;
+    rt_rng_seed(&g, 7, 3);
+    for (int trial = 0; trial < 500; trial++) {
+        int w = 1 + (int)(rt_rng_next(&g) % 8);
+        long n = (long)(rt_rng_next(&g) % 256), sum = 0, caps = 0, sh[8], again[8], cp[8];
+        double sp[8];
+        for (int r = 0; r < w; r++) {
+            sp[r] = 1.0 + (double)(rt_rng_next(&g) % 5000);
+            cp[r] = (long)(rt_rng_next(&g) % 80);
+            caps += cp[r];
+        }
+        bool ok = rt_plan_shares_capped(n, w, sp, NULL, cp, sh);
+        assert_true(ok == (caps >= n));
+        for (int r = 0; r < w; r++) {
+            assert_true(sh[r] >= 0 && sh[r] <= cp[r]);
+            sum += sh[r];
+        }
+        if (ok)
+            assert_int_equal(sum, n);
+        rt_plan_shares_capped(n, w, sp, NULL, cp, again);
+        assert_memory_equal(sh, again, sizeof(long) * (size_t)w);
+    }
+}
+
+static void put(const char *dir, const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A fake /proc/self/cgroup and cgroup mounts: v1's limit is the smallest
+ * along the path (a parent's holds too), v1's "no limit" and v2's "max"
+ * are none, v2 is read from the root or its unified mount. */
+static void test_memory_limit_fake_cgroups(void **state)
+{
+    (void)state;
+    char root[256], d[512], proc[512];
+    snprintf(root, sizeof root, "%s", tu_tmpdir());
+    snprintf(proc, sizeof proc, "%s/cgroup", root);
+    snprintf(d, sizeof d, "%s/memory", root);
+    assert_int_equal(mkdir(d, 0755), 0);
+    snprintf(d, sizeof d, "%s/memory/kube", root);
+    assert_int_equal(mkdir(d, 0755), 0);
+    snprintf(d, sizeof d, "%s/memory/kube/pod", root);
+    assert_int_equal(mkdir(d, 0755), 0);
+    put(root, "memory/memory.limit_in_bytes", "9223372036854771712\n");
+    put(root, "memory/kube/memory.limit_in_bytes", "536870912\n");
+    put(root, "memory/kube/pod/memory.limit_in_bytes", "9223372036854771712\n");
+    put(root, "cgroup", "12:cpu,cpuacct:/kube/pod\n7:memory:/kube/pod\n0::/\n");
+    assert_true(rt_mem_limit_at(proc, root) == 536870912u);
+    put(root, "memory/kube/pod/memory.limit_in_bytes", "268435456\n");
+    assert_true(rt_mem_limit_at(proc, root) == 268435456u);
+    /* no memory line: none */
+    put(root, "cgroup", "12:cpu,cpuacct:/kube/pod\n");
+    assert_true(rt_mem_limit_at(proc, root) == 0);
+    /* v2 */
+    snprintf(d, sizeof d, "%s/box", root);
+    assert_int_equal(mkdir(d, 0755), 0);
+    put(root, "box/memory.max", "max\n");
+    put(root, "cgroup", "0::/box\n");
+    assert_true(rt_mem_limit_at(proc, root) == 0);
+    put(root, "box/memory.max", "67108864\n");
+    assert_true(rt_mem_limit_at(proc, root) == 67108864u);
+    snprintf(d, sizeof d, "%s/unified", root);
+    assert_int_equal(mkdir(d, 0755), 0);
+    snprintf(d, sizeof d, "%s/unified/u", root);
+    assert_int_equal(mkdir(d, 0755), 0);
+    put(root, "unified/u/memory.max", "134217728\n");
+    put(root, "cgroup", "0::/u\n");
+    assert_true(rt_mem_limit_at(proc, root) == 134217728u);
+    assert_true(rt_mem_limit_at("/nonexistent/cgroup", root) == 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+    /* this process: a peak at least what it holds now */
+    assert_true(rt_mem_rss() > 0);
+    assert_true(rt_mem_peak() >= rt_mem_rss() / 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +270,8 @@ int main(void)
         cmocka_unit_test(test_standby_for_overhead),
         cmocka_unit_test(test_unmeasured_speeds_still_get_work),
         cmocka_unit_test(test_speed_window),
+        cmocka_unit_test(test_shares_capped_by_memory),
+        cmocka_unit_test(test_memory_limit_fake_cgroups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

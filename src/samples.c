@@ -1,0 +1,239 @@
+/* samples.c — how a data set holds its pixels, and the floats the model
+ * sees of them.
+ *
+ * Pixels are kept as the file stores them: bytes where the file's values
+ * are bytes, floats otherwise (data.h). A byte becomes a float only when a
+ * batch is gathered, through a 256-entry table built with the same float
+ * expressions that scaling and normalising a float copy in place used, so
+ * the numbers reaching the model are the same bits either way: the
+ * compact storage changes the memory, never the training. */
+#include "data.h"
+#include "status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The table of a set that is not normalised yet: v / 255, as the readers
+ * computed it for each pixel before sets were kept as bytes. */
+static void lut_scaled(rt_dataset *ds)
+{
+    for (int v = 0; v < 256; v++)
+        ds->lut[v] = (float)v / 255.0f;
+}
+
+static rt_dataset *dataset_alloc(int n, int c, int h, int w, size_t value_size)
+{
+    if (n < 0 || c <= 0 || h <= 0 || w <= 0) {
+        rt_error(RT_ERR_SHAPE, "impossible data set shape: %d images of %dx%dx%d", n, c, h, w);
+        return NULL;
+    }
+    size_t per, total, bytes;
+    if (__builtin_mul_overflow((size_t)c, (size_t)h, &per) ||
+        __builtin_mul_overflow(per, (size_t)w, &per) ||
+        __builtin_mul_overflow(per, (size_t)n, &total) ||
+        __builtin_mul_overflow(total, value_size, &bytes)) {
+        rt_error(RT_ERR_SHAPE, "data set too large: %d images of %dx%dx%d", n, c, h, w);
+        return NULL;
+    }
+    rt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        goto fail;
+    /* At least one element, so that an empty set still has valid pointers. */
+    void *x = malloc(bytes ? bytes : value_size);
+    if (value_size == 1)
+        ds->u8 = x;
+    else
+        ds->f32 = x;
+    ds->y = malloc(n ? (size_t)n * sizeof(int32_t) : sizeof(int32_t));
+    if (!x || !ds->y)
+        goto fail_arrays;
+    ds->n = n;
+    ds->c = c;
+    ds->h = h;
+    ds->w = w;
+    lut_scaled(ds);
+    return ds;
+
+fail_arrays:
+    free(ds->y);
+    free(x);
+    free(ds);
+fail:
+    rt_error(RT_ERR_NOMEM, "out of memory for %d images of %dx%dx%d (%.1f MiB)", n, c, h, w,
+             (double)bytes / (1024.0 * 1024.0));
+    return NULL;
+}
+
+rt_dataset *rt_dataset_new(int n, int c, int h, int w)
+{
+    return dataset_alloc(n, c, h, w, sizeof(float));
+}
+
+rt_dataset *rt_dataset_new_u8(int n, int c, int h, int w)
+{
+    return dataset_alloc(n, c, h, w, 1);
+}
+
+void rt_dataset_destroy(rt_dataset **ds)
+{
+    if (!ds || !*ds)
+        return;
+    free((*ds)->u8);
+    free((*ds)->f32);
+    free((*ds)->y);
+    free(*ds);
+    *ds = NULL;
+}
+
+size_t rt_dataset_sample_values(const rt_dataset *ds)
+{
+    return (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+}
+
+size_t rt_dataset_value_size(const rt_dataset *ds)
+{
+    RT_ASSERT(ds && (ds->u8 != NULL) != (ds->f32 != NULL));
+    return ds->u8 ? 1 : sizeof(float);
+}
+
+size_t rt_dataset_bytes(const rt_dataset *ds)
+{
+    return (size_t)ds->n * (rt_dataset_sample_values(ds) * rt_dataset_value_size(ds) +
+                            sizeof(int32_t));
+}
+
+float rt_dataset_value(const rt_dataset *ds, size_t i)
+{
+    RT_ASSERT(i < (size_t)ds->n * rt_dataset_sample_values(ds));
+    return ds->u8 ? ds->lut[ds->u8[i]] : ds->f32[i];
+}
+
+/* One sample's floats: a table look-up per byte, or a copy. */
+static void sample_out(const rt_dataset *ds, size_t j, size_t per, float *dst)
+{
+    if (ds->u8) {
+        const uint8_t *s = ds->u8 + j * per;
+        for (size_t k = 0; k < per; k++)
+            dst[k] = ds->lut[s[k]];
+    } else {
+        memcpy(dst, ds->f32 + j * per, per * sizeof(float));
+    }
+}
+
+void rt_dataset_rows(const rt_dataset *ds, long first, long n, float *dst)
+{
+    RT_ASSERT(ds && first >= 0 && n >= 0 && first + n <= ds->n && (dst || n == 0));
+    size_t per = rt_dataset_sample_values(ds);
+    for (long i = 0; i < n; i++)
+        sample_out(ds, (size_t)(first + i), per, dst + (size_t)i * per);
+}
+
+void rt_dataset_gather(const rt_dataset *ds, const uint32_t *idx, long n, float *dst)
+{
+    RT_ASSERT(ds && n >= 0 && (dst || n == 0));
+    size_t per = rt_dataset_sample_values(ds);
+    for (long i = 0; i < n; i++) {
+        RT_ASSERT(idx[i] < (uint32_t)ds->n);
+        sample_out(ds, idx[i], per, dst + (size_t)i * per);
+    }
+}
+
+void rt_dataset_slice(const rt_dataset *ds, long lo, long hi, rt_dataset *part)
+{
+    RT_ASSERT(ds && part && 0 <= lo && lo <= hi && hi <= ds->n);
+    size_t off = (size_t)lo * rt_dataset_sample_values(ds);
+    *part = *ds;
+    part->n = (int)(hi - lo);
+    if (ds->u8)
+        part->u8 = ds->u8 + off;
+    else
+        part->f32 = ds->f32 + off;
+    part->y = ds->y + lo;
+}
+
+int rt_dataset_widen(rt_dataset *ds, long room)
+{
+    RT_ASSERT(ds && room >= ds->n);
+    if (!ds->u8)
+        return RT_OK;
+    size_t per = rt_dataset_sample_values(ds), total = (size_t)ds->n * per;
+    float *f = malloc(room ? (size_t)room * per * sizeof(float) : sizeof(float));
+    if (!f)
+        return rt_error(RT_ERR_NOMEM, "out of memory widening %d images of %s to floats", ds->n,
+                        ds->name[0] ? ds->name : "a data set");
+    for (size_t i = 0; i < total; i++)
+        f[i] = ds->lut[ds->u8[i]];
+    free(ds->u8);
+    ds->u8 = NULL;
+    ds->f32 = f;
+    return RT_OK;
+}
+
+/* One pass over the pixels in double, shifted by the first value so that
+ * the sum of squares does not cancel; float sums would lose digits on 47
+ * million pixels. Eight independent sums keep the adders busy. GET(i) is
+ * the float value i: bytes go through the table, and the arithmetic is the
+ * same as for floats, so the statistics are the same bits too. */
+#define STATS_PASS(GET)                                                                            \
+    do {                                                                                           \
+        const double k = (GET(0));                                                                 \
+        size_t i = 0;                                                                              \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int j = 0; j < 8; j++) {                                                          \
+                double d = (double)(GET(i + j)) - k;                                               \
+                s[j] += d;                                                                         \
+                q[j] += d * d;                                                                     \
+            }                                                                                      \
+        for (; i < n; i++) {                                                                       \
+            double d = (double)(GET(i)) - k;                                                       \
+            s[0] += d;                                                                             \
+            q[0] += d * d;                                                                         \
+        }                                                                                          \
+        shift = k;                                                                                 \
+    } while (0)
+
+void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std)
+{
+    RT_ASSERT(ds && mean && std);
+    size_t n = (size_t)ds->n * rt_dataset_sample_values(ds);
+    if (n == 0) {
+        *mean = 0.0f;
+        *std = 0.0f;
+        return;
+    }
+    double s[8] = {0}, q[8] = {0}, shift;
+    if (ds->u8) {
+        const uint8_t *x = ds->u8;
+        const float *lut = ds->lut;
+#define BYTE_VALUE(i) lut[x[(i)]]
+        STATS_PASS(BYTE_VALUE);
+#undef BYTE_VALUE
+    } else {
+        const float *x = ds->f32;
+#define FLOAT_VALUE(i) x[(i)]
+        STATS_PASS(FLOAT_VALUE);
+#undef FLOAT_VALUE
+    }
+    double sum = 0.0, sq = 0.0;
+    for (int j = 0; j < 8; j++) {
+        sum += s[j];
+        sq += q[j];
+    }
+    double m = sum / (double)n, var = sq / (double)n - m * m;
+    *mean = (float)(shift + m);
+    *std = (float)sqrt(var > 0.0 ? var : 0.0);
+}
+
+void rt_dataset_normalize(rt_dataset *ds, float mean, float std)
+{
+    RT_ASSERT(ds && std > 0.0f);
+    if (ds->u8) {
+        for (int v = 0; v < 256; v++)
+            ds->lut[v] = (ds->lut[v] - mean) / std;
+        return;
+    }
+    size_t total = (size_t)ds->n * rt_dataset_sample_values(ds);
+    for (size_t i = 0; i < total; i++)
+        ds->f32[i] = (ds->f32[i] - mean) / std;
+}
