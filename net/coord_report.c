@@ -196,18 +196,22 @@ void coord_report_table(struct coord *k)
     int n = k->ms.n;
     coord_note("cluster of %d worker%s, run %.8s, links %s, generation %llu:", n,
                n == 1 ? "" : "s", k->run, coord_security_mode(k), (unsigned long long)k->ms.gen);
-    fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %9s %6s  %s\n", "rank", "name", "host",
-            "backend", "device", "threads", "img/s", "share", "ring");
+    fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %5s %9s %6s  %s\n", "rank", "name",
+            "host", "backend", "device", "threads", "cpus", "img/s", "share", "ring");
     for (int r = 0; r < n; r++) {
         struct coord_worker *w = coord_rank(k, r);
-        char ring[64];
+        char ring[64], cpus[16];
+        if (w->m.cpus > 0.0)
+            snprintf(cpus, sizeof cpus, "%.2f", w->m.cpus);
+        else
+            snprintf(cpus, sizeof cpus, "-");
         if (n == 1)
             snprintf(ring, sizeof ring, "-");
         else
             snprintf(ring, sizeof ring, "%s -> %d",
                      rt_membership_link_kind(&k->ms, r, k->o->allow_shm), (r + 1) % n);
-        fprintf(stderr, "  %4d  %-14.14s %-14.14s %-8s %-30.30s %7d %9.0f %6ld  %s\n", r,
-                w->m.name, w->m.host, w->m.backend, w->m.device, w->m.threads, w->ips,
+        fprintf(stderr, "  %4d  %-14.14s %-14.14s %-8s %-30.30s %7d %5s %9.0f %6ld  %s\n", r,
+                w->m.name, w->m.host, w->m.backend, w->m.device, w->m.threads, cpus, w->ips,
                 share[r], ring);
     }
 }

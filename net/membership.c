@@ -10,7 +10,7 @@
 
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
 {
-    rt_wire_raw_map(w, 11);
+    rt_wire_raw_map(w, 12);
     rt_wire_raw_str(w, "id");
     rt_wire_raw_str(w, m->id);
     rt_wire_raw_str(w, "name");
@@ -27,6 +27,8 @@ void rt_member_put(rt_wire_writer *w, const struct rt_member *m)
     rt_wire_raw_str(w, m->device);
     rt_wire_raw_str(w, "threads");
     rt_wire_raw_uint(w, (uint64_t)m->threads);
+    rt_wire_raw_str(w, "cpus");
+    rt_wire_raw_f64(w, m->cpus);
     rt_wire_raw_str(w, "ips");
     rt_wire_raw_f64(w, m->images_per_s);
     rt_wire_raw_str(w, "key");
@@ -66,6 +68,8 @@ int rt_member_get(rt_wire_map map, struct rt_member *m)
     RT_TRY(rt_wire_get_str(map, "backend", 1, m->backend, sizeof m->backend));
     RT_TRY(rt_wire_get_str(map, "device", 0, m->device, sizeof m->device));
     RT_TRY(rt_wire_get_uint(map, "threads", 0, 4096, &threads));
+    if (rt_wire_has(map, "cpus"))
+        RT_TRY(rt_wire_get_f64(map, "cpus", 0.0, 65536.0, &m->cpus));
     RT_TRY(rt_wire_get_f64(map, "ips", 0.0, 1e12, &m->images_per_s));
     RT_TRY(rt_wire_get_str(map, "key", 0, m->key, sizeof m->key));
     if (m->key[0] && !rt_key_valid(m->key))

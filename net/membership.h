@@ -27,6 +27,8 @@ struct rt_member {
     char backend[32];
     char device[128];                 /* device name */
     int threads;
+    double cpus;                      /* its cgroup's CPU quota in cores (docker
+                                         --cpus); 0: none */
     double images_per_s;              /* measured at join (0 until known) */
     char key[RT_KEY_LEN + 1];         /* its CurveZMQ public key ("": --insecure) */
     char shm[17];                     /* 16 random hex digits: its shared memory's name,
@@ -39,7 +41,8 @@ struct rt_membership {
     struct rt_member m[RT_MAX_WORKERS];
 };
 
-/* Encode one member as a map (11 entries), for hello and the job. */
+/* Encode one member as a map (12 entries), for hello and the job; "cpus"
+ * is optional on reading (a member map without it: no quota). */
 void rt_member_put(rt_wire_writer *w, const struct rt_member *m);
 /* Decode and check one member map. */
 int rt_member_get(rt_wire_map map, struct rt_member *m);

@@ -34,6 +34,7 @@
 #include "datashare.h"
 #include "membership.h"
 #include "net.h"
+#include "partition.h"
 #include "clock.h"
 #include "progress.h"
 #include "ring.h"
@@ -293,6 +294,7 @@ static int describe(struct worker *w)
     snprintf(me->device, sizeof me->device, "%s", info.name);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     me->threads = o->threads > 0 ? o->threads : (int)(cores > 0 ? cores : 1);
+    me->cpus = rt_cpu_quota();
     snprintf(w->who, sizeof w->who, "worker %s", me->name);
     return RT_OK;
 }
