@@ -204,7 +204,8 @@ echo "$last" | awk -v sb="$sb" '{ exit !(($3 < $1 && $3 < $2) || sb == "(w3,") }
   bad "the 0.25-CPU worker's share is not the smallest (last plan of three: $last${sb:+; first on standby: $sb})"
 # the members now (the last cluster table), w1 aside: it keeps the run going
 members=$(awk '/cluster of [0-9]+ workers?,/ { n = 0; t = 1; next }
-  t && $1 ~ /^[0-9]+$/ && $2 ~ /^w[0-9]$/ { m[++n] = $2; next } t { t = 0 }
+  t && $1 == "rank" { next } t && $1 ~ /^[0-9]+$/ && $2 ~ /^w[0-9]$/ { m[++n] = $2; next }
+  t { t = 0 }
   END { for (i = 1; i <= n; i++) if (m[i] != "w1") print m[i] }' "$tmp/before.log")
 say "members other than w1: $(echo $members)"
 case $(echo $members) in
