@@ -207,11 +207,16 @@ void coord_report_table(struct coord *k)
     int n = k->ms.n;
     coord_note("cluster of %d worker%s, run %.8s, links %s, generation %llu:", n,
                n == 1 ? "" : "s", k->run, coord_security_mode(k), (unsigned long long)k->ms.gen);
-    fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %10s %9s %6s  %s\n", "rank", "name",
-            "host", "backend", "device", "threads", "MB need/lim", "img/s", "share", "ring");
+    fprintf(stderr, "  %4s  %-14s %-14s %-8s %-30s %7s %5s %10s %9s %6s  %s\n", "rank", "name",
+            "host", "backend", "device", "threads", "cpus", "MB need/lim", "img/s", "share",
+            "ring");
     for (int r = 0; r < n; r++) {
         struct coord_worker *w = coord_rank(k, r);
-        char ring[64];
+        char ring[64], cpus[16];
+        if (w->m.cpu_quota > 0.0)
+            snprintf(cpus, sizeof cpus, "%.2f", w->m.cpu_quota);
+        else
+            snprintf(cpus, sizeof cpus, "-");
         if (n == 1)
             snprintf(ring, sizeof ring, "-");
         else
@@ -219,8 +224,8 @@ void coord_report_table(struct coord *k)
                      rt_membership_link_kind(&k->ms, r, k->o->allow_shm), (r + 1) % n);
         char mem[48];
         coord_memory_cell(w, mem, sizeof mem);
-        fprintf(stderr, "  %4d  %-14.14s %-14.14s %-8s %-30.30s %7d %11s %9.0f %6ld  %s\n", r,
-                w->m.name, w->m.host, w->m.backend, w->m.device, w->m.threads, mem, w->ips,
+        fprintf(stderr, "  %4d  %-14.14s %-14.14s %-8s %-30.30s %7d %5s %11s %9.0f %6ld  %s\n", r,
+                w->m.name, w->m.host, w->m.backend, w->m.device, w->m.threads, cpus, mem, w->ips,
                 share[r], ring);
     }
 }

@@ -130,11 +130,26 @@ static void say(struct worker *w, const char *fmt, ...)
 
 /* ---- control messages before the comm thread exists ------------------------------- */
 
+static int wait_for(struct worker *w, const char *const *want, int nframes, double limit);
+
+/* A send that cannot leave (the coordinator is gone: the socket's send
+ * timeout ran out) first reads what the coordinator said before it went:
+ * a joiner still setting up when the run ended finds "finished" there
+ * and ends 0 instead of failing on a bare "send failed". */
 static int send_ctrl(struct worker *w, const void *const *frames, const size_t *sizes, int n)
 {
     if (w->comm)
         return rt_comm_send(w->comm, &w->w, frames, sizes, n);
-    return rt_zsend_msg(w->ctrl, &w->w, frames, sizes, n);
+    if (rt_zsend_msg(w->ctrl, &w->w, frames, sizes, n) == RT_OK)
+        return RT_OK;
+    char why[128];
+    snprintf(why, sizeof why, "%s", rt_error_detail());
+    static const char *const nothing[] = {NULL};
+    int rc = wait_for(w, nothing, 1, 0.5);
+    if (rc != RT_ERR_TIMEOUT)
+        return rc;
+    return rt_error(RT_ERR_NET, "the coordinator at %s takes no message (%s): it is gone",
+                    w->o->join, why);
 }
 
 /* A report during training: kept until acknowledged (lines, metrics,
