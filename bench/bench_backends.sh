@@ -26,7 +26,7 @@ else
   echo "# $BENCH not built (make bench): SGEMM figures skipped"
 fi
 
-json_field() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | tail -n 1; }
+json_field() { grep -v '"event"' | sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | tail -n 1; } # not the coordinator's event lines
 
 echo
 echo "# lenet training, batch 64, sgd momentum 0.9, $IMAGES images, best of $REPS"

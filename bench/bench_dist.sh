@@ -80,7 +80,7 @@ allreduce() {
   return 0
 }
 
-ips() { sed -n 's/.*"images_per_s": \([0-9.e+]*\).*/\1/p' "$1" | tail -n 1; }
+ips() { grep '^{"epoch"' "$1" | sed -n 's/.*"images_per_s": \([0-9.e+]*\).*/\1/p' | tail -n 1; }
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
 train() {

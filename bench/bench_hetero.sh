@@ -168,9 +168,10 @@ JF='function jf(k,  i) { i = index($0, "\"" k "\": "); if (!i) return ""
   return substr($0, i + length(k) + 4) + 0 }'
 # field NAME FILE: that field of every epoch line
 field() { awk -v k="$1" "$JF"' { print jf(k) }' "$2"; }
-# images/s over the epochs from the 2nd on (all samples / all training time)
+# images/s over the epochs from the 2nd on (all samples / all training time);
+# epoch lines only (the metrics file also holds plan and memory events)
 ips_after_first() {
-  awk "$JF"' NR > 1 && jf("images_per_s") > 0 { n += jf("samples"); t += jf("samples") / jf("images_per_s") }
+  awk "$JF"' /^\{"epoch"/ && ++k > 1 && jf("images_per_s") > 0 { n += jf("samples"); t += jf("samples") / jf("images_per_s") }
     END { if (t > 0) printf "%.0f", n / t; else print 0 }' "$1"
 }
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
@@ -233,7 +234,7 @@ speed() {
       v=$(ips_after_first "$tmp/m.jsonl")
       # the test evaluation's seconds per epoch: epoch seconds less the
       # training loop (not in gossip, whose img/s is rank 0's loop only)
-      [ "$m" = gossip ] || awk "$JF"' NR > 1 && jf("images_per_s") > 0 {
+      [ "$m" = gossip ] || awk "$JF"' /^\{"epoch"/ && ++k > 1 && jf("images_per_s") > 0 {
         print jf("seconds") - jf("samples") / jf("images_per_s") }' "$tmp/m.jsonl" >>"$tmp/evals"
       [ "$(max "$best" "$v")" = "$v" ] || continue
       best=$v
@@ -251,7 +252,7 @@ speed() {
   while read -r m best note; do
     epoch=0
     [ ! -f "$tmp/best_$m.jsonl" ] ||
-      epoch=$(awk -v e="$ev" "$JF"' NR > 1 { n += jf("samples"); t += jf("seconds") - e }
+      epoch=$(awk -v e="$ev" "$JF"' /^\{"epoch"/ && ++k > 1 { n += jf("samples"); t += jf("seconds") - e }
         END { if (t > 0) printf "%.0f", n / t; else print 0 }' "$tmp/best_$m.jsonl")
     target=''
     case $m in

@@ -28,7 +28,7 @@ pt() {
 }
 have_torch() { [ -f "$SHARED/bench/torch_fmnist.py" ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; }
 
-json_field() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | tail -n 1; }
+json_field() { grep -v '"event"' | sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | tail -n 1; } # not the coordinator's event lines
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
 ragtag_ips() { # model threads images

@@ -193,7 +193,7 @@ else
 fi
 
 # ---- training speed ---------------------------------------------------------------------------
-json_field() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | tail -n 1; }
+json_field() { grep -v '"event"' | sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | tail -n 1; } # not the coordinator's event lines
 train() { # model batch label [VAR=VALUE...]
   model=$1 batch=$2 label=$3
   shift 3
