@@ -19,7 +19,10 @@
 #include "status_http.h"
 
 #define PUBLISH_EVERY 0.25 /* seconds */
-#define STALLED_AFTER 5.0  /* seconds without a message: shown as stalled */
+/* Seconds without a message after which a worker shows as stalled: 5, or
+ * half of --worker-timeout when that is shorter (so that it shows before
+ * it is lost). */
+#define STALLED_AFTER 5.0
 
 static const char *mode_name(const struct coord *k)
 {
@@ -133,7 +136,7 @@ static void worker_row(struct coord *k, const struct coord_worker *w, double now
         state = "done";
     else if (w->pending)
         state = o->standby ? "standby" : "joining";
-    else if (o->heartbeat_age > STALLED_AFTER && k->training)
+    else if (o->heartbeat_age > fmin(STALLED_AFTER, k->o->worker_timeout / 2) && k->training)
         state = "stalled";
     else if (o->standby)
         state = "standby";
