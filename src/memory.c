@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cgroup.h"
 #include "data.h"
 #include "model.h"
 #include "status.h"
@@ -67,45 +68,34 @@ static uint64_t limit_along(const char *base, const char *path, bool v2)
     return best;
 }
 
-static bool has_memory_controller(const char *ctl)
+struct limit_walk {
+    const char *root;
+    uint64_t best;
+};
+
+static void limit_line(const char *ctl, const char *path, void *arg)
 {
-    char ctls[256];
-    snprintf(ctls, sizeof ctls, "%s", ctl);
-    for (char *sv = NULL, *t = strtok_r(ctls, ",", &sv); t; t = strtok_r(NULL, ",", &sv))
-        if (!strcmp(t, "memory"))
-            return true;
-    return false;
+    struct limit_walk *lw = arg;
+    char base[600];
+    uint64_t v = 0;
+    if (!*ctl) { /* v2 */
+        v = limit_along(lw->root, path, true);
+        snprintf(base, sizeof base, "%s/unified", lw->root);
+        if (!v)
+            v = limit_along(base, path, true);
+    } else if (rt_cgroup_has(ctl, "memory")) {
+        snprintf(base, sizeof base, "%s/memory", lw->root);
+        v = limit_along(base, path, false);
+    }
+    if (v && (!lw->best || v < lw->best))
+        lw->best = v;
 }
 
 uint64_t rt_mem_limit_at(const char *proc_cgroup, const char *root)
 {
-    FILE *f = fopen(proc_cgroup, "r");
-    if (!f)
-        return 0;
-    char line[1024], base[600];
-    uint64_t best = 0;
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c1 || !c2)
-            continue;
-        *c2 = '\0';
-        const char *ctl = c1 + 1, *path = c2 + 1;
-        uint64_t v = 0;
-        if (!*ctl) { /* v2 */
-            v = limit_along(root, path, true);
-            snprintf(base, sizeof base, "%s/unified", root);
-            if (!v)
-                v = limit_along(base, path, true);
-        } else if (has_memory_controller(ctl)) {
-            snprintf(base, sizeof base, "%s/memory", root);
-            v = limit_along(base, path, false);
-        }
-        if (v && (!best || v < best))
-            best = v;
-    }
-    fclose(f);
-    return best;
+    struct limit_walk lw = {.root = root, .best = 0};
+    rt_cgroup_lines(proc_cgroup, limit_line, &lw);
+    return lw.best;
 }
 
 uint64_t rt_mem_limit(void) { return rt_mem_limit_at("/proc/self/cgroup", "/sys/fs/cgroup"); }

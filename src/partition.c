@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cgroup.h"
 #include "status.h"
 
 void rt_speedo_reset(struct rt_speedo *s) { memset(s, 0, sizeof *s); }
@@ -282,41 +283,26 @@ static double quota_along(const char *base, const char *path, bool v2)
     return best;
 }
 
+static void quota_line(const char *ctl, const char *path, void *arg)
+{
+    double *best = arg, q = 0.0;
+    if (!*ctl) { /* v2 */
+        q = quota_along("/sys/fs/cgroup", path, true);
+        if (q == 0.0)
+            q = quota_along("/sys/fs/cgroup/unified", path, true);
+    } else if (rt_cgroup_has(ctl, "cpu")) {
+        static const char *const bases[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct",
+                                            "/sys/fs/cgroup/cpuacct,cpu"};
+        for (int i = 0; i < 3 && q == 0.0; i++)
+            q = quota_along(bases[i], path, false);
+    }
+    if (q > 0.0 && (*best == 0.0 || q < *best))
+        *best = q;
+}
+
 double rt_cpu_quota(void)
 {
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f)
-        return 0.0;
-    char line[1024];
     double best = 0.0;
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c1 || !c2)
-            continue;
-        *c2 = '\0';
-        const char *ctl = c1 + 1, *path = c2 + 1;
-        double q = 0.0;
-        if (!*ctl) { /* v2 */
-            q = quota_along("/sys/fs/cgroup", path, true);
-            if (q == 0.0)
-                q = quota_along("/sys/fs/cgroup/unified", path, true);
-        } else {
-            bool cpu = false; /* "cpu" among the controllers of the line */
-            char ctls[256];
-            snprintf(ctls, sizeof ctls, "%s", ctl);
-            for (char *sv = NULL, *t = strtok_r(ctls, ",", &sv); t; t = strtok_r(NULL, ",", &sv))
-                cpu |= !strcmp(t, "cpu");
-            if (!cpu)
-                continue;
-            static const char *const bases[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct",
-                                                "/sys/fs/cgroup/cpuacct,cpu"};
-            for (int i = 0; i < 3 && q == 0.0; i++)
-                q = quota_along(bases[i], path, false);
-        }
-        if (q > 0.0 && (best == 0.0 || q < best))
-            best = q;
-    }
-    fclose(f);
+    rt_cgroup_lines("/proc/self/cgroup", quota_line, &best);
     return best;
 }
