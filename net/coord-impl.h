@@ -247,6 +247,7 @@ int coord_ckpt_load_resume(struct coord *k);
 int coord_ckpt_send_resume(struct coord *k, struct coord_worker *w);
 int coord_ckpt_part(struct coord *k, struct coord_worker *w);
 void coord_ckpt_close(struct coord_ckpt *ck);
+void coord_ckpt_start_from_init(struct coord *k);
 
 /* coord_elastic.c */
 /* Whether members may change during training (sync mode). */

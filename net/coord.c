@@ -330,6 +330,7 @@ static int coord_prepare(struct coord *k)
     RT_TRY(coord_report_open(k));
     if (c->resume)
         RT_TRY(coord_ckpt_load_resume(k));
+    coord_ckpt_start_from_init(k);
     RT_TRY(coord_adopt_prepare(k));
     if (k->o->serve_data) {
         RT_TRY(rt_manifest_build(c->data_spec, &k->man));

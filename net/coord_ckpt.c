@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "coord-impl.h"
 #include "status.h"
+#include "transfer.h"
 
 /* A "ckpt" message: its fields, and its frames once checked. */
 struct part {
@@ -23,6 +25,13 @@ struct part {
     const float *params, *state;
 };
 
+static int coord_note_line(void *arg, const char *line)
+{
+    (void)arg;
+    coord_note("%s", line);
+    return RT_OK;
+}
+
 int coord_ckpt_open(struct coord *k)
 {
     struct coord_ckpt *ck = &k->ck;
@@ -33,10 +42,14 @@ int coord_ckpt_open(struct coord *k)
         return RT_ERR_CONFIG;
     ck->np = rt_model_param_count(ck->cm);
     ck->ns = rt_model_state_count(ck->cm);
+    /* the workers' starting point, for --init: the same seed gives the
+     * same bits; --freeze shapes the optimiser state */
+    RT_TRY(rt_model_init(ck->cm, c->seed));
+    RT_TRY(rt_transfer_prepare(ck->cm, c, coord_note_line, NULL));
     struct rt_optim_config oc = c->optim;
     oc.schedule = RT_SCHED_CONSTANT; /* only the state's shape matters here */
     oc.total_steps = oc.warmup_steps = 0;
-    if (!(ck->copt = rt_optim_new(ck->cpu, &oc, ck->np)))
+    if (!(ck->copt = rt_optim_new_trainable(ck->cpu, &oc, ck->cm)))
         return RT_ERR_CONFIG;
     if (!c->checkpoint_dir[0])
         return RT_OK;
@@ -72,6 +85,19 @@ static int keep_best(struct coord_ckpt *ck)
         memcpy(ck->best_state, rt_view_host(rt_model_state(ck->cm)), ck->ns * sizeof(float));
     ck->have_best = true;
     return RT_OK;
+}
+
+/* --init without a checkpoint to resume from: the workers start from the
+ * weights loaded in coord_ckpt_open, sent with "start" like a resumed
+ * run's at step 0 (optimiser state zero), so that no worker needs the file. */
+void coord_ckpt_start_from_init(struct coord *k)
+{
+    struct coord_ckpt *ck = &k->ck;
+    if (!k->c->init_path[0] || ck->resuming)
+        return;
+    ck->rpos = (struct rt_train_pos){.seed = k->c->seed, .best_metric = NAN};
+    ck->resuming = true;
+    coord_note("every worker starts from the weights of --init %s", k->c->init_path);
 }
 
 /* --resume: read DIR/best (for early stopping) and DIR/last, like one
@@ -123,7 +149,7 @@ static void put_resume(struct coord *k, size_t lo, size_t hi, int nopt)
 int coord_ckpt_send_resume(struct coord *k, struct coord_worker *w)
 {
     const struct coord_ckpt *ck = &k->ck;
-    size_t lo = 0, hi = ck->np;
+    size_t lo = 0, hi = rt_optim_size(ck->copt); /* the trainable parameters' state */
     int nopt = rt_optim_state_count(ck->copt);
     put_resume(k, lo, hi, nopt);
     RT_TRY(rt_wire_end(&k->wr));
@@ -178,7 +204,7 @@ static const char *misfit(struct coord *k, const struct part *p)
     int expect_opt = last ? rt_optim_state_count(ck->copt) : 0;
     if (!last && strcmp(p->which, "best") && strcmp(p->which, "final"))
         return "an unknown checkpoint kind";
-    if (p->lo != 0 || p->hi != (last ? ck->np : p->hi))
+    if (p->lo != 0 || p->hi != (last ? rt_optim_size(ck->copt) : p->hi))
         return "optimiser state that is not the whole model's";
     if (p->np != ck->np || p->ns != ck->ns)
         return "weights of the wrong size";
@@ -215,7 +241,7 @@ static int last_save(struct coord *k, const struct part *p, const struct rt_trai
     struct coord_ckpt *ck = &k->ck;
     for (size_t i = 0; i < p->nopt; i++)
         memcpy(rt_view_host(rt_optim_state(ck->copt, (int)i)), rt_zframe_data(&k->fr, 2 + (int)i),
-               ck->np * sizeof(float));
+               rt_optim_size(ck->copt) * sizeof(float));
     RT_TRY(upload_model(ck, p->params, p->state));
     rt_optim_set_steps(ck->copt, (long)p->step);
     return rt_checkpoint_save(ck->last_path, ck->cm, ck->copt, pos);

@@ -2,8 +2,9 @@
  *
  * Tensors: every model tensor under its own name (params and batch-norm
  * state alike, so numpy / PyTorch see a plain state dict), then the
- * optimiser state as "optimizer.<state name>", each the full flat length of
- * the parameter buffer. Metadata (strings, as the format requires):
+ * optimiser state as "optimizer.<state name>", each as long as the
+ * trainable parameters: the whole parameter buffer, or without the frozen
+ * layers' (--freeze) when some are, their spans back to back. Metadata (strings, as the format requires):
  *   format          "ragtag-checkpoint-1"
  *   epoch, step, seed, best_epoch, bad_epochs   decimal integers
  *   best_metric     %.17g, so that the double round-trips exactly
@@ -78,11 +79,11 @@ int rt_checkpoint_save(const char *path, const rt_model *m, const rt_optim *o,
     size_t pc = rt_model_param_count(m), sc = rt_model_state_count(m);
     int nmt = rt_model_tensor_count(m);
     int nos = o ? rt_optim_state_count(o) : 0;
-    if (o && rt_optim_size(o) != pc)
+    size_t oc = o ? rt_optim_size(o) : 0; /* the trainable parameters (frozen: fewer) */
+    if (oc > pc)
         return rt_error(RT_ERR_ARG,
-                        "%s: the optimizer holds %zu values but the model has %zu parameters "
-                        "(a split optimizer state must be gathered before saving)",
-                        path, rt_optim_size(o), pc);
+                        "%s: the optimizer holds %zu values but the model has %zu parameters",
+                        path, oc, pc);
 
     int rc = RT_OK;
     float *params = NULL, *state = NULL, *ostate[2] = {NULL, NULL};
@@ -104,7 +105,7 @@ int rt_checkpoint_save(const char *path, const rt_model *m, const rt_optim *o,
         /* the optimiser may live on another device than the model (sync
          * mode updates on the host) */
         rt_view v = rt_optim_state(o, i);
-        rc = download_all(v.buf->dev, v, pc, &ostate[i]);
+        rc = download_all(v.buf->dev, v, oc, &ostate[i]);
         if (rc < 0)
             goto free_host;
     }
@@ -125,7 +126,7 @@ int rt_checkpoint_save(const char *path, const rt_model *m, const rt_optim *o,
         snprintf(onames[i], sizeof onames[i], OPT_PREFIX "%s", rt_optim_state_name(o, i));
         e->name = onames[i];
         e->ndim = 1;
-        e->dims[0] = (int64_t)pc;
+        e->dims[0] = (int64_t)oc;
         e->data = ostate[i];
     }
 
@@ -309,7 +310,8 @@ static int check_optim(const rt_st_file *f, const char *path, const rt_optim *o,
             shape_str(got, sizeof got, ot[i].ndim, ot[i].dims);
             return rt_error(RT_ERR_SHAPE,
                             "%s: optimizer state '%s' has shape %s in the checkpoint but "
-                            "[%zu] here", path, name, got, rt_optim_size(o));
+                            "[%zu] here (the trainable parameters: resume with the same "
+                            "--freeze)", path, name, got, rt_optim_size(o));
         }
     }
     return RT_OK;

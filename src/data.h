@@ -53,6 +53,17 @@ int rt_dataset_read_csv(const char *path, int c, int h, int w, rt_dataset **out)
  * (before the split), for quick runs and tests. Normalises every set with
  * the train set's mean and standard deviation. */
 int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, struct rt_data *out);
+/* The same keeping only the images whose labels `classes` lists ("0-4",
+ * "5,7,9"; NULL or "": all), in the train and test sets, before `limit`
+ * and the split; labels are renumbered 0, 1, ... in the list's order, so
+ * the model's [net] classes is the list's length. */
+int rt_data_open_classes(const char *spec, const char *classes, float val_frac, long limit,
+                         uint64_t seed, struct rt_data *out);
+/* --classes: map[label] = its new number or -1, for labels 0..classes-1;
+ * *kept: how many are kept. RT_ERR_CONFIG naming the item. */
+int rt_data_classes_parse(const char *spec, int classes, int *map, int *kept);
+/* Keep the samples whose map[label] >= 0, in order, relabelled (in place). */
+void rt_dataset_keep_classes(rt_dataset *ds, const int *map, int kept);
 void rt_data_close(struct rt_data *d);
 
 /* The files a data spec reads, so that a coordinator can ship a data set to

@@ -488,7 +488,33 @@ static int float_storage_if_asked(rt_dataset *train, rt_dataset *test)
     return test ? rt_dataset_widen(test, test->n) : RT_OK;
 }
 
+/* --classes on the train and test sets; *classes becomes the list's length. */
+static int keep_classes(const char *list, rt_dataset *train, rt_dataset *test, int *classes)
+{
+    int *map = malloc((size_t)*classes * sizeof *map), kept = 0;
+    if (!map)
+        return rt_error(RT_ERR_NOMEM, "out of memory for --classes");
+    int rc = rt_data_classes_parse(list, *classes, map, &kept);
+    if (rc == RT_OK) {
+        rt_dataset_keep_classes(train, map, kept);
+        if (test)
+            rt_dataset_keep_classes(test, map, kept);
+        *classes = kept;
+        if (train->n == 0)
+            rc = rt_error(RT_ERR_CONFIG, "--classes %s: no training image has one of these "
+                                         "labels", list);
+    }
+    free(map);
+    return rc;
+}
+
 int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, struct rt_data *out)
+{
+    return rt_data_open_classes(spec, NULL, val_frac, limit, seed, out);
+}
+
+int rt_data_open_classes(const char *spec, const char *list, float val_frac, long limit,
+                         uint64_t seed, struct rt_data *out)
 {
     RT_ASSERT(spec && out);
     memset(out, 0, sizeof *out);
@@ -520,6 +546,8 @@ int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, st
         classes = test->classes;
     if (strcmp(kind, "fashion-mnist") == 0 && classes < 10)
         classes = 10;
+    if (list && *list && (rc = keep_classes(list, train, test, &classes)) < 0)
+        goto fail;
 
     keep_first(train, limit);
     if (val_frac > 0.0f && (rc = split(&train, val_frac, seed, &val)) < 0)

@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "status.h"
+#include "transfer.h"
 
 #define COLL(t) ((t)->coll->ops)
 #define CTX(t) ((t)->coll->ctx)
@@ -26,7 +27,7 @@ int rt_dist_init(struct rt_trainer *t, struct rt_dist *d, bool balanced, bool ro
     d->last_norm = NAN;
     RT_TRY(rt_replica_init(&d->r, t->coll, t->m, t->c.threads));
     RT_TRY(rt_planner_init(&d->pl, t, balanced, roles));
-    t->opt = rt_optim_new(d->r.odev, &t->c.optim, d->r.np);
+    t->opt = rt_optim_new_trainable(d->r.odev, &t->c.optim, t->m);
     if (!t->opt)
         return RT_ERR_CONFIG; /* rt_optim_new left the reason in the detail */
     if (!(t->loader = rt_loader_new(t->data.train, loader_batch, true, t->c.seed)))
@@ -92,7 +93,8 @@ static int dist_restore(struct rt_trainer *t, struct rt_dist *d)
         os[nopt++] = rt_view_host(rt_optim_state(t->opt, i));
     struct rt_ckpt_restore r = {.pos = &t->pos, .params = d->r.p, .np = d->r.np,
                                 .state = d->r.hstate, .ns = d->r.ns, .opt = os, .nopt = nopt,
-                                .lo = 0, .hi = d->r.np, .best = t->best_host};
+                                .lo = 0, .hi = rt_optim_size(t->opt),
+                                .best = t->best_host};
     int rc = rep->restore(t->rep.ctx, &r);
     if (rc <= 0)
         return rc;
@@ -228,7 +230,7 @@ int rt_dist_agree(struct rt_trainer *t, void *buf, size_t bytes)
  * state (with_opt), the parameters and the state. */
 static int send_part(struct rt_trainer *t, struct rt_dist *d, const char *which, bool with_opt)
 {
-    struct rt_ckpt_part part = {.pos = &t->pos, .lo = 0, .hi = d->r.np};
+    struct rt_ckpt_part part = {.pos = &t->pos, .lo = 0, .hi = rt_optim_size(t->opt)};
     RT_TRY(rt_replica_pull(&d->r));
     RT_TRY(rt_replica_pull_state(&d->r));
     part.params = d->r.p;

@@ -26,7 +26,7 @@ int rt_commit_take(struct rt_commit *k, struct rt_trainer *t)
     struct rt_replica *r = &d->r;
     int nopt = rt_optim_state_count(t->opt);
     if (!k->buf) {
-        k->floats = r->np * (size_t)(1 + nopt) + r->ns;
+        k->floats = r->np + rt_optim_size(t->opt) * (size_t)nopt + r->ns;
         if (!(k->buf = malloc((k->floats ? k->floats : 1) * sizeof(float))))
             return rt_error(RT_ERR_NOMEM, "out of memory for the copy of the agreed state "
                                           "(%zu floats)", k->floats);
@@ -37,8 +37,9 @@ int rt_commit_take(struct rt_commit *k, struct rt_trainer *t)
     float *p = k->buf;
     memcpy(p, r->p, r->np * sizeof(float));
     p += r->np;
-    for (int i = 0; i < nopt; i++, p += r->np)
-        memcpy(p, rt_view_host(rt_optim_state(t->opt, i)), r->np * sizeof(float));
+    size_t no = rt_optim_size(t->opt); /* the trainable parameters' */
+    for (int i = 0; i < nopt; i++, p += no)
+        memcpy(p, rt_view_host(rt_optim_state(t->opt, i)), no * sizeof(float));
     if (r->ns)
         memcpy(p, r->hstate, r->ns * sizeof(float));
     k->pos = t->pos;
@@ -68,8 +69,9 @@ int rt_commit_restore(const struct rt_commit *k, struct rt_trainer *t)
     const float *p = k->buf;
     memcpy(r->p, p, r->np * sizeof(float));
     p += r->np;
-    for (int i = 0; i < rt_optim_state_count(t->opt); i++, p += r->np)
-        memcpy(rt_view_host(rt_optim_state(t->opt, i)), p, r->np * sizeof(float));
+    size_t no = rt_optim_size(t->opt);
+    for (int i = 0; i < rt_optim_state_count(t->opt); i++, p += no)
+        memcpy(rt_view_host(rt_optim_state(t->opt, i)), p, no * sizeof(float));
     if (r->ns)
         memcpy(r->hstate, p, r->ns * sizeof(float));
     RT_TRY(rt_replica_push(r));

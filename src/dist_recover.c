@@ -98,7 +98,7 @@ static int share_state(struct rt_trainer *t, struct rt_dist *d, int src, bool be
         RT_TRY(COLL(t)->broadcast(CTX(t), r->hstate, r->ns * sizeof(float), src));
     for (int i = 0; i < rt_optim_state_count(t->opt); i++)
         RT_TRY(COLL(t)->broadcast(CTX(t), rt_view_host(rt_optim_state(t->opt, i)),
-                                  r->np * sizeof(float), src));
+                                  rt_optim_size(t->opt) * sizeof(float), src));
     if (best && t->best_host)
         RT_TRY(COLL(t)->broadcast(CTX(t), t->best_host, (r->np + r->ns) * sizeof(float), src));
     if (t->rank != src) {

@@ -81,6 +81,8 @@ struct rt_layer {
     float alpha;
     bool passthrough; /* batchnorm / dropout: look past it for the act */
     size_t params, state; /* element counts it declared */
+    size_t param_off;     /* where its parameters start (they are contiguous) */
+    bool frozen;          /* --freeze or `freeze = 1`: its parameters never change */
     void *priv;
 };
 
@@ -120,6 +122,10 @@ size_t rt_layer_state(struct rt_layer_setup *su, struct rt_layer *l, const char 
 /* rt_model_load_string that also returns the status (for tests). */
 int rt_model_open_string(const char *text, const char *name, rt_dev *dev, int max_batch,
                          rt_model **out);
+
+/* The layers, for the parts of the core that walk them (freeze.c). */
+struct rt_layer *rt_model_layer(rt_model *m, int i);
+const struct rt_layer *rt_model_layer_const(const rt_model *m, int i);
 
 /* The init recipe of tensor i (same order as rt_model_tensor_info). */
 const struct rt_init_spec *rt_model_tensor_init(const rt_model *m, int i);

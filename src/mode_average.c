@@ -87,12 +87,14 @@ static int average_params(struct rt_trainer *t, struct average *a, struct rt_tal
     rt_tally_from_f64(sums, all);
     if (all->seen > 0) {
         float w = (float)((double)a->since.seen / (double)all->seen);
-        RT_TRY(rt_op_scale(r->odev, r->np, w, r->pv));
-        RT_TRY(c->ops->allreduce(c->ctx, r->p, r->np));
+        /* frozen parameters below `lo` are the same bits everywhere */
+        size_t lo = rt_model_trainable_from(t->m), no = rt_optim_size(t->opt);
+        RT_TRY(rt_op_scale(r->odev, r->np - lo, w, rt_view_at(r->pv, lo)));
+        RT_TRY(c->ops->allreduce(c->ctx, r->p + lo, r->np - lo));
         for (int i = 0; i < rt_optim_state_count(t->opt); i++) {
             rt_view v = rt_optim_state(t->opt, i);
-            RT_TRY(rt_op_scale(r->odev, r->np, w, v));
-            RT_TRY(c->ops->allreduce(c->ctx, rt_view_host(v), r->np));
+            RT_TRY(rt_op_scale(r->odev, no, w, v));
+            RT_TRY(c->ops->allreduce(c->ctx, rt_view_host(v), no));
         }
     }
     a->since = (struct rt_tally){0};

@@ -169,8 +169,9 @@ static int average_opt(struct rt_trainer *t, struct gossip *g)
     float inv = 1.0f / (float)t->world;
     for (int i = 0; i < rt_optim_state_count(t->opt); i++) {
         rt_view v = rt_optim_state(t->opt, i);
-        RT_TRY(t->coll->ops->allreduce(t->coll->ctx, rt_view_host(v), g->d.r.np));
-        RT_TRY(rt_op_scale(g->d.r.odev, g->d.r.np, inv, v));
+        size_t no = rt_optim_size(t->opt);
+        RT_TRY(t->coll->ops->allreduce(t->coll->ctx, rt_view_host(v), no));
+        RT_TRY(rt_op_scale(g->d.r.odev, no, inv, v));
     }
     return RT_OK;
 }

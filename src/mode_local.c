@@ -9,6 +9,7 @@
 #include "status.h"
 #include "train-testing.h"
 #include "trainer.h"
+#include "transfer.h"
 
 static int local_rows(const struct rt_trainer *t) { return t->c.batch; }
 
@@ -18,7 +19,7 @@ static int local_init(struct rt_trainer *t)
     if (rt_train_testing_throttle(c) > 0.0f)
         return rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag worker, "
                                        "or train --workers N)");
-    if (!(t->opt = rt_optim_new(t->dev, &c->optim, rt_model_param_count(t->m))))
+    if (!(t->opt = rt_optim_new_trainable(t->dev, &c->optim, t->m)))
         return RT_ERR_CONFIG; /* rt_optim_new left the reason in the detail */
     if (c->checkpoint_dir[0]) {
         int stale = 0;

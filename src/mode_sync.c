@@ -28,6 +28,7 @@
 
 struct sync {
     struct rt_dist d; /* first: the shared methods see a struct rt_dist */
+    size_t lo;        /* the first trainable parameter: the exchange starts there */
 };
 
 /* Any share up to the whole batch: the members, and so the shares, change. */
@@ -46,11 +47,23 @@ static int sync_init(struct rt_trainer *t)
     struct sync *s = calloc(1, sizeof *s);
     if (!s)
         return rt_error(RT_ERR_NOMEM, "out of memory");
+    s->lo = rt_model_trainable_from(t->m);
     return rt_dist_init(t, &s->d, t->c.partition == RT_PARTITION_BALANCED, true,
                         t->c.batch);
 }
 
-static int sync_begin(struct rt_trainer *t) { return rt_dist_begin(t, ""); }
+/* The summary line says what a step sends when layers are frozen. */
+static int sync_begin(struct rt_trainer *t)
+{
+    struct sync *sy = t->ms;
+    size_t np = rt_model_param_count(t->m);
+    char words[160] = "";
+    if (sy->lo > 0)
+        snprintf(words, sizeof words, "; gradient exchange: %zu of %zu parameters (%zu bytes "
+                                      "a step; frozen below parameter %zu)",
+                 np - sy->lo, np, (np - sy->lo + RT_TALLY_FLOATS) * sizeof(float), sy->lo);
+    return rt_dist_begin(t, words);
+}
 
 static int sync_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
 {
@@ -78,12 +91,14 @@ static int sync_update(struct rt_trainer *t, struct sync *sy, struct rt_step *s)
     struct rt_replica *r = &sy->d.r;
     RT_TRY(rt_replica_pull_grads(r));
     rt_tally_encode(&s->tally, r->g + r->np);
-    RT_TRY(c->ops->allreduce(c->ctx, r->g, r->np + RT_TALLY_FLOATS));
+    /* frozen layers below lo: their gradients never travel */
+    size_t lo = sy->lo;
+    RT_TRY(c->ops->allreduce(c->ctx, r->g + lo, r->np - lo + RT_TALLY_FLOATS));
     rt_tally_decode(r->g + r->np, &s->tally);
     double norm = NAN;
     if (t->c.optim.clip_norm > 0.0f || s->log_now) {
         double ss = 0.0;
-        RT_TRY(rt_op_sumsq(r->odev, r->np, r->gv, &ss));
+        RT_TRY(rt_op_sumsq(r->odev, r->np - lo, rt_view_at(r->gv, lo), &ss));
         norm = sqrt(ss);
     }
     sy->d.last_norm = norm;

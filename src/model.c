@@ -121,6 +121,8 @@ static size_t add_tensor(struct rt_layer_setup *su, struct rt_layer *l, const ch
     t->layer = l->index;
     size_t *total = state ? &m->nstate : &m->nparams;
     t->info.offset = *total;
+    if (!state && l->params == 0)
+        l->param_off = *total;
     *total += t->info.count;
     if (state)
         l->state += t->info.count;
@@ -283,7 +285,9 @@ static int build(rt_model *m)
             return rt_error(RT_ERR_CONFIG,
                             "%s:%d: [%s] after [softmax] (softmax must be the last layer)",
                             c->file, s->line, s->name);
-        RT_TRY(rt_cfg_check_keys(c, s, ops->keys));
+        char keys[512];
+        snprintf(keys, sizeof keys, "%s%sfreeze", ops->keys, *ops->keys ? ", " : "");
+        RT_TRY(rt_cfg_check_keys(c, s, keys));
 
         struct rt_layer *l = &m->layers[m->nlayers];
         l->ops = ops;
@@ -303,6 +307,9 @@ static int build(rt_model *m)
         int rc = ops->setup(l, &su);
         if (rc < 0)
             return rc;
+        int frozen = 0;
+        RT_TRY(rt_cfg_int(c, s, "freeze", false, 0, 0, 1, &frozen));
+        l->frozen = frozen == 1;
         if (l->out.c < 1 || l->out.h < 1 || l->out.w < 1 ||
             rt_shape_count(l->out) > MAX_SAMPLE_VALUES)
             return rt_layer_error(&su, "impossible output shape %dx%dx%d", l->out.w,
@@ -501,6 +508,19 @@ rt_view rt_model_grads(const rt_model *m) { return rt_buf_view(m->grads); }
 size_t rt_model_state_count(const rt_model *m) { return m->nstate; }
 rt_view rt_model_state(const rt_model *m) { return rt_buf_view(m->state); }
 int rt_model_tensor_count(const rt_model *m) { return m->ntensors; }
+int rt_model_layer_count(const rt_model *m) { return m->nlayers; }
+
+struct rt_layer *rt_model_layer(rt_model *m, int i)
+{
+    RT_ASSERT(m && i >= 0 && i < m->nlayers);
+    return &m->layers[i];
+}
+
+const struct rt_layer *rt_model_layer_const(const rt_model *m, int i)
+{
+    RT_ASSERT(m && i >= 0 && i < m->nlayers);
+    return &m->layers[i];
+}
 
 int rt_model_tensor_info(const rt_model *m, int i, struct rt_tensor_info *out)
 {
@@ -669,16 +689,19 @@ int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_
                                   grad_scale, delta_view(m, L - 2)));
     m->got_grad[L - 2] = true;
 
+    /* Layers below the lowest trainable one need no gradient at all: the
+     * pass stops there, and that layer computes no gradient of its input. */
+    int low = rt_model_lowest_trainable(m);
     struct rt_pass p = base_pass(m, n, m->fwd_train);
-    for (int i = L - 2; i >= 0; i--) {
+    for (int i = L - 2; i >= low; i--) {
         struct rt_layer *l = &m->layers[i];
         RT_ASSERT(m->got_grad[i]); /* every layer feeds the next one */
         bool direct[2] = {false, false};
         for (int k = 0; k < l->ninputs; k++) {
             int src = l->inputs[k];
             p.x[k] = act_view(m, src, x);
-            p.need_dx[k] = src >= 0;
-            if (src < 0)
+            p.need_dx[k] = src >= low;
+            if (src < low)
                 continue;
             if (!m->got_grad[src]) {
                 p.dx[k] = delta_view(m, src);
@@ -692,9 +715,12 @@ int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_
         int rc = l->ops->backward(l, &p);
         if (rc < 0)
             return rt_error_wrap(rc, "backward of %s", l->name);
+        if (l->frozen && l->params) /* computed on the way down, never applied */
+            RT_TRY(rt_op_fill(m->dev, l->params, 0.0f,
+                              rt_view_at(rt_buf_view(m->grads), l->param_off)));
         for (int k = 0; k < l->ninputs; k++) {
             int src = l->inputs[k];
-            if (src >= 0 && !direct[k])
+            if (src >= low && !direct[k])
                 RT_TRY(rt_op_axpy(m->dev, (size_t)n * rt_shape_count(m->layers[src].out), 1.0f,
                                   rt_buf_view(m->scratch[k]), delta_view(m, src)));
         }
@@ -742,14 +768,15 @@ int rt_model_summary(const rt_model *m, FILE *out)
             snprintf(kind, sizeof kind, "%s+%s", l->ops->type, rt_act_name(l->act));
         else
             snprintf(kind, sizeof kind, "%s", l->ops->type);
-        snprintf(name, sizeof name, "%s (%s)", l->name, kind);
+        snprintf(name, sizeof name, "%s (%s%s)", l->name, kind, l->frozen ? ", frozen" : "");
         shape_text(l->out, shape, sizeof shape);
         fprintf(out, "%-30s %-24s %14s\n", name, shape,
                 grouped(l->params + l->state, num, sizeof num));
     }
     fprintf(out, "%s\n", rule);
     fprintf(out, "Total params: %s\n", grouped(m->nparams + m->nstate, num, sizeof num));
-    fprintf(out, "Trainable params: %s\n", grouped(m->nparams, num, sizeof num));
-    fprintf(out, "Non-trainable params: %s\n", grouped(m->nstate, num, sizeof num));
+    size_t frozen = m->nparams - rt_model_trainable_count(m);
+    fprintf(out, "Trainable params: %s\n", grouped(m->nparams - frozen, num, sizeof num));
+    fprintf(out, "Non-trainable params: %s\n", grouped(m->nstate + frozen, num, sizeof num));
     return ferror(out) ? rt_error(RT_ERR_IO, "writing the model summary failed") : RT_OK;
 }

@@ -88,6 +88,34 @@ int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *co
  * mean over a batch of B (B may be larger than n in data parallel runs). */
 int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_scale);
 
+/* ---- frozen layers (freeze.c; docs/transfer.md) ------------------------------
+ * A frozen layer's parameters never change: backward stops below the lowest
+ * trainable layer and zeroes a frozen layer's gradient above it, and the
+ * optimiser holds state for the trainable spans only. Layers are frozen by
+ * `freeze = 1` in the model file or by rt_model_freeze. */
+
+/* Freeze the layers `spec` names: a comma list of layer names ("conv1")
+ * and 1-based layer numbers or ranges ("1-4", as in the names); `where`
+ * names its origin in messages ("--freeze"). RT_ERR_CONFIG naming the item
+ * and what is accepted. */
+int rt_model_freeze(rt_model *m, const char *spec, const char *where);
+bool rt_model_layer_frozen(const rt_model *m, int layer);
+/* Index of the lowest layer with trainable parameters (the layer count
+ * minus one when none has any). */
+int rt_model_lowest_trainable(const rt_model *m);
+/* Offset of the first trainable parameter (param_count when none): the
+ * parameters below it are frozen, so a data-parallel step leaves their
+ * gradients out of the exchange. */
+size_t rt_model_trainable_from(const rt_model *m);
+size_t rt_model_trainable_count(const rt_model *m);
+/* The trainable parameters as [off, off + len) spans, ascending, adjacent
+ * ones merged; at most rt_model_layer_count spans. Returns how many. */
+struct rt_span; /* optim.h */
+int rt_model_layer_count(const rt_model *m);
+int rt_model_trainable_spans(const rt_model *m, struct rt_span *spans, int cap);
+/* "conv1, conv3 (2,572 parameters)" or "none", for log lines. */
+void rt_model_frozen_text(const rt_model *m, char *buf, size_t n);
+
 /* Keras-style table: layer, type, output shape, parameters; then totals. */
 int rt_model_summary(const rt_model *m, FILE *out);
 

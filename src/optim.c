@@ -23,7 +23,9 @@ struct rt_optim {
     uint32_t tag;
     rt_dev *dev;
     struct rt_optim_config cfg;
-    size_t n;
+    size_t n;            /* trainable floats: the spans' total */
+    struct rt_span *spans; /* where they lie in the parameter buffer */
+    int nspans;
     int nstate;
     rt_buf *state[2];
     const char *state_names[2];
@@ -133,17 +135,32 @@ static int optim_config_check(const struct rt_optim_config *c)
 
 rt_optim *rt_optim_new(rt_dev *d, const struct rt_optim_config *c, size_t n)
 {
-    RT_ASSERT(d && c);
+    struct rt_span all = {0, n};
+    return rt_optim_new_spans(d, c, &all, 1);
+}
+
+rt_optim *rt_optim_new_spans(rt_dev *d, const struct rt_optim_config *c,
+                             const struct rt_span *spans, int nspans)
+{
+    RT_ASSERT(d && c && nspans >= 0 && (spans || nspans == 0));
     if (optim_config_check(c) < 0)
         return NULL;
     rt_optim *o = calloc(1, sizeof *o);
-    if (!o) {
+    if (!o || !(o->spans = malloc(((size_t)nspans + 1) * sizeof *o->spans))) {
+        free(o);
         rt_error(RT_ERR_NOMEM, "out of memory for the optimizer");
         return NULL;
     }
     o->tag = OPTIM_TAG;
     o->dev = d;
     o->cfg = *c;
+    size_t n = 0;
+    for (int i = 0; i < nspans; i++) {
+        RT_ASSERT(i == 0 || spans[i].off >= spans[i - 1].off + spans[i - 1].len);
+        o->spans[i] = spans[i];
+        n += spans[i].len;
+    }
+    o->nspans = nspans;
     o->n = n;
     o->last_norm = NAN;
     if (c->kind == RT_OPT_SGD) {
@@ -183,6 +200,7 @@ void rt_optim_destroy(rt_optim **op)
     RT_ASSERT(o->tag == OPTIM_TAG);
     for (int i = 0; i < 2; i++)
         rt_buf_destroy(&o->state[i]);
+    free(o->spans);
     o->tag = OPTIM_DEAD;
     free(o);
     *op = NULL;
@@ -223,21 +241,20 @@ int rt_optim_step(rt_optim *o, rt_view w, rt_view g)
 {
     RT_ASSERT(o && o->tag == OPTIM_TAG);
     double ss = 0.0;
-    RT_TRY(rt_op_sumsq(o->dev, o->n, g, &ss));
+    for (int i = 0; i < o->nspans; i++) {
+        double part = 0.0;
+        RT_TRY(rt_op_sumsq(o->dev, o->spans[i].len, rt_view_at(g, o->spans[i].off), &part));
+        ss += part;
+    }
     return rt_optim_update(o, w, g, sqrt(ss));
 }
 
-int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm)
+/* The fused step of one span; its state lies at `at` in the state buffers. */
+static int span_step(rt_optim *o, const struct rt_span *sp, size_t at, float lr, rt_view w,
+                     rt_view g)
 {
-    RT_ASSERT(o && o->tag == OPTIM_TAG);
     const struct rt_optim_config *c = &o->cfg;
-    rt_dev *d = o->dev;
-
-    o->last_norm = norm;
-    if (c->clip_norm > 0.0f && isfinite(norm) && norm > (double)c->clip_norm)
-        RT_TRY(rt_op_scale(d, o->n, (float)((double)c->clip_norm / norm), g));
-
-    float lr = rt_schedule_lr(c, o->steps);
+    rt_view ws = rt_view_at(w, sp->off), gs = rt_view_at(g, sp->off);
     if (c->kind == RT_OPT_SGD) {
         struct rt_sgd_params p = {
             .lr = lr,
@@ -247,13 +264,32 @@ int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm)
         };
         rt_view v = {0};
         if (o->nstate)
-            v = rt_buf_view(o->state[0]);
-        RT_TRY(rt_op_sgd_step(d, o->n, &p, w, g, v));
-    } else {
-        struct rt_adam_scalars p;
-        rt_optim_adam_scalars(c, lr, o->steps + 1, &p);
-        RT_TRY(rt_op_adam_step(d, o->n, &p, w, g, rt_buf_view(o->state[0]),
-                               rt_buf_view(o->state[1])));
+            v = rt_view_at(rt_buf_view(o->state[0]), at);
+        return rt_op_sgd_step(o->dev, sp->len, &p, ws, gs, v);
+    }
+    struct rt_adam_scalars p;
+    rt_optim_adam_scalars(c, lr, o->steps + 1, &p);
+    return rt_op_adam_step(o->dev, sp->len, &p, ws, gs, rt_view_at(rt_buf_view(o->state[0]), at),
+                           rt_view_at(rt_buf_view(o->state[1]), at));
+}
+
+int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm)
+{
+    RT_ASSERT(o && o->tag == OPTIM_TAG);
+    const struct rt_optim_config *c = &o->cfg;
+    rt_dev *d = o->dev;
+
+    o->last_norm = norm;
+    bool clip = c->clip_norm > 0.0f && isfinite(norm) && norm > (double)c->clip_norm;
+    float lr = rt_schedule_lr(c, o->steps);
+    size_t at = 0;
+    for (int i = 0; i < o->nspans; i++) {
+        const struct rt_span *sp = &o->spans[i];
+        if (clip)
+            RT_TRY(rt_op_scale(d, sp->len, (float)((double)c->clip_norm / norm),
+                               rt_view_at(g, sp->off)));
+        RT_TRY(span_step(o, sp, at, lr, w, g));
+        at += sp->len;
     }
     o->steps++;
     o->last_lr = lr;

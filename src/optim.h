@@ -37,6 +37,13 @@ int rt_sched_kind_parse(const char *s, enum rt_sched_kind *out);
 const char *rt_optim_kind_name(enum rt_optim_kind k);
 const char *rt_sched_kind_name(enum rt_sched_kind k);
 
+/* How the learning rate follows the global batch (--lr-scale): none,
+ * linear (lr x batch / base, Goyal et al. 2017) or sqrt (lr x
+ * sqrt(batch / base), Krizhevsky 2014; Hoffer et al. 2017). */
+enum rt_lr_scale { RT_LR_SCALE_NONE, RT_LR_SCALE_LINEAR, RT_LR_SCALE_SQRT };
+/* The factor the rule gives batch over base (1 for none). */
+double rt_lr_scale_factor(enum rt_lr_scale rule, int batch, int base);
+
 /* The learning rate of step `step` (0-based). Pure function. */
 float rt_schedule_lr(const struct rt_optim_config *c, long step);
 
@@ -48,8 +55,20 @@ void rt_optim_adam_scalars(const struct rt_optim_config *c, float lr, long step,
 
 typedef struct rt_optim rt_optim;
 
+/* Part of a flat parameter buffer: floats [off, off + len). */
+struct rt_span {
+    size_t off, len;
+};
+
 /* State for n parameters on device d (momentum, or Adam's m and v), zeroed. */
 rt_optim *rt_optim_new(rt_dev *d, const struct rt_optim_config *c, size_t n);
+/* The same for the parameters in spans[0..nspans-1] of a larger buffer
+ * (ascending, not overlapping): the others (frozen layers) are never
+ * touched and have no state. The state holds the spans back to back, so
+ * rt_optim_size is the sum of their lengths; rt_optim_step / update still
+ * take views of the whole buffer. */
+rt_optim *rt_optim_new_spans(rt_dev *d, const struct rt_optim_config *c,
+                             const struct rt_span *spans, int nspans);
 void rt_optim_destroy(rt_optim **o);
 
 /* One update of w (n floats) from g: measure g's L2 norm, clip (when asked

@@ -23,7 +23,8 @@ struct rt_train_field {
 
 /* One rank's part of a checkpoint: the position; the parameters and the
  * model state (rank 0, or NULL); the optimiser state of the slice [lo, hi)
- * of the parameters, nopt buffers of hi - lo floats named opt_names. */
+ * of the optimiser state (rt_optim_size floats: the trainable parameters,
+ * frozen layers left out), nopt buffers of hi - lo floats named opt_names. */
 struct rt_ckpt_part {
     const struct rt_train_pos *pos;
     const float *params;

@@ -73,3 +73,21 @@ float rt_schedule_lr(const struct rt_optim_config *c, long step)
     }
     return (float)lr;
 }
+
+/* The rule scales the whole schedule (peak and floor); warm-up then ramps
+ * to the scaled rate, which is what makes the linear rule work for big
+ * batches (Goyal et al. 2017, section 2.2). */
+double rt_lr_scale_factor(enum rt_lr_scale rule, int batch, int base)
+{
+    RT_ASSERT(batch > 0 && base > 0);
+    double r = (double)batch / (double)base;
+    switch (rule) {
+    case RT_LR_SCALE_NONE:
+        return 1.0;
+    case RT_LR_SCALE_LINEAR:
+        return r;
+    case RT_LR_SCALE_SQRT:
+        return sqrt(r);
+    }
+    return 1.0;
+}

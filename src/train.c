@@ -23,6 +23,7 @@
 #include "report_local.h"
 #include "status.h"
 #include "trainer.h"
+#include "transfer.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -73,6 +74,37 @@ void rt_mode_progress_global(const struct rt_trainer *t, const struct rt_epoch *
 
 /* ---- setting up ------------------------------------------------------------------ */
 
+/* --lr-scale: the schedule scaled by the rule, and the log line of the
+ * learning rate the run reaches. */
+static int scale_lr(struct rt_trainer *t)
+{
+    struct rt_train_config *c = &t->c;
+    if (c->lr_scale == RT_LR_SCALE_NONE)
+        return RT_OK;
+    static const char *const rule[] = {"none", "linear", "sqrt"};
+    int base = c->base_batch > 0 ? c->base_batch : c->batch;
+    double f = rt_lr_scale_factor(c->lr_scale, c->batch, base);
+    float lr0 = c->optim.lr;
+    c->optim.lr = (float)(lr0 * f);
+    c->optim.min_lr = (float)(c->optim.min_lr * f);
+    if (t->rank != 0)
+        return RT_OK;
+    char warm[96] = "";
+    if (c->optim.warmup_steps > 0)
+        snprintf(warm, sizeof warm, ", reached after a linear warm-up of %ld steps",
+                 c->optim.warmup_steps);
+    return rt_trainer_say(t, "effective learning rate %g = --lr %g x %.6g (--lr-scale %s: "
+                             "batch %d, base batch %d)%s", (double)c->optim.lr, (double)lr0, f,
+                          rule[c->lr_scale], c->batch, base, warm);
+}
+
+/* Lines of the core's helpers (transfer.c) to the reporter. */
+static int trainer_note(void *arg, const char *line)
+{
+    const struct rt_trainer *t = arg;
+    return t->rep.ops->line(t->rep.ctx, line);
+}
+
 /* Steps of the schedule from epochs, once the data's size is known. */
 static int derive_steps(struct rt_trainer *t)
 {
@@ -88,14 +120,15 @@ static int derive_steps(struct rt_trainer *t)
             return rt_error(RT_ERR_CONFIG, "--schedule step needs --lr-step E (epochs between decays)");
         c->optim.step_size = (long)fmax(1.0, lround(c->lr_step_epochs * (double)t->spe));
     }
-    return RT_OK;
+    return scale_lr(t);
 }
 
 static int trainer_open(struct rt_trainer *t, const char *model_text)
 {
     struct rt_train_config *c = &t->c;
     t->rows = t->mode->rows(t);
-    RT_TRY(rt_data_open(c->data_spec, c->val_frac, c->limit, c->seed, &t->data));
+    RT_TRY(rt_data_open_classes(c->data_spec, c->classes, c->val_frac, c->limit, c->seed,
+                                &t->data));
     if (!(t->dev = rt_dev_open(c->backend, c->device, c->threads)))
         return RT_ERR_DEVICE;
     t->m = model_text ? rt_model_load_string(model_text, c->model_path, t->dev, t->rows)
@@ -104,6 +137,7 @@ static int trainer_open(struct rt_trainer *t, const char *model_text)
         return RT_ERR_CONFIG;
     RT_TRY(rt_model_check_data(t->m, t->data.train, c->model_path));
     RT_TRY(rt_model_init(t->m, c->seed));
+    RT_TRY(rt_transfer_prepare(t->m, c, t->rank == 0 ? trainer_note : NULL, t));
     RT_TRY(derive_steps(t));
     t->pos = (struct rt_train_pos){.epoch = 0, .step = 0, .seed = c->seed, .best_metric = NAN};
     RT_TRY(t->mode->init(t));

@@ -30,6 +30,7 @@ struct rt_train_config {
     char data_spec[1024];
     float val_frac;       /* validation split of the train set */
     long limit;           /* > 0: use only the first `limit` training images */
+    char classes[256];    /* "": all labels; else the labels kept, renumbered (data.h) */
     int epochs;
     int batch;
     uint64_t seed;
@@ -37,6 +38,10 @@ struct rt_train_config {
     char backend[32];
     int device;
     struct rt_optim_config optim;
+    enum rt_lr_scale lr_scale; /* optim.lr scaled by batch / base_batch (rt_lr_scale_factor) */
+    int base_batch;       /* 0: the batch of the model file's [train] section */
+    char init_path[1024]; /* --init: tensors to start from (docs/transfer.md) */
+    char freeze[256];     /* --freeze: layers kept fixed */
     float warmup_epochs;  /* converted to optim.warmup_steps */
     float lr_step_epochs; /* step schedule period, converted to optim.step_size */
     int patience;         /* 0: no early stopping */

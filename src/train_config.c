@@ -300,6 +300,8 @@ int rt_train_config_from_model(struct rt_train_config *c, const char *model_path
         return RT_ERR_DEVICE;
     rt_model *m = rt_model_load(model_path, dev, 1);
     int rc = m ? apply_model_options(c, m) : RT_ERR_CONFIG;
+    if (rc == RT_OK && c->base_batch == 0)
+        c->base_batch = c->batch; /* the batch the file's lr goes with (--lr-scale) */
     if (m)
         snprintf(c->model_path, sizeof c->model_path, "%s", model_path);
     rt_model_destroy(&m);
@@ -334,6 +336,8 @@ static bool option_is_set(const struct option *o, const void *p)
         return *(const int *)p > 0;
     case OPT_LONG:
         return *(const long *)p > 0;
+    case OPT_STR:
+        return *(const char *)p != '\0';
     default:
         return true;
     }
