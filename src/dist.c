@@ -144,13 +144,18 @@ int rt_dist_begin(struct rt_trainer *t, const char *mode_words)
     const struct rt_train_config *c = &t->c;
     double ips = 0.0;
     RT_TRY(measure_throughput(t, d, &ips));
-    char line[1024];
+    char line[1536], lr[256] = "";
+    if (c->lr_scale != RT_LR_SCALE_NONE) {
+        lr[0] = ';';
+        lr[1] = ' ';
+        rt_trainer_lr_text(t, lr + 2, sizeof lr - 2);
+    }
     snprintf(line, sizeof line, "training %.400s on %.200s (%ld train, %d val, %d test images), "
-                                "%zu parameters, %s lr %g, batch %d (%d workers), %d epochs%s",
+                                "%zu parameters, %s lr %g, batch %d (%d workers), %d epochs%s%s",
              c->model_path, t->data.train->name, t->ntrain, t->data.val ? t->data.val->n : 0,
              t->data.test ? t->data.test->n : 0, rt_model_param_count(t->m),
              rt_optim_kind_name(c->optim.kind), c->optim.lr, c->batch, t->world, c->epochs,
-             mode_words);
+             mode_words, lr);
     int joined;
     while ((joined = t->rep.ops->ready(t->rep.ctx, ips * d->pl.quota_scale, line)) == 2)
         RT_TRY(measure_throughput(t, d, &ips)); /* held back as too slow: again */

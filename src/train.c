@@ -79,23 +79,32 @@ void rt_mode_progress_global(const struct rt_trainer *t, const struct rt_epoch *
 static int scale_lr(struct rt_trainer *t)
 {
     struct rt_train_config *c = &t->c;
+    t->lr_given = c->optim.lr;
     if (c->lr_scale == RT_LR_SCALE_NONE)
         return RT_OK;
+    double f = rt_lr_scale_factor(c->lr_scale, c->batch, c->base_batch > 0 ? c->base_batch
+                                                                           : c->batch);
+    c->optim.lr = (float)(t->lr_given * f);
+    c->optim.min_lr = (float)(c->optim.min_lr * f);
+    if (t->coll) /* a cluster's summary line says it (rt_dist_begin) */
+        return RT_OK;
+    char line[256];
+    rt_trainer_lr_text(t, line, sizeof line);
+    return rt_trainer_say(t, "%s", line);
+}
+
+void rt_trainer_lr_text(const struct rt_trainer *t, char *buf, size_t n)
+{
+    const struct rt_train_config *c = &t->c;
     static const char *const rule[] = {"none", "linear", "sqrt"};
     int base = c->base_batch > 0 ? c->base_batch : c->batch;
     double f = rt_lr_scale_factor(c->lr_scale, c->batch, base);
-    float lr0 = c->optim.lr;
-    c->optim.lr = (float)(lr0 * f);
-    c->optim.min_lr = (float)(c->optim.min_lr * f);
-    if (t->rank != 0)
-        return RT_OK;
-    char warm[96] = "";
-    if (c->optim.warmup_steps > 0)
-        snprintf(warm, sizeof warm, ", reached after a linear warm-up of %ld steps",
+    int len = snprintf(buf, n, "effective learning rate %g = --lr %g x %.6g (--lr-scale %s: "
+                               "batch %d, base batch %d)", (double)c->optim.lr,
+                       (double)t->lr_given, f, rule[c->lr_scale], c->batch, base);
+    if (c->optim.warmup_steps > 0 && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, ", reached after a linear warm-up of %ld steps",
                  c->optim.warmup_steps);
-    return rt_trainer_say(t, "effective learning rate %g = --lr %g x %.6g (--lr-scale %s: "
-                             "batch %d, base batch %d)%s", (double)c->optim.lr, (double)lr0, f,
-                          rule[c->lr_scale], c->batch, base, warm);
 }
 
 /* Lines of the core's helpers (transfer.c) to the reporter. */
@@ -137,7 +146,8 @@ static int trainer_open(struct rt_trainer *t, const char *model_text)
         return RT_ERR_CONFIG;
     RT_TRY(rt_model_check_data(t->m, t->data.train, c->model_path));
     RT_TRY(rt_model_init(t->m, c->seed));
-    RT_TRY(rt_transfer_prepare(t->m, c, t->rank == 0 ? trainer_note : NULL, t));
+    /* a cluster's coordinator says what is frozen and loaded */
+    RT_TRY(rt_transfer_prepare(t->m, c, t->coll ? NULL : trainer_note, t));
     RT_TRY(derive_steps(t));
     t->pos = (struct rt_train_pos){.epoch = 0, .step = 0, .seed = c->seed, .best_metric = NAN};
     RT_TRY(t->mode->init(t));

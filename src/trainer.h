@@ -49,6 +49,7 @@ struct rt_trainer {
     float *best_host;              /* the best weights, when not in a file */
     char last_path[1100], best_path[1100]; /* one process with --checkpoint */
     struct rt_train_result *res;
+    float lr_given;                /* --lr before --lr-scale */
 };
 
 /* One epoch as the loop sees it. */
@@ -151,6 +152,8 @@ void rt_mode_progress_global(const struct rt_trainer *t, const struct rt_epoch *
                              double *ips);
 /* Whether a stop was asked of this process (Ctrl-C) or by the reporter. */
 bool rt_trainer_stop_asked(const struct rt_trainer *t);
+/* "effective learning rate 0.006 = --lr 0.003 x 2 (--lr-scale linear: ...)". */
+void rt_trainer_lr_text(const struct rt_trainer *t, char *buf, size_t n);
 /* A line to the reporter, printf style. */
 int rt_trainer_say(const struct rt_trainer *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
