@@ -48,9 +48,12 @@ int rt_data_classes_parse(const char *spec, int classes, int *map, int *kept)
     char buf[256];
     if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf)
         return rt_error(RT_ERR_CONFIG, "--classes: the list is too long");
-    char *save = NULL;
-    for (char *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save))
+    for (char *it = buf, *next; it; it = next) {
+        next = strchr(it, ',');
+        if (next)
+            *next++ = '\0';
         RT_TRY(class_item(spec, it, classes, map, kept));
+    }
     if (*kept == 0)
         return rt_error(RT_ERR_CONFIG, "--classes '%s' names no label", spec);
     return RT_OK;

@@ -74,9 +74,11 @@ int rt_model_freeze(rt_model *m, const char *spec, const char *where)
     char buf[1024];
     if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf)
         return rt_error(RT_ERR_CONFIG, "%s: the list of layers is too long", where);
-    char *save = NULL;
     int items = 0;
-    for (char *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+    for (char *it = buf, *next; it; it = next) {
+        next = strchr(it, ',');
+        if (next)
+            *next++ = '\0';
         while (*it == ' ')
             it++;
         size_t n = strlen(it);
