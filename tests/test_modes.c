@@ -39,6 +39,9 @@ struct mock {
     char last_ckpt[16];
     long last_ckpt_step;
     bool ready;
+    char summary[2048];  /* what ready said */
+    double last_lr;      /* the lr of the last metrics line */
+    size_t opt_floats;   /* the optimiser state a checkpoint holds (0: all parameters) */
 };
 
 static int m_rs(void *ctx, float *buf, size_t n)
@@ -101,6 +104,7 @@ static int r_ready(void *ctx, double ips, const char *summary)
     struct mock *m = ctx;
     assert_true(ips > 0.0);
     assert_non_null(strstr(summary, "training "));
+    snprintf(m->summary, sizeof m->summary, "%s", summary);
     m->ready = true;
     return RT_OK;
 }
@@ -116,7 +120,11 @@ static int r_line(void *ctx, const char *text)
 }
 static int r_metrics(void *ctx, const struct rt_train_field *f, int n)
 {
-    ((struct mock *)ctx)->metrics++;
+    struct mock *m = ctx;
+    m->metrics++;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(f[i].key, "lr"))
+            m->last_lr = f[i].num;
     return RT_OK;
 }
 static int r_checkpoint(void *ctx, const char *which, const struct rt_ckpt_part *p)
@@ -125,9 +133,10 @@ static int r_checkpoint(void *ctx, const char *which, const struct rt_ckpt_part 
     m->ckpts++;
     snprintf(m->last_ckpt, sizeof m->last_ckpt, "%s", which);
     m->last_ckpt_step = p->pos->step;
-    /* one rank holds the whole model and the whole optimiser state */
+    /* one rank holds the whole model and the whole optimiser state (of
+     * the trainable parameters) */
     assert_int_equal(p->lo, 0);
-    assert_int_equal(p->hi, p->np);
+    assert_int_equal(p->hi, m->opt_floats ? m->opt_floats : p->np);
     return RT_OK;
 }
 
@@ -280,6 +289,73 @@ static void test_average_exchanges_every_h_steps(void **state)
     assert_int_equal(s.last_ckpt_step, 12);
 }
 
+/* Frozen layers at the bottom: a step reduces only the gradient above
+ * them (and the counts), and the weights are those of one process with
+ * the same layers frozen. */
+static void sync_with_freeze(const char *spec, size_t frozen)
+{
+    char one[512], dist[512];
+    snprintf(one, sizeof one, "%s/one.safetensors", tu_tmpdir());
+    snprintf(dist, sizeof dist, "%s/dist.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r1, r2;
+    base_config(&c, one);
+    snprintf(c.freeze, sizeof c.freeze, "%s", spec);
+    c.optim.weight_decay = 0.01f;
+    assert_int_equal(rt_train_run(&c, &r1), 0);
+    snprintf(c.save_path, sizeof c.save_path, "%s", dist);
+    struct mock m = {.opt_floats = 61706 - frozen};
+    struct rt_train_net net = mock_net(&m);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
+    tu_assert_same_weights(one, dist);
+    assert_int_equal(m.ar, 34);
+    assert_int_equal(m.ar_elems, 61706 - frozen + 27);
+    char words[160];
+    snprintf(words, sizeof words, "gradient exchange: %zu of 61706 parameters (%zu bytes a step; "
+                                  "frozen below parameter %zu)", 61706 - frozen,
+             (61706 - frozen + 27) * 4, frozen);
+    if (!strstr(m.summary, words))
+        fail_msg("'%s' not in '%s'", words, m.summary);
+}
+
+static void test_sync_freeze_exchanges_the_trainable_part(void **state)
+{
+    (void)state;
+    sync_with_freeze("conv1,conv3", 156 + 2416);
+    sync_with_freeze("1-5", 156 + 2416 + 48120);
+}
+
+/* --lr-scale: the summary says the effective rate, and the steps use it. */
+static void lr_scale(enum rt_lr_scale rule, float warmup, const char *want, double lr)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/lr.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r;
+    base_config(&c, path);
+    c.lr_scale = rule;
+    c.base_batch = 16;
+    c.warmup_epochs = warmup;
+    struct mock m = {0};
+    struct rt_train_net net = mock_net(&m);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r), 0);
+    if (!strstr(m.summary, want))
+        fail_msg("'%s' not in '%s'", want, m.summary);
+    if (m.last_lr != (double)(float)lr)
+        fail_msg("the steps ran at lr %.9g, not %.9g", m.last_lr, (double)(float)lr);
+}
+
+static void test_lr_scale(void **state)
+{
+    (void)state;
+    lr_scale(RT_LR_SCALE_LINEAR, 0.0f, "; effective learning rate 0.004 = --lr 0.002 x 2 "
+             "(--lr-scale linear: batch 32, base batch 16)", 0.004);
+    lr_scale(RT_LR_SCALE_SQRT, 0.5f, "; effective learning rate 0.00282843 = --lr 0.002 x "
+             "1.41421 (--lr-scale sqrt: batch 32, base batch 16), reached after a linear "
+             "warm-up of 17 steps", (double)0.002f * sqrt(2.0));
+    lr_scale(RT_LR_SCALE_NONE, 0.0f, "adam lr 0.002, batch 32", 0.002);
+}
+
 int main(void)
 {
     TU_NEED_FASHION_MNIST();
@@ -289,6 +365,8 @@ int main(void)
         cmocka_unit_test(test_stop_vote_stops_at_that_step),
         cmocka_unit_test(test_regroup_redoes_the_step),
         cmocka_unit_test(test_average_exchanges_every_h_steps),
+        cmocka_unit_test(test_sync_freeze_exchanges_the_trainable_part),
+        cmocka_unit_test(test_lr_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
