@@ -57,11 +57,12 @@ static int sync_begin(struct rt_trainer *t)
 {
     struct sync *sy = t->ms;
     size_t np = rt_model_param_count(t->m);
-    char words[160] = "";
-    if (sy->lo > 0)
-        snprintf(words, sizeof words, "; gradient exchange: %zu of %zu parameters (%zu bytes "
-                                      "a step; frozen below parameter %zu)",
-                 np - sy->lo, np, (np - sy->lo + RT_TALLY_FLOATS) * sizeof(float), sy->lo);
+    char words[160];
+    int n = snprintf(words, sizeof words, "; gradient exchange: %zu of %zu parameters (%zu "
+                                          "bytes a step", np - sy->lo, np,
+                     (np - sy->lo + RT_TALLY_FLOATS) * sizeof(float));
+    snprintf(words + n, sizeof words - (size_t)n, sy->lo ? "; frozen below parameter %zu)" : ")",
+             sy->lo);
     return rt_dist_begin(t, words);
 }
 
