@@ -11,14 +11,14 @@
 #
 # RAGTAG (default: ragtag on the PATH, else ./src/ragtag), SEEDS (default
 # "1 2 3": the fine-tuning and from-scratch runs are repeated per seed),
-# PRE_EPOCHS (5) and EPOCHS (20) change the runs.
+# PRE_EPOCHS (5) and EPOCHS (10) change the runs.
 set -eu
 here=$(dirname "$0")
 out=${1:-transfer-run}
 RAGTAG=${RAGTAG:-$(command -v ragtag || echo ./src/ragtag)}
 SEEDS=${SEEDS:-1 2 3}
 PRE_EPOCHS=${PRE_EPOCHS:-5}
-EPOCHS=${EPOCHS:-20}
+EPOCHS=${EPOCHS:-10}
 mkdir -p "$out"
 
 # 1. the model to start from: every layer trained on classes 0-4

@@ -65,7 +65,7 @@ static const struct bad bad_files[] = {
     {"[net]\nwidth = 5\nclasses = 4\n", "t.cfg:1:", "[net] needs 'height'"},
     /* keys and values */
     {NET "[conv]\nfilter = 3\n", "t.cfg:5:",
-     "unknown key 'filter' in [conv] (accepted: filters, size, stride, pad, activation, batch_normalize)"},
+     "unknown key 'filter' in [conv] (accepted: filters, size, stride, pad, activation, batch_normalize, freeze)"},
     {NET "[conv]\nfilters = abc\nsize = 3\n", "t.cfg:5:", "[conv] filters = abc: not a whole number"},
     {NET "[conv]\nfilters = 3.5\nsize = 3\n", "t.cfg:5:", "filters = 3.5: not a whole number"},
     {NET "[conv]\nfilters = 3\nsize = -3\n", "t.cfg:6:", "[conv] size = -3: out of range (accepted: 1 to"},
@@ -85,7 +85,7 @@ static const struct bad bad_files[] = {
     {NET "[batchnorm]\neps = 0\n", "t.cfg:5:", "eps = 0: out of range"},
     {NET "[batchnorm]\nmomentum = 1.5\n", "t.cfg:5:", "momentum = 1.5: out of range"},
     {NET "[maxpool]\nstride = 2\n", "t.cfg:4:", "[maxpool] needs 'size'"},
-    {NET "[flatten]\nsize = 2\n", "t.cfg:5:", "unknown key 'size' in [flatten] (accepted: no keys)"},
+    {NET "[flatten]\nsize = 2\n", "t.cfg:5:", "unknown key 'size' in [flatten] (accepted: freeze)"},
     {NET "[softmax]\nclasses = 4\n", "t.cfg:5:", "unknown key 'classes' in [softmax]"},
     /* shapes */
     {NET "[conv]\nfilters = 2\nsize = 7\n", "t.cfg:4:",
