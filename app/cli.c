@@ -585,13 +585,15 @@ static int cmd_eval(int argc, char **argv)
 {
     if (argc >= 2 && is_help(argv[1])) {
         printf("usage: ragtag eval MODEL.cfg --weights FILE [--data SPEC] [--backend NAME]\n"
-               "                  [--device N] [--threads N] [--batch N] [--limit N]\n\n"
+               "                  [--device N] [--threads N] [--batch N] [--limit N]\n"
+               "                  [--classes LIST]\n\n"
                "Loss, accuracy and confusion matrix (rows: true class, columns: predicted)\n"
                "of saved weights (a checkpoint or --save file) on the test set, or on the\n"
                "training set when the data has no test set.\n");
         return 0;
     }
     const char *model = NULL, *weights = NULL, *data = "fashion-mnist", *backend = "cpu";
+    const char *classes = NULL; /* --classes, as train takes it */
     long device = 0, threads = 0, batch = 256, limit = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -614,6 +616,8 @@ static int cmd_eval(int argc, char **argv)
             data = v;
         else if (!strcmp(key, "backend"))
             backend = v;
+        else if (!strcmp(key, "classes"))
+            classes = v;
         else if (!strcmp(key, "device") || !strcmp(key, "threads") || !strcmp(key, "batch") ||
                  !strcmp(key, "limit")) {
             long n = strtol(v, &end, 10);
@@ -634,7 +638,7 @@ static int cmd_eval(int argc, char **argv)
         return usage_error("eval", "%s", "needs --weights FILE");
     struct rt_eval_result r;
     int rc = rt_eval_run(model, weights, data, backend, (int)device, (int)threads, (int)batch,
-                         limit, &r);
+                         limit, classes, &r);
     if (rc < 0) {
         free(r.confusion);
         return fail(rc);

@@ -145,7 +145,7 @@ int rt_model_check_data(const rt_model *m, const rt_dataset *ds, const char *mod
 
 int rt_eval_run(const char *model_path, const char *weights_path, const char *data_spec,
                 const char *backend, int device, int threads, int batch, long limit,
-                struct rt_eval_result *res)
+                const char *classes, struct rt_eval_result *res)
 {
     struct rt_data data = {0};
     rt_dev *dev = NULL;
@@ -154,7 +154,7 @@ int rt_eval_run(const char *model_path, const char *weights_path, const char *da
     int rc;
     memset(res, 0, sizeof *res);
 
-    rc = rt_data_open(data_spec, 0.0f, limit, 1, &data);
+    rc = rt_data_open_classes(data_spec, classes, 0.0f, limit, 1, &data);
     if (rc < 0)
         goto out;
     const rt_dataset *set = data.test ? data.test : data.train;

@@ -115,7 +115,8 @@ struct rt_train_result {
 int rt_train_run(const struct rt_train_config *c, struct rt_train_result *res);
 
 /* Evaluate weights (a ragtag checkpoint or safetensors file) on the test set
- * (or the validation split when there is none); fills the loss, accuracy and
+ * (or the validation split when there is none), of the labels `classes`
+ * lists (NULL or "": all; renumbered as --classes does); fills the loss, accuracy and
  * a classes x classes confusion matrix (rows: true, columns: predicted)
  * allocated with malloc. */
 struct rt_eval_result {
@@ -127,7 +128,7 @@ struct rt_eval_result {
 };
 int rt_eval_run(const char *model_path, const char *weights_path, const char *data_spec,
                 const char *backend, int device, int threads, int batch, long limit,
-                struct rt_eval_result *res);
+                const char *classes, struct rt_eval_result *res);
 
 /* Ask a running training to stop at the next step and checkpoint (SIGINT). */
 void rt_train_request_stop(void);

@@ -4,6 +4,7 @@
 #  - a truncated --init file is an error naming the file;
 #  - --init lists what it loaded and what it skipped, and why;
 #  - --lr-scale prints the effective learning rate;
+#  - eval --classes evaluates a fine-tuned model on its labels;
 #  - a 2-worker sync cluster (`ragtag coord` + 2 `ragtag worker`) started
 #    from --init with --freeze conv1,conv3: the replicas stay identical, the
 #    frozen tensors come out bit for bit as --init gave them while the
@@ -73,7 +74,7 @@ fi
 
 # --init into the 5-class model, and --lr-scale, in one process
 "$RAGTAG" train "$top_srcdir/examples/lenet-finetune.cfg" --init "$tmp/pre.safetensors" $small \
-  --batch 96 --lr-scale linear --warmup 0 >"$tmp/one.log" 2>&1
+  --batch 96 --lr-scale linear --warmup 0 --save "$tmp/one.safetensors" >"$tmp/one.log" 2>&1
 if grep -q "loaded 8 tensors (60856 values): conv1.weight" "$tmp/one.log" &&
    grep -q "skipped 2 tensors of the model, which keep their initialisation: dense7.weight (shape \[10, 84\] in the file, \[5, 84\] here)" "$tmp/one.log"; then
   ok "--init names what it loaded and what it skipped"
@@ -84,6 +85,16 @@ if grep -q "effective learning rate 0.0045 = --lr 0.003 x 1.5 (--lr-scale linear
   ok "--lr-scale linear: $(grep "effective learning rate" "$tmp/one.log")"
 else
   bad "--lr-scale's line: $(grep -i "learning rate" "$tmp/one.log")"
+fi
+
+# eval selects and renumbers the labels as training did
+if "$RAGTAG" eval "$top_srcdir/examples/lenet-finetune.cfg" --weights "$tmp/one.safetensors" \
+     --classes 5-9 >"$tmp/eval.log" 2>&1 && grep -q "test set: 5000 images" "$tmp/eval.log" &&
+   ! "$RAGTAG" eval "$top_srcdir/examples/lenet-finetune.cfg" --weights "$tmp/one.safetensors" \
+     >"$tmp/eval2.log" 2>&1 && grep -q "has 5 classes" "$tmp/eval2.log"; then
+  ok "eval --classes 5-9: $(head -1 "$tmp/eval.log")"
+else
+  bad "eval --classes: $(cat "$tmp/eval.log" "$tmp/eval2.log")"
 fi
 
 cluster() { # name [flags]: coord + 2 workers, lenet from --init
