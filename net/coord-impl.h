@@ -134,7 +134,7 @@ struct coord {
     /* reports */
     rt_progress prog;
     rt_metrics *mf;
-    char summary[1024];
+    char summary[2048];
     long interrupted_step;
     struct coord_ckpt ck;
     /* members that come and go (coord_elastic.c) */
