@@ -43,7 +43,7 @@ const struct imp_value *imp_value_find(const struct importer *im, const char *na
 int imp_value_add(struct importer *im, const char *name, int layer, struct rt_shape s, int rank)
 {
     RT_TRY(grow(&im->values, im->nvalues, &im->cap_values, sizeof *im->values));
-    im->values[im->nvalues++] = (struct imp_value){name, layer, s, rank};
+    im->values[im->nvalues++] = (struct imp_value){name, layer, s, rank, 0};
     if (layer >= 0 && layer == im->nlayers - 1)
         im->out_shape = s;
     return RT_OK;

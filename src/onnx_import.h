@@ -47,6 +47,7 @@ struct imp_value {
     int layer;
     struct rt_shape s;
     int rank; /* 2 (N x values) or 4 (N x C x H x W) */
+    int pad;  /* a zero Pad on every side, left to the Conv/AveragePool reading it */
 };
 
 struct importer {

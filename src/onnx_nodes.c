@@ -18,7 +18,19 @@
 static const char SUPPORTED[] =
     "Conv, Gemm, MatMul (+ Add), Relu, LeakyRelu, Sigmoid, Tanh, MaxPool, AveragePool, "
     "GlobalAveragePool, BatchNormalization, Flatten, Reshape (to 2-D), Dropout, Add, Softmax, "
-    "Identity, Constant";
+    "Identity, Constant, Pad (zeros, before Conv or AveragePool)";
+
+/* The shortest decimal text that reads back as the same float ("0.1", not
+ * the 0.100000024 that 9 digits give): for the model file's keys. */
+static const char *ftext(float v, char *buf, size_t n)
+{
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, n, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
 
 /* ---- inputs and outputs ------------------------------------------------------ */
 
@@ -106,6 +118,27 @@ static struct imp_layer *fusable(struct importer *im, const struct imp_value *v)
     return &im->layers[v->layer];
 }
 
+/* Whether every reader of `value` is one of the operators in `ops` (a
+ * NULL-terminated list) and no graph output is it. */
+static bool only_read_by(const struct importer *im, const char *value, const char *const *ops)
+{
+    int readers = 0;
+    for (size_t i = 0; i < im->g->n_node; i++) {
+        const Onnx__NodeProto *m = im->g->node[i];
+        for (size_t k = 0; k < m->n_input; k++) {
+            if (strcmp(m->input[k], value) != 0)
+                continue;
+            bool ok = false;
+            for (const char *const *op = ops; *op && !ok; op++)
+                ok = strcmp(m->op_type, *op) == 0;
+            if (!ok)
+                return false;
+            readers++;
+        }
+    }
+    return readers == imp_uses(im, value);
+}
+
 /* ---- windows: Conv, MaxPool, AveragePool -------------------------------------- */
 
 struct window {
@@ -154,6 +187,7 @@ static int window(struct importer *im, const Onnx__NodeProto *n, const struct im
     if (w->stride < 1)
         return NODE_ERR(im, n, "attribute strides = 0");
     w->size = k;
+    w->pad += v->pad; /* a Pad before it (torch writes one before AveragePool) */
     if (v->rank != 4)
         return NODE_ERR(im, n, "input '%s' is N x %zu values, not N x C x H x W", v->name,
                         rt_shape_count(v->s));
@@ -228,7 +262,7 @@ static int pool_node(struct importer *im, const Onnx__NodeProto *n)
     RT_TRY(rt_onnx_attr_get_int(im->path, n, "count_include_pad", 0, &include_pad));
     if (ceil_mode)
         return NODE_ERR(im, n, "attribute ceil_mode = 1: ragtag rounds output sizes down");
-    if (avg && win.pad && !include_pad)
+    if (avg && win.pad > v->pad && !include_pad)
         return NODE_ERR(im, n, "attribute count_include_pad = 0 with pads: ragtag's average "
                         "pooling counts padding as zeros (count_include_pad = 1)");
     struct imp_layer *l = new_layer(im, n, avg ? "avgpool" : "maxpool");
@@ -430,10 +464,11 @@ static int act_node(struct importer *im, const Onnx__NodeProto *n)
         l->act = acts[k].act;
         return output(im, n, v->layer, v->s, v->rank);
     }
+    char num[32];
     if (!(l = new_layer(im, n, acts[k].type)))
         return RT_ERR_NOMEM;
     if (acts[k].act == RT_ACT_LEAKY)
-        imp_key(l, "alpha = %.9g", (double)alpha);
+        imp_key(l, "alpha = %s", ftext(alpha, num, sizeof num));
     return output(im, n, im->nlayers - 1, v->s, v->rank);
 }
 
@@ -480,27 +515,11 @@ static int bn_node(struct importer *im, const Onnx__NodeProto *n)
         imp_key(l, "batch_normalize = 1");
         return output(im, n, v->layer, v->s, v->rank);
     }
-    imp_key(l, "momentum = %.9g", 1.0 - (double)mom);
-    imp_key(l, "eps = %.9g", (double)eps);
+    char num[32];
+    /* ONNX keeps 1 - momentum as a float: 7 digits undo that rounding */
+    imp_key(l, "momentum = %.7g", 1.0 - (double)mom);
+    imp_key(l, "eps = %s", ftext(eps, num, sizeof num));
     return output(im, n, im->nlayers - 1, v->s, v->rank);
-}
-
-/* Whether every reader of `value` is a Gemm or MatMul (a dense layer, which
- * flattens its input itself). */
-static bool only_dense_reads(const struct importer *im, const char *value)
-{
-    int readers = 0;
-    for (size_t i = 0; i < im->g->n_node; i++) {
-        const Onnx__NodeProto *m = im->g->node[i];
-        for (size_t k = 0; k < m->n_input; k++) {
-            if (strcmp(m->input[k], value) != 0)
-                continue;
-            if (strcmp(m->op_type, "Gemm") != 0 && strcmp(m->op_type, "MatMul") != 0)
-                return false;
-            readers++;
-        }
-    }
-    return readers == imp_uses(im, value); /* and no graph output */
 }
 
 /* A [flatten] layer, or none when only dense layers read the result: then
@@ -510,7 +529,8 @@ static int flatten_layer(struct importer *im, const Onnx__NodeProto *n,
                          const struct imp_value *v)
 {
     struct rt_shape flat = {(int)rt_shape_count(v->s), 1, 1};
-    if (n->n_output == 1 && only_dense_reads(im, n->output[0]))
+    static const char *const dense[] = {"Gemm", "MatMul", NULL};
+    if (n->n_output == 1 && only_read_by(im, n->output[0], dense))
         return output(im, n, v->layer, flat, 2);
     if (!new_layer(im, n, "flatten"))
         return RT_ERR_NOMEM;
@@ -580,7 +600,8 @@ static int dropout_node(struct importer *im, const Onnx__NodeProto *n)
     struct imp_layer *l = new_layer(im, n, "dropout");
     if (!l)
         return RT_ERR_NOMEM;
-    imp_key(l, "rate = %.9g", (double)rate);
+    char num[32];
+    imp_key(l, "rate = %s", ftext(rate, num, sizeof num));
     return output(im, n, im->nlayers - 1, v->s, v->rank);
 }
 
@@ -613,6 +634,55 @@ static int softmax_node(struct importer *im, const Onnx__NodeProto *n)
         return NODE_ERR(im, n, "its output is read by other nodes: ragtag's [softmax] ends "
                         "the model (its output may only be a graph output)");
     im->softmax_out = n->output[0];
+    return RT_OK;
+}
+
+/* The same zero padding p on H and W (none on N and C), or -1. */
+static int even_pad(const int64_t *p, size_t count)
+{
+    if (count != 8 || p[0] || p[1] || p[4] || p[5])
+        return -1;
+    for (int k = 3; k < 8; k++)
+        if (k != 4 && k != 5 && p[k] != p[2])
+            return -1;
+    return p[2] >= 0 && p[2] <= 1024 ? (int)p[2] : -1;
+}
+
+/* A constant zero Pad: nothing, or padding left to the Conv / AveragePool
+ * that reads it (zeros counted in the average: ragtag's avgpool). */
+static int pad_node(struct importer *im, const Onnx__NodeProto *n)
+{
+    static const char *const readers[] = {"Conv", "AveragePool", NULL};
+    const struct imp_value *v;
+    const Onnx__TensorProto *t;
+    char mode[32];
+    int64_t *p;
+    size_t count;
+    RT_TRY(chained_in(im, n, &v));
+    RT_TRY(rt_onnx_attr_get_string(im->path, n, "mode", "constant", mode, sizeof mode));
+    if (strcmp(mode, "constant") != 0)
+        return NODE_ERR(im, n, "attribute mode = %s: ragtag pads with zeros only", mode);
+    if (has_input(n, 2)) {
+        float *c;
+        RT_TRY(const_in(im, n, 2, 1, &t, &c));
+        float c0 = c[0];
+        free(c);
+        if (c0 != 0.0f)
+            return NODE_ERR(im, n, "pads with %g: ragtag pads with zeros only", (double)c0);
+    }
+    if (!has_input(n, 1) || !(t = imp_const_find(im, n->input[1])))
+        return NODE_ERR(im, n, "input 1 (pads) must be a constant");
+    RT_TRY(rt_onnx_tensor_int64s(im->path, n->input[1], t, &p, &count));
+    int pad = v->rank == 4 ? even_pad(p, count) : -1;
+    bool zero = true;
+    for (size_t k = 0; k < count; k++)
+        zero = zero && p[k] == 0;
+    free(p);
+    if (!zero && (pad < 0 || n->n_output != 1 || !only_read_by(im, n->output[0], readers)))
+        return NODE_ERR(im, n, "ragtag imports a Pad only as the same zero padding of H and W "
+                        "read by Conv or AveragePool alone");
+    RT_TRY(output(im, n, v->layer, v->s, v->rank));
+    im->values[im->nvalues - 1].pad = v->pad + (zero ? 0 : pad);
     return RT_OK;
 }
 
@@ -649,6 +719,7 @@ static const struct {
     {"Flatten", flatten_node},   {"Reshape", reshape_node},
     {"Dropout", dropout_node},   {"Softmax", softmax_node},
     {"Identity", identity_node}, {"Constant", constant_node},
+    {"Pad", pad_node},
 };
 
 int imp_node(struct importer *im, const Onnx__NodeProto *n)
