@@ -549,7 +549,8 @@ static int flatten_node(struct importer *im, const Onnx__NodeProto *n)
     return flatten_layer(im, n, v);
 }
 
-/* Reshape to a constant (batch, values): [0 or -1 or B, C*H*W] or [0, -1]. */
+/* Reshape to a constant (batch, values): [0 or -1 or B, C*H*W] or [0, -1];
+ * or back to the N x C x H x W ragtag already has (nothing to do). */
 static int reshape_node(struct importer *im, const Onnx__NodeProto *n)
 {
     const struct imp_value *v;
@@ -562,6 +563,11 @@ static int reshape_node(struct importer *im, const Onnx__NodeProto *n)
                         "constant 2-D shape (export with torch.flatten or nn.Flatten)");
     RT_TRY(rt_onnx_tensor_int64s(im->path, n->input[1], t, &s, &count));
     long long values = (long long)rt_shape_count(v->s);
+    bool same = count == 4 && s[0] >= -1 && s[1] == v->s.c && s[2] == v->s.h && s[3] == v->s.w;
+    if (same) { /* N x C x H x W as ragtag holds it already (export writes these) */
+        free(s);
+        return output(im, n, v->layer, v->s, 4);
+    }
     bool ok = count == 2 && ((s[1] == values && s[0] >= -1) || (s[1] == -1 && s[0] == 0));
     long long s0 = count > 0 ? s[0] : 0, s1 = count > 1 ? s[1] : 0;
     free(s);
