@@ -17,7 +17,8 @@ a message on a failed check).
                                      logits on the images in OUTDIR/torch.csv
   compare A.csv B.csv                two logits files agree within 1e-4
   unsupported OUT.onnx OP            a model whose second node is OP (Sin, LSTM)
-  dilated OUT.onnx                   a Conv with dilations 2
+  badconv OUT.onnx ATTR              a Conv with dilations 2, asymmetric pads or
+                                     group 2 (ATTR: dilations, pads, group)
   same A.safetensors B.safetensors NAME...   the named tensors are equal
   differ A.safetensors B.safetensors NAME... the named tensors differ
 """
@@ -209,13 +210,17 @@ def cmd_unsupported(out, op):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), out)
 
 
-def cmd_dilated(out):
+def cmd_badconv(out, attr):
+    """A Conv node 'odd_conv' with one attribute ragtag cannot express."""
     import onnx
     from onnx import TensorProto, helper
-    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, 1, 28, 28])
+    bad = {"dilations": [2, 2], "pads": [0, 0, 1, 1], "group": 2}
+    c = 2 if attr == "group" else 1
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, c, 28, 28])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 1, 3, 3], np.ones(36, np.float32))
-    n = helper.make_node("Conv", ["input", "w"], ["y"], name="wide_conv", dilations=[2, 2])
+    cin = 1 if attr == "group" else c
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, cin, 3, 3], np.ones(36 * cin, np.float32))
+    n = helper.make_node("Conv", ["input", "w"], ["y"], name="odd_conv", **{attr: bad[attr]})
     g = helper.make_graph([n], "dilated", [x], [y], [w])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), out)
 
@@ -236,7 +241,7 @@ def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     table = {"data": cmd_data, "perturb": cmd_perturb, "check": cmd_check, "ort": cmd_ort,
              "torch": cmd_torch, "compare": cmd_compare, "unsupported": cmd_unsupported,
-             "dilated": cmd_dilated,
+             "badconv": cmd_badconv,
              "same": lambda a, b, *n: tensors_cmp(a, b, n, True),
              "differ": lambda a, b, *n: tensors_cmp(a, b, n, False)}
     table[cmd](*args)

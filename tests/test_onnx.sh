@@ -156,7 +156,9 @@ expect_error() { # FILE WHAT...: import fails and its message has each WHAT
 }
 $PY "$CHECK" unsupported "$tmp/sin.onnx" Sin && expect_error "$tmp/sin.onnx" "node 'odd_node'" "(Sin)" "not supported"
 $PY "$CHECK" unsupported "$tmp/lstm.onnx" LSTM && expect_error "$tmp/lstm.onnx" "node 'the_lstm'" "(LSTM)" "not supported"
-$PY "$CHECK" dilated "$tmp/dil.onnx" && expect_error "$tmp/dil.onnx" "node 'wide_conv'" "(Conv)" "dilations"
+for a in dilations pads group; do
+  $PY "$CHECK" badconv "$tmp/$a.onnx" $a && expect_error "$tmp/$a.onnx" "node 'odd_conv'" "(Conv)" "attribute $a"
+done
 head -c 300 "$tmp/d.csv" >"$tmp/junk.onnx"
 expect_error "$tmp/junk.onnx" "junk.onnx" "not an ONNX model"
 "$RAGTAG" export "$top_srcdir/examples/seedcnn.cfg" --weights "$tmp/lenet.st" -o "$tmp/x.onnx" \
