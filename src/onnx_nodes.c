@@ -482,6 +482,10 @@ static int bn_node(struct importer *im, const Onnx__NodeProto *n)
     RT_TRY(rt_onnx_attr_get_float(im->path, n, "epsilon", 1e-5f, &eps));
     RT_TRY(rt_onnx_attr_get_float(im->path, n, "momentum", 0.9f, &mom));
     RT_TRY(rt_onnx_attr_get_int(im->path, n, "training_mode", 0, &training));
+    int64_t spatial;
+    RT_TRY(rt_onnx_attr_get_int(im->path, n, "spatial", 1, &spatial)); /* before opset 9 */
+    if (!spatial)
+        return NODE_ERR(im, n, "attribute spatial = 0: ragtag normalises per channel");
     if (training)
         return NODE_ERR(im, n, "attribute training_mode = 1: export the model in inference "
                         "mode (model.eval())");
