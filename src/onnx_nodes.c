@@ -91,7 +91,7 @@ static int const_in(struct importer *im, const Onnx__NodeProto *n, size_t k, siz
         return NODE_ERR(im, n, "input %zu%s%s%s must be a constant (an initializer)", k,
                         has_input(n, k) ? " ('" : "", has_input(n, k) ? n->input[k] : "",
                         has_input(n, k) ? "')" : "");
-    RT_TRY(rt_onnx_tensor_floats(im->path, n->input[k], *t, data, &count));
+    RT_TRY(rt_onnx_tensor_floats(im->path, n, n->input[k], *t, data, &count));
     if (want && count != want) {
         free(*data);
         return NODE_ERR(im, n, "input %zu ('%s') holds %zu values, expected %zu", k,
@@ -565,7 +565,7 @@ static int reshape_node(struct importer *im, const Onnx__NodeProto *n)
     if (!has_input(n, 1) || !(t = imp_const_find(im, n->input[1])))
         return NODE_ERR(im, n, "the shape is computed in the graph: ragtag imports Reshape to a "
                         "constant 2-D shape (export with torch.flatten or nn.Flatten)");
-    RT_TRY(rt_onnx_tensor_int64s(im->path, n->input[1], t, &s, &count));
+    RT_TRY(rt_onnx_tensor_int64s(im->path, n, n->input[1], t, &s, &count));
     long long values = (long long)rt_shape_count(v->s);
     bool same = count == 4 && s[0] >= -1 && s[1] == v->s.c && s[2] == v->s.h && s[3] == v->s.w;
     if (same) { /* N x C x H x W as ragtag holds it already (export writes these) */
@@ -598,7 +598,7 @@ static int dropout_node(struct importer *im, const Onnx__NodeProto *n)
         size_t count;
         if (!(t = imp_const_find(im, n->input[2])))
             return NODE_ERR(im, n, "input 2 (training_mode) is not a constant");
-        RT_TRY(rt_onnx_tensor_int64s(im->path, n->input[2], t, &mode, &count));
+        RT_TRY(rt_onnx_tensor_int64s(im->path, n, n->input[2], t, &mode, &count));
         bool training = count == 1 && mode[0];
         free(mode);
         if (training)
@@ -682,7 +682,7 @@ static int pad_node(struct importer *im, const Onnx__NodeProto *n)
     }
     if (!has_input(n, 1) || !(t = imp_const_find(im, n->input[1])))
         return NODE_ERR(im, n, "input 1 (pads) must be a constant");
-    RT_TRY(rt_onnx_tensor_int64s(im->path, n->input[1], t, &p, &count));
+    RT_TRY(rt_onnx_tensor_int64s(im->path, n, n->input[1], t, &p, &count));
     int pad = v->rank == 4 ? even_pad(p, count) : -1;
     bool zero = true;
     for (size_t k = 0; k < count; k++)

@@ -89,6 +89,22 @@ int rt_onnx_node_error(int status, const char *path, const Onnx__NodeProto *n,
                     n->op_type ? n->op_type : "?", msg);
 }
 
+/* An error about a tensor, in the node that reads it when there is one. */
+static int tensor_error(int status, const char *path, const Onnx__NodeProto *n,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int tensor_error(int status, const char *path, const Onnx__NodeProto *n,
+                        const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n)
+        return rt_onnx_node_error(status, path, n, "%s", msg);
+    return rt_error(status, "%s: %s", path, msg);
+}
+
 const Onnx__AttributeProto *rt_onnx_attr(const Onnx__NodeProto *n, const char *name)
 {
     for (size_t i = 0; i < n->n_attribute; i++)
@@ -171,37 +187,38 @@ long long rt_onnx_tensor_count(const Onnx__TensorProto *t)
 }
 
 /* Check the stored element count of t against its dims. */
-static int check_count(const char *path, const char *what, const Onnx__TensorProto *t,
-                       size_t have, long long want)
+static int check_count(const char *path, const Onnx__NodeProto *node, const char *what,
+                       const Onnx__TensorProto *t, size_t have, long long want)
 {
     if (want < 0)
-        return rt_error(RT_ERR_FORMAT, "%s: tensor %s: bad dims", path, what);
+        return tensor_error(RT_ERR_FORMAT, path, node, "tensor %s: bad dims", what);
     if ((long long)have != want)
-        return rt_error(RT_ERR_FORMAT, "%s: tensor %s holds %zu values but its dims say %lld",
-                        path, what, have, want);
+        return tensor_error(RT_ERR_FORMAT, path, node,
+                            "tensor %s holds %zu values but its dims say %lld", what, have, want);
     if (t->n_external_data || (t->has_data_location &&
                                t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
-        return rt_error(RT_ERR_UNSUPPORTED, "%s: tensor %s is stored in an external file "
-                        "(save the model with its data inside)", path, what);
+        return tensor_error(RT_ERR_UNSUPPORTED, path, node, "tensor %s is stored in an "
+                            "external file (save the model with its data inside)", what);
     return RT_OK;
 }
 
-int rt_onnx_tensor_floats(const char *path, const char *what, const Onnx__TensorProto *t,
-                          float **out, size_t *count)
+int rt_onnx_tensor_floats(const char *path, const Onnx__NodeProto *node, const char *what,
+                          const Onnx__TensorProto *t, float **out, size_t *count)
 {
     long long n = rt_onnx_tensor_count(t);
     bool dbl = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
     size_t esize = dbl ? 8 : 4;
     if (t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && !dbl)
-        return rt_error(RT_ERR_UNSUPPORTED, "%s: tensor %s has ONNX data type %d (ragtag "
-                        "imports float32 and float64 weights)", path, what, (int)t->data_type);
+        return tensor_error(RT_ERR_UNSUPPORTED, path, node, "tensor %s has ONNX data type %d "
+                            "(ragtag imports float32 and float64 weights)", what,
+                            (int)t->data_type);
     size_t have = t->has_raw_data ? t->raw_data.len / esize
                   : dbl           ? t->n_double_data
                                   : t->n_float_data;
     if (t->has_raw_data && t->raw_data.len % esize)
-        return rt_error(RT_ERR_FORMAT, "%s: tensor %s: raw data of %zu bytes", path, what,
-                        t->raw_data.len);
-    RT_TRY(check_count(path, what, t, have, n));
+        return tensor_error(RT_ERR_FORMAT, path, node, "tensor %s: raw data of %zu bytes", what,
+                            t->raw_data.len);
+    RT_TRY(check_count(path, node, what, t, have, n));
     float *v = malloc((have ? have : 1) * sizeof *v);
     if (!v)
         return rt_error(RT_ERR_NOMEM, "out of memory reading tensor %s", what);
@@ -222,25 +239,29 @@ int rt_onnx_tensor_floats(const char *path, const char *what, const Onnx__Tensor
     return RT_OK;
 }
 
-int rt_onnx_tensor_int64s(const char *path, const char *what, const Onnx__TensorProto *t,
-                          int64_t **out, size_t *count)
+int rt_onnx_tensor_int64s(const char *path, const Onnx__NodeProto *node, const char *what,
+                          const Onnx__TensorProto *t, int64_t **out, size_t *count)
 {
     long long n = rt_onnx_tensor_count(t);
-    bool i32 = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
-    size_t esize = i32 ? 4 : 8;
+    /* BOOL (Dropout's training_mode) is one byte raw, or int32_data */
+    bool b8 = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+    bool i32 = b8 || t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
+    size_t esize = b8 ? 1 : i32 ? 4 : 8;
     if (t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && !i32)
-        return rt_error(RT_ERR_UNSUPPORTED, "%s: tensor %s has ONNX data type %d (expected "
-                        "integers)", path, what, (int)t->data_type);
+        return tensor_error(RT_ERR_UNSUPPORTED, path, node, "tensor %s has ONNX data type %d "
+                            "(expected integers)", what, (int)t->data_type);
     size_t have = t->has_raw_data ? t->raw_data.len / esize
                   : i32           ? t->n_int32_data
                                   : t->n_int64_data;
-    RT_TRY(check_count(path, what, t, have, n));
+    RT_TRY(check_count(path, node, what, t, have, n));
     int64_t *v = malloc((have ? have : 1) * sizeof *v);
     if (!v)
         return rt_error(RT_ERR_NOMEM, "out of memory reading tensor %s", what);
     for (size_t i = 0; i < have; i++) {
         int32_t a;
-        if (i32 && t->has_raw_data)
+        if (b8 && t->has_raw_data)
+            v[i] = t->raw_data.data[i];
+        else if (i32 && t->has_raw_data)
             memcpy(&a, t->raw_data.data + i * esize, esize), v[i] = a;
         else if (i32)
             v[i] = t->int32_data[i];

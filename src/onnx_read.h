@@ -43,11 +43,12 @@ int rt_onnx_attr_get_string(const char *path, const Onnx__NodeProto *n, const ch
 long long rt_onnx_tensor_count(const Onnx__TensorProto *t);
 
 /* Float (or double, converted) data of t into a malloc'ed array of exactly
- * rt_onnx_tensor_count(t) floats; `what` names it in errors. */
-int rt_onnx_tensor_floats(const char *path, const char *what, const Onnx__TensorProto *t,
-                          float **out, size_t *count);
+ * rt_onnx_tensor_count(t) floats; errors name `what` and the node that reads
+ * it (when not NULL). */
+int rt_onnx_tensor_floats(const char *path, const Onnx__NodeProto *node, const char *what,
+                          const Onnx__TensorProto *t, float **out, size_t *count);
 /* INT64 (or INT32) data, the same way. */
-int rt_onnx_tensor_int64s(const char *path, const char *what, const Onnx__TensorProto *t,
-                          int64_t **out, size_t *count);
+int rt_onnx_tensor_int64s(const char *path, const Onnx__NodeProto *node, const char *what,
+                          const Onnx__TensorProto *t, int64_t **out, size_t *count);
 
 #endif

@@ -19,6 +19,7 @@ a message on a failed check).
   unsupported OUT.onnx OP            a model whose second node is OP (Sin, LSTM)
   badconv OUT.onnx ATTR              a Conv with dilations 2, asymmetric pads or
                                      group 2 (ATTR: dilations, pads, group)
+  shortdata OUT.onnx                 a Conv weight holding fewer values than its dims
   same A.safetensors B.safetensors NAME...   the named tensors are equal
   differ A.safetensors B.safetensors NAME... the named tensors differ
 """
@@ -225,6 +226,20 @@ def cmd_badconv(out, attr):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), out)
 
 
+def cmd_shortdata(out):
+    """A Conv whose weight tensor 'w' says 4x1x3x3 but holds 10 floats."""
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, 1, 28, 28])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 1, 3, 3], np.ones(36, np.float32))
+    w.ClearField("float_data")  # the helper checks the count: cut it afterwards
+    w.raw_data = np.ones(10, np.float32).tobytes()
+    n = helper.make_node("Conv", ["input", "w"], ["y"], name="short_conv")
+    g = helper.make_graph([n], "short", [x], [y], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), out)
+
+
 def tensors_cmp(a, b, names, want_same):
     ta, _ = read_st(a)
     tb, _ = read_st(b)
@@ -241,7 +256,7 @@ def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     table = {"data": cmd_data, "perturb": cmd_perturb, "check": cmd_check, "ort": cmd_ort,
              "torch": cmd_torch, "compare": cmd_compare, "unsupported": cmd_unsupported,
-             "badconv": cmd_badconv,
+             "badconv": cmd_badconv, "shortdata": cmd_shortdata,
              "same": lambda a, b, *n: tensors_cmp(a, b, n, True),
              "differ": lambda a, b, *n: tensors_cmp(a, b, n, False)}
     table[cmd](*args)

@@ -160,6 +160,9 @@ $PY "$CHECK" unsupported "$tmp/lstm.onnx" LSTM && expect_error "$tmp/lstm.onnx" 
 for a in dilations pads group; do
   $PY "$CHECK" badconv "$tmp/$a.onnx" $a && expect_error "$tmp/$a.onnx" "node 'odd_conv'" "(Conv)" "attribute $a"
 done
+$PY "$CHECK" shortdata "$tmp/short.onnx" && expect_error "$tmp/short.onnx" "tensor w holds 10 values but its dims say 36"
+head -c 3000 "$tmp/lenet.onnx" >"$tmp/cut.onnx"
+expect_error "$tmp/cut.onnx" "cut.onnx" "not an ONNX model"
 head -c 300 "$tmp/d.csv" >"$tmp/junk.onnx"
 expect_error "$tmp/junk.onnx" "junk.onnx" "not an ONNX model"
 "$RAGTAG" export "$top_srcdir/examples/seedcnn.cfg" --weights "$tmp/lenet.st" -o "$tmp/x.onnx" \
