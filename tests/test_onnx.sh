@@ -169,5 +169,15 @@ expect_error "$tmp/junk.onnx" "junk.onnx" "not an ONNX model"
   >"$tmp/err.log" 2>&1 && bad "export with another model's weights succeeded"
 grep -q "lenet.st" "$tmp/err.log" && echo "ok: $(cat "$tmp/err.log")" || bad "export error: $(cat "$tmp/err.log")"
 [ ! -e "$tmp/x.onnx" ] || bad "a failed export left $tmp/x.onnx"
+# the command line: the format by extension, usage errors exit 2
+"$RAGTAG" import "$tmp/m.pt" -o "$tmp/u" >"$tmp/err.log" 2>&1
+[ $? -eq 2 ] && grep -q "unknown kind of model (accepted: .onnx" "$tmp/err.log" &&
+  echo "ok: $(cat "$tmp/err.log")" || bad "import m.pt: $(cat "$tmp/err.log")"
+"$RAGTAG" import "$tmp/lenet.onnx" --weights "$tmp/lenet.st" -o "$tmp/u" >"$tmp/err.log" 2>&1
+[ $? -eq 2 ] && grep -q "an ONNX file holds its weights" "$tmp/err.log" &&
+  echo "ok: $(cat "$tmp/err.log")" || bad "import .onnx --weights: $(cat "$tmp/err.log")"
+"$RAGTAG" export "$top_srcdir/examples/lenet.cfg" -o "$tmp/u.onnx" >"$tmp/err.log" 2>&1
+[ $? -eq 2 ] && grep -q "needs MODEL.cfg, --weights FILE and -o OUT" "$tmp/err.log" &&
+  echo "ok: $(cat "$tmp/err.log")" || bad "export without --weights: $(cat "$tmp/err.log")"
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all ONNX checks passed"
