@@ -356,7 +356,9 @@ static int gemm_node(struct importer *im, const Onnx__NodeProto *n)
     }
     long long cn = c ? rt_onnx_tensor_count(ct) : 0;
     if (c && cn != units && cn != 1) {
-        free(w), free(b), free(c);
+        free(w);
+        free(b);
+        free(c);
         return NODE_ERR(im, n, "input 2 (C) holds %lld values for %d units", cn, units);
     }
     for (int o = 0; c && o < units; o++)

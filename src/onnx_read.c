@@ -222,17 +222,21 @@ int rt_onnx_tensor_floats(const char *path, const Onnx__NodeProto *node, const c
     float *v = malloc((have ? have : 1) * sizeof *v);
     if (!v)
         return rt_error(RT_ERR_NOMEM, "out of memory reading tensor %s", what);
+    const uint8_t *raw = t->has_raw_data ? t->raw_data.data : NULL;
     for (size_t i = 0; i < have; i++) { /* raw data: little-endian, maybe unaligned */
-        float f;
-        double d;
-        if (!dbl && t->has_raw_data)
-            memcpy(&f, t->raw_data.data + i * esize, esize), v[i] = f;
-        else if (!dbl)
+        if (!dbl && raw) {
+            float f;
+            memcpy(&f, raw + i * esize, esize);
+            v[i] = f;
+        } else if (!dbl) {
             v[i] = t->float_data[i];
-        else if (t->has_raw_data)
-            memcpy(&d, t->raw_data.data + i * esize, esize), v[i] = (float)d;
-        else
+        } else if (raw) {
+            double d;
+            memcpy(&d, raw + i * esize, esize);
+            v[i] = (float)d;
+        } else {
             v[i] = (float)t->double_data[i];
+        }
     }
     *out = v;
     *count = have;
@@ -257,18 +261,21 @@ int rt_onnx_tensor_int64s(const char *path, const Onnx__NodeProto *node, const c
     int64_t *v = malloc((have ? have : 1) * sizeof *v);
     if (!v)
         return rt_error(RT_ERR_NOMEM, "out of memory reading tensor %s", what);
+    const uint8_t *raw = t->has_raw_data ? t->raw_data.data : NULL;
     for (size_t i = 0; i < have; i++) {
         int32_t a;
-        if (b8 && t->has_raw_data)
-            v[i] = t->raw_data.data[i];
-        else if (i32 && t->has_raw_data)
-            memcpy(&a, t->raw_data.data + i * esize, esize), v[i] = a;
-        else if (i32)
+        if (b8 && raw) {
+            v[i] = raw[i];
+        } else if (i32 && raw) {
+            memcpy(&a, raw + i * esize, esize);
+            v[i] = a;
+        } else if (i32) {
             v[i] = t->int32_data[i];
-        else if (t->has_raw_data)
-            memcpy(&v[i], t->raw_data.data + i * esize, esize);
-        else
+        } else if (raw) {
+            memcpy(&v[i], raw + i * esize, esize);
+        } else {
             v[i] = t->int64_data[i];
+        }
     }
     *out = v;
     *count = have;
