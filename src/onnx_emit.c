@@ -32,9 +32,10 @@ static char *cfg_text(const struct importer *im, int classes)
     if (!f)
         return NULL;
     const Onnx__ModelProto *m = im->model;
-    fprintf(f, "# imported by ragtag from %s (producer: %s %s)\n\n", im->path,
+    bool version = m->producer_version && m->producer_version[0];
+    fprintf(f, "# imported by ragtag from %s (producer: %s%s%s)\n\n", im->path,
             m->producer_name && m->producer_name[0] ? m->producer_name : "unknown",
-            m->producer_version ? m->producer_version : "");
+            version ? " " : "", version ? m->producer_version : "");
     fprintf(f, "[net]\ninput = %dx%dx%d\nclasses = %d\n", im->input.w, im->input.h,
             im->input.c, classes);
     for (int i = 0; i < im->nlayers; i++) {

@@ -19,6 +19,9 @@ a message on a failed check).
   unsupported OUT.onnx OP            a model whose second node is OP (Sin, LSTM)
   badconv OUT.onnx ATTR              a Conv with dilations 2, asymmetric pads or
                                      group 2 (ATTR: dilations, pads, group)
+  matmul OUT.onnx DATA.csv LOGITS.csv  MatMul + Add, Reshape, Dropout, a 2-D batch
+                                     norm, Sigmoid, Tanh, Identity, Constant,
+                                     Softmax; its logits by numpy
   shortdata OUT.onnx                 a Conv weight holding fewer values than its dims
   same A.safetensors B.safetensors NAME...   the named tensors are equal
   differ A.safetensors B.safetensors NAME... the named tensors differ
@@ -240,6 +243,51 @@ def cmd_shortdata(out):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), out)
 
 
+def cmd_matmul(out, data, logits_out):
+    """A graph of the operators torch's exporter does not write for a CNN:
+    Constant shape -> Reshape -> MatMul + Add -> Tanh -> Dropout (ratio
+    input) -> BatchNormalization on N x 16 -> Sigmoid -> Identity -> MatMul +
+    Add -> Softmax; its logits computed here with numpy, independently."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(11)
+    w1 = rng.normal(0, 0.05, (784, 16)).astype(np.float32)
+    b1 = rng.normal(0, 0.1, 16).astype(np.float32)
+    g, be = rng.uniform(0.5, 1.5, 16).astype(np.float32), rng.normal(0, .2, 16).astype(np.float32)
+    mu, var = rng.normal(0, .2, 16).astype(np.float32), rng.uniform(.5, 2, 16).astype(np.float32)
+    w2 = rng.normal(0, 0.3, (16, 10)).astype(np.float32)
+    b2 = rng.normal(0, 0.1, 10).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in
+             [(w1, "w1"), (b1, "b1"), (g, "g"), (be, "be"), (mu, "mu"), (var, "var"),
+              (w2, "w2"), (b2, "b2"), (np.array(0.2, np.float32), "ratio")]]
+    shape = helper.make_tensor("shape_value", TensorProto.INT64, [2], [0, 784])
+    nodes = [
+        helper.make_node("Constant", [], ["shape"], name="shape", value=shape),
+        helper.make_node("Reshape", ["input", "shape"], ["flat"], name="reshape"),
+        helper.make_node("MatMul", ["flat", "w1"], ["m1"], name="mm1"),
+        helper.make_node("Add", ["m1", "b1"], ["a1"], name="bias1"),
+        helper.make_node("Tanh", ["a1"], ["t1"], name="tanh1"),
+        helper.make_node("Dropout", ["t1", "ratio"], ["d1"], name="drop1"),
+        helper.make_node("BatchNormalization", ["d1", "g", "be", "mu", "var"], ["bn1"],
+                         name="bn1", epsilon=1e-3, momentum=0.8),
+        helper.make_node("Sigmoid", ["bn1"], ["s1"], name="sig1"),
+        helper.make_node("Identity", ["s1"], ["i1"], name="same"),
+        helper.make_node("MatMul", ["i1", "w2"], ["m2"], name="mm2"),
+        helper.make_node("Add", ["b2", "m2"], ["logits"], name="bias2"),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1)]
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 28, 28])
+    y = helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 10])
+    gr = helper.make_graph(nodes, "matmul", [x], [y], inits)
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(m)
+    onnx.save(m, out)
+    _, xs = normalised(data)
+    h = np.tanh(xs.reshape(len(xs), -1).astype(np.float64) @ w1 + b1)
+    h = (h - mu) / np.sqrt(var.astype(np.float64) + 1e-3) * g + be
+    h = 1 / (1 + np.exp(-h))
+    np.savetxt(logits_out, h @ w2 + b2, fmt="%.9g", delimiter=",")
+
+
 def tensors_cmp(a, b, names, want_same):
     ta, _ = read_st(a)
     tb, _ = read_st(b)
@@ -256,7 +304,7 @@ def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     table = {"data": cmd_data, "perturb": cmd_perturb, "check": cmd_check, "ort": cmd_ort,
              "torch": cmd_torch, "compare": cmd_compare, "unsupported": cmd_unsupported,
-             "badconv": cmd_badconv, "shortdata": cmd_shortdata,
+             "badconv": cmd_badconv, "shortdata": cmd_shortdata, "matmul": cmd_matmul,
              "same": lambda a, b, *n: tensors_cmp(a, b, n, True),
              "differ": lambda a, b, *n: tensors_cmp(a, b, n, False)}
     table[cmd](*args)

@@ -10,6 +10,8 @@
 #    `ragtag eval` logits equal PyTorch's within 1e-4; it fine-tunes with
 #    --init / --freeze (when this ragtag has --freeze) and frozen weights
 #    stay as they were;
+#  - MatMul + Add, Reshape, Dropout, a 2-D batch norm and the other
+#    operators PyTorch's CNN does not write, against numpy;
 #  - an operator outside ragtag's set (Sin, LSTM) and an attribute ragtag
 #    cannot express (dilations) are errors naming the node and what.
 # Skips (77) saying why without protobuf-c, python3-onnx, numpy or the data;
@@ -142,6 +144,17 @@ if $PY -c 'import torch' 2>/dev/null; then
   fi
 else
   echo "SKIP (part): no python3-torch: the PyTorch import is not tested"
+fi
+
+# MatMul + Add, Reshape, Constant, Identity, Dropout, a 2-D batch norm,
+# Sigmoid, Tanh and a final Softmax, against numpy's logits
+if $PY "$CHECK" matmul "$tmp/mm.onnx" "$tmp/d.csv" "$tmp/mm.numpy.csv"; then
+  run "$RAGTAG" import "$tmp/mm.onnx" -o "$tmp/mm" &&
+    run "$RAGTAG" eval "$tmp/mm/model.cfg" --weights "$tmp/mm/weights.safetensors" --data "$D" \
+      --logits "$tmp/mm.ragtag.csv" &&
+    $PY "$CHECK" compare "$tmp/mm.numpy.csv" "$tmp/mm.ragtag.csv" || bad "MatMul graph"
+else
+  bad "building the MatMul graph"
 fi
 
 # what ragtag cannot import: named node, operator, attribute; nothing written
