@@ -143,11 +143,14 @@ static int converge(struct rt_trainer *t, struct gossip *g, struct rt_epoch *e)
 {
     const rt_collective *c = t->coll;
     struct rt_replica *r = &g->d.r;
-    memcpy(g->mean, r->p, r->np * sizeof(float));
-    RT_TRY(c->ops->allreduce(c->ctx, g->mean, r->np));
+    /* frozen layers below lo hold the same bits everywhere; a mean of
+     * three equal floats need not give them back */
+    size_t lo = rt_model_trainable_from(t->m);
+    memcpy(g->mean + lo, r->p + lo, (r->np - lo) * sizeof(float));
+    RT_TRY(c->ops->allreduce(c->ctx, g->mean + lo, r->np - lo));
     float inv = 1.0f / (float)t->world;
     double s[2] = {0.0, 0.0};
-    for (size_t i = 0; i < r->np; i++) {
+    for (size_t i = lo; i < r->np; i++) {
         float mean = g->mean[i] * inv;
         double d = (double)r->p[i] - (double)mean;
         s[0] += d * d;
