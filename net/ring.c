@@ -60,6 +60,8 @@ struct rt_ring {
     struct rt_tcplink_rx in; /* the chunk being received on rx */
     size_t reduced;          /* elements of it already added into place */
     double last_drain;
+    double lost_at;          /* > 0: a raw link closed or broke (lost_why) at this time */
+    char lost_why[256];
     size_t chunk;
     double stall_timeout;
     rt_ring_idle_fn idle;
@@ -635,6 +637,34 @@ static int recv_zmq(rt_ring *r, struct plan *p, const struct expect *e, uint32_t
     return 1;
 }
 
+/* A raw link closed or sent garbage. Without an idle callback (no
+ * coordinator) that fails the collective at once. With one, the neighbour
+ * is as lost as a ZeroMQ neighbour that went silent, but known at once:
+ * the ring stops using its links and waits, calling idle, for the members
+ * to change (the coordinator sees the process end; idle then answers
+ * RT_ERR_REGROUP), for the collective's deadline or the stall timeout.
+ * Failing here instead would report this healthy rank as failed. */
+static int lose_link(rt_ring *r, int rc)
+{
+    if (!r->idle)
+        return rc;
+    snprintf(r->lost_why, sizeof r->lost_why, "%s", rt_error_detail());
+    fprintf(stderr, "ragtag: [%s] %s; waiting for the members to change\n", r->who,
+            r->lost_why);
+    r->lost_at = rt_now();
+    return 0;
+}
+
+static int lost_wait(rt_ring *r)
+{
+    usleep((useconds_t)(IDLE_EVERY * 1e6));
+    RT_TRY(r->idle(r->idle_arg));
+    if (r->stall_timeout > 0 && rt_now() - r->lost_at > r->stall_timeout)
+        return rt_error(RT_ERR_NET, "%s (for %.0f s, and the members did not change)",
+                        r->lost_why, r->stall_timeout);
+    return RT_OK;
+}
+
 /* Whether the header on the raw link is the expected chunk. The stream is
  * this generation's left neighbour's alone, in order: any other header
  * means it is out of step (or sends garbage), and the link is given up. */
@@ -652,8 +682,8 @@ static int tcp_header_ok(rt_ring *r, const struct plan *p, const struct expect *
              (unsigned long long)h->gen, (unsigned long long)h->op, h->t, h->j, h->n,
              (unsigned long long)r->gen, (unsigned long long)r->op, e->t, e->j, e->bytes);
     rt_wire_drop(&r->drops, rt_tcplink_peer(r->rx), why);
-    return rt_error(RT_ERR_NET, "the raw link from rank %d is out of step (%s): link given up",
-                    r->left, why);
+    return lose_link(r, rt_error(RT_ERR_NET, "the raw link from rank %d is out of step (%s): "
+                                             "link given up", r->left, why));
 }
 
 /* From the raw TCP link: what is there of the next chunk, its payload
@@ -673,10 +703,12 @@ static int recv_tcp(rt_ring *r, struct plan *p, const struct expect *e, uint32_t
     int rc = rt_tcplink_recv(r->rx, x, e->add ? r->scratch : e->ptr, e->bytes);
     if (rc < 0 && !x->hdr_ok && x->got >= RT_TCPLINK_HDR)
         rt_wire_drop(&r->drops, rt_tcplink_peer(r->rx), rt_error_detail());
-    if (rc <= 0)
+    if (rc < 0)
+        return lose_link(r, rc);
+    if (rc == 0)
+        return 0;
+    if (!had && x->hdr_ok && ((rc = tcp_header_ok(r, p, e)) < 0 || r->lost_at > 0))
         return rc;
-    if (!had && x->hdr_ok)
-        RT_TRY(tcp_header_ok(r, p, e));
     if (e->add && x->hdr_ok) {
         size_t upto = rt_tcplink_rx_payload(x) / p->elem;
         if (upto > r->reduced)
@@ -791,7 +823,9 @@ static int send_some(rt_ring *r, struct plan *p, size_t *ns, size_t nr, bool *pr
     }
     if (tx_busy(r)) {
         uint64_t before = rt_tcplink_sent(r->tx);
-        RT_TRY(rt_tcplink_flush(r->tx));
+        int rc = rt_tcplink_flush(r->tx);
+        if (rc < 0)
+            return lose_link(r, rc);
         *progress |= rt_tcplink_sent(r->tx) != before;
     }
     return RT_OK;
@@ -801,6 +835,8 @@ static int run_plan(rt_ring *r, struct plan *p)
 {
     if (r->broken)
         return rt_error(RT_ERR_NET, "the ring is broken by an earlier error");
+    if (r->lost_at > 0)
+        return rt_error(RT_ERR_NET, "%s", r->lost_why);
     p->out_flags = p->my_flags;
     if (r->world == 1 || (p->nsend == 0 && p->nrecv == 0))
         return RT_OK;
@@ -810,6 +846,11 @@ static int run_plan(rt_ring *r, struct plan *p)
     int spins = 0;
     int rc = RT_OK;
     while (ns < p->nsend || nr < p->nrecv || tx_busy(r)) {
+        if (r->lost_at > 0) {
+            if ((rc = lost_wait(r)) < 0)
+                goto fail;
+            continue;
+        }
         uint32_t seen = r->own ? rt_shm_bell(r->own) : 0;
         bool progress = false;
         if ((rc = send_some(r, p, &ns, nr, &progress)) < 0)
