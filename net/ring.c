@@ -354,7 +354,9 @@ const char *rt_ring_link(const rt_ring *r, bool right)
     check(r);
     if (r->world == 1)
         return "-";
-    return (right ? r->right_shm : r->left_shm) ? "shm" : "tcp";
+    if (right ? r->right_shm : r->left_shm)
+        return "shm";
+    return (right ? r->tx : r->rx) ? "tcp" : "zmq";
 }
 
 void rt_ring_set_idle(rt_ring *r, rt_ring_idle_fn fn, void *arg)

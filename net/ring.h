@@ -93,7 +93,8 @@ void *rt_ring_release_inbox(rt_ring *r);
 
 int rt_ring_rank(const rt_ring *r);
 int rt_ring_size(const rt_ring *r);
-/* "shm" or "tcp" for the links to the left / right neighbour ("-" alone). */
+/* The link to the left / right neighbour: "shm", "tcp" (a raw TCP link) or
+ * "zmq" (ZeroMQ over TCP: CurveZMQ); "-" alone. */
 const char *rt_ring_link(const rt_ring *r, bool right);
 
 /* On return buf[rt_slice(rank)] holds the sum over all ranks; the rest of

@@ -138,7 +138,7 @@ uint64_t rt_tcplink_queued(const rt_tcplink *l) { return l->queued; }
 
 static int closed(const rt_tcplink *l, int err)
 {
-    return rt_error(RT_ERR_NET, "the link to %s is lost: %s", l->peer,
+    return rt_error(RT_ERR_NET, "the link with %s is lost: %s", l->peer,
                     err ? strerror(err) : "the connection was closed");
 }
 
