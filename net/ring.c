@@ -601,6 +601,8 @@ static int recv_zmq(rt_ring *r, struct plan *p, const struct expect *e, uint32_t
         return rc == RT_ERR_INTERRUPTED ? 0 : rc;
     char why[300];
     uint64_t mfl = 0;
+    if (r->fr.n == 1 && rt_tcplink_is_offer(&r->fr))
+        return 2; /* a raw link's late offer: this direction stays on ZeroMQ */
     if (r->left_key[0] && !from_left(r)) {
         char peer[64];
         rt_zframes_peer(&r->fr, 0, peer, sizeof peer);
@@ -768,23 +770,31 @@ static bool tx_busy(const rt_ring *r)
     return r->tx && rt_tcplink_sent(r->tx) < rt_tcplink_queued(r->tx);
 }
 
-/* Nothing moved: sleep until a link may move again (at most 50 ms). */
+/* Nothing moved: sleep until a link may move again (at most 50 ms; 1 ms
+ * when the doorbell counts too). Raw links alone: poll(2); with the
+ * ZeroMQ inbox: zmq_poll, which takes both. */
 static int wait_links(rt_ring *r, bool want_rx, bool want_bell, uint32_t seen)
 {
-    bool want_tx = tx_busy(r);
-    if ((want_rx && r->rx) || want_tx) {
-        struct pollfd pf[2];
-        nfds_t n = 0;
-        if (want_rx && r->rx)
-            pf[n++] = (struct pollfd){.fd = rt_tcplink_fd(r->rx), .events = POLLIN};
-        if (want_tx)
-            pf[n++] = (struct pollfd){.fd = rt_tcplink_fd(r->tx), .events = POLLOUT};
-        if (poll(pf, n, want_bell ? 1 : 50) < 0 && errno != EINTR)
-            return rt_error(RT_ERR_NET, "waiting for rank %d: %s", r->left, strerror(errno));
-    } else if (want_rx && !r->left_shm) {
-        zmq_pollitem_t it = {.socket = r->inbox, .events = ZMQ_POLLIN};
-        if (zmq_poll(&it, 1, want_bell ? 1 : 50) < 0 && errno != EINTR)
+    bool want_zmq = want_rx && !r->left_shm && !r->rx;
+    zmq_pollitem_t it[3];
+    struct pollfd pf[2];
+    int n = 0;
+    if (want_rx && r->rx) {
+        it[n] = (zmq_pollitem_t){.fd = rt_tcplink_fd(r->rx), .events = ZMQ_POLLIN};
+        pf[n++] = (struct pollfd){.fd = rt_tcplink_fd(r->rx), .events = POLLIN};
+    }
+    if (tx_busy(r)) {
+        it[n] = (zmq_pollitem_t){.fd = rt_tcplink_fd(r->tx), .events = ZMQ_POLLOUT};
+        pf[n++] = (struct pollfd){.fd = rt_tcplink_fd(r->tx), .events = POLLOUT};
+    }
+    int ms = want_bell ? 1 : 50;
+    if (want_zmq) {
+        it[n++] = (zmq_pollitem_t){.socket = r->inbox, .events = ZMQ_POLLIN};
+        if (zmq_poll(it, n, ms) < 0 && errno != EINTR)
             return rt_error(RT_ERR_NET, "waiting for rank %d: %s", r->left, zmq_strerror(errno));
+    } else if (n > 0) {
+        if (poll(pf, (nfds_t)n, ms) < 0 && errno != EINTR)
+            return rt_error(RT_ERR_NET, "waiting for rank %d: %s", r->left, strerror(errno));
     } else if (want_bell) {
         rt_shm_wait(r->own, seen, IDLE_EVERY);
     } else {

@@ -78,7 +78,9 @@ struct rt_tcplink_setup {
 
 /* Form this rank's links: *tx to the right neighbour (when s->out), *rx
  * from the left one (when s->inbox). Both ends call it at about the same
- * time. RT_ERR_TIMEOUT / RT_ERR_NET with a detail. */
+ * time. A link left NULL on success stays on ZeroMQ (its port could not be
+ * reached: see tcplink_setup.c). RT_ERR_TIMEOUT / RT_ERR_NET with a
+ * detail. */
 int rt_tcplink_setup(const struct rt_tcplink_setup *s, rt_tcplink **tx, rt_tcplink **rx);
 
 /* Whether a message read from an inbox is a link offer (late duplicates

@@ -8,7 +8,13 @@
  * the sender of one link and the receiver of another), re-sends the offer
  * every half second until it is taken (an offer that reached a neighbour
  * still busy with an older generation was dropped there), and refuses
- * any other connection to the port with a log line. */
+ * any other connection to the port with a log line.
+ *
+ * Where the neighbour cannot reach the offered port (a firewall that lets
+ * only the ring ports through, a container that publishes only those),
+ * the sender gives the raw link up after a few seconds and offers port 0:
+ * both ends then keep that direction on ZeroMQ, through the ring port,
+ * and the sender says so in the log. */
 #include "config.h"
 
 #include "tcplink.h"
@@ -38,6 +44,8 @@
 #define STRANGER_S 2.0 /* an accepted connection has this long to say hello */
 #define MAX_CANDIDATES 4
 #define BUF_BYTES (4 << 20)
+#define FALLBACK_MIN 1.0
+#define FALLBACK_MAX 5.0
 
 struct candidate {
     int fd;
@@ -60,6 +68,8 @@ struct setup {
     size_t ack_got;
     unsigned char ack[ACK_BYTES];
     rt_tcplink *tx, *rx;
+    bool tx_zmq, rx_zmq; /* that direction stays on ZeroMQ (port 0 offered) */
+    bool said_unreachable;
     rt_zframes fr;
     rt_wire_msg msg;
     rt_wire_writer w;
@@ -195,7 +205,7 @@ static int take_offer(struct setup *u)
         (strcmp(u->msg.type, "link") != 0 &&
          rt_error(RT_ERR_FORMAT, "a '%s' message where a link offer was due", u->msg.type) < 0) ||
         rt_wire_get_uint(m, "gen", 0, UINT64_MAX, &gen) < 0 ||
-        rt_wire_get_uint(m, "port", 1, 65535, &port) < 0 ||
+        rt_wire_get_uint(m, "port", 0, 65535, &port) < 0 ||
         rt_wire_get_bin(m, "cookie", RT_TCPLINK_COOKIE, &ck, &ckn) < 0 ||
         (ckn != RT_TCPLINK_COOKIE &&
          rt_error(RT_ERR_FORMAT, "a link cookie of %zu bytes", ckn) < 0)) {
@@ -206,7 +216,24 @@ static int take_offer(struct setup *u)
         return 0;
     memcpy(u->left_cookie, ck, RT_TCPLINK_COOKIE);
     u->left_port = (int)port;
+    u->rx_zmq = port == 0;
     return 1;
+}
+
+/* The offered port could not be reached, or the hello went unanswered:
+ * not an error of the ring. The sender offers again, or offers port 0 (stay
+ * on ZeroMQ) once it gives the raw link up. */
+static void unreachable(struct setup *u, const char *why)
+{
+    if (!u->said_unreachable)
+        fprintf(stderr, "ragtag: [ring rank %d] the raw link of rank %d: %s; waiting for its "
+                        "next offer\n", u->s->rank, u->s->left, why);
+    u->said_unreachable = true;
+    if (u->cfd >= 0)
+        close(u->cfd);
+    u->cfd = -1;
+    u->hello_sent = false;
+    u->ack_got = 0;
 }
 
 static int start_connect(struct setup *u)
@@ -224,9 +251,11 @@ static int start_connect(struct setup *u)
         rc = rt_error(RT_ERR_NET, "socket: %s", strerror(errno));
     } else {
         tune(u->cfd);
-        if (connect(u->cfd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS)
-            rc = rt_error(RT_ERR_NET, "cannot connect to rank %d at %s:%s: %s", s->left, host,
-                          port, strerror(errno));
+        if (connect(u->cfd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
+            char why[400];
+            snprintf(why, sizeof why, "cannot connect to %s:%s: %s", host, port, strerror(errno));
+            unreachable(u, why);
+        }
     }
     freeaddrinfo(res);
     return rc;
@@ -257,9 +286,13 @@ static int step_connect(struct setup *u, short revents)
         getsockopt(u->cfd, SOL_SOCKET, SO_ERROR, &err, &n);
         unsigned char b[HELLO_BYTES];
         hello_of(s, u->left_cookie, b);
-        if (err || send(u->cfd, b, sizeof b, MSG_NOSIGNAL) != (ssize_t)sizeof b)
-            return rt_error(RT_ERR_NET, "cannot reach rank %d's ring link: %s", s->left,
-                            strerror(err ? err : errno));
+        if (err || send(u->cfd, b, sizeof b, MSG_NOSIGNAL) != (ssize_t)sizeof b) {
+            char why[300];
+            snprintf(why, sizeof why, "cannot connect to its port %d: %s", u->left_port,
+                     strerror(err ? err : errno));
+            unreachable(u, why);
+            return 0;
+        }
         u->hello_sent = true;
         return 0;
     }
@@ -268,9 +301,11 @@ static int step_connect(struct setup *u, short revents)
     ssize_t k = recv(u->cfd, u->ack + u->ack_got, ACK_BYTES - u->ack_got, MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
-    if (k <= 0)
-        return rt_error(RT_ERR_NET, "rank %d closed the ring link in its set-up (it refused "
-                                    "this rank's hello, or it is gone)", s->left);
+    if (k <= 0) {
+        unreachable(u, "it closed the connection before its ack (it gave the raw link up, "
+                       "or it is gone)");
+        return 0;
+    }
     u->ack_got += (size_t)k;
     if (u->ack_got < ACK_BYTES)
         return 0;
@@ -369,6 +404,14 @@ static void take_connections(struct setup *u)
     }
 }
 
+/* How long the sender waits for its neighbour's connection before it gives
+ * the raw link up: neighbours form a ring at about the same moment. */
+static double fallback_s(const struct rt_tcplink_setup *s)
+{
+    double f = s->timeout_s / 2;
+    return f < FALLBACK_MIN ? FALLBACK_MIN : f > FALLBACK_MAX ? FALLBACK_MAX : f;
+}
+
 static short from_zmq(short z)
 {
     return (short)((z & ZMQ_POLLIN ? POLLIN : 0) | (z & ZMQ_POLLOUT ? POLLOUT : 0) |
@@ -383,7 +426,7 @@ static int read_inbox(struct setup *u)
         if (rc <= 0)
             return rc == RT_ERR_INTERRUPTED ? RT_OK : rc;
         if ((rc = take_offer(u)) != 0)
-            return rc < 0 ? rc : start_connect(u);
+            return rc < 0 || u->rx_zmq ? rc : start_connect(u);
     }
 }
 
@@ -392,7 +435,7 @@ static int poll_once(struct setup *u, double wait_s)
 {
     zmq_pollitem_t it[3 + MAX_CANDIDATES];
     int k = 0, at_inbox = -1, at_l = -1, at_c = -1, at_cand[MAX_CANDIDATES];
-    if (u->s->inbox && !u->rx && u->cfd < 0) {
+    if (u->s->inbox && !u->rx && !u->rx_zmq && u->cfd < 0) {
         at_inbox = k;
         it[k++] = (zmq_pollitem_t){.socket = u->s->inbox, .events = ZMQ_POLLIN};
     }
@@ -400,7 +443,7 @@ static int poll_once(struct setup *u, double wait_s)
         at_c = k;
         it[k++] = (zmq_pollitem_t){.fd = u->cfd, .events = u->hello_sent ? ZMQ_POLLIN : ZMQ_POLLOUT};
     }
-    if (u->lfd >= 0 && !u->tx) {
+    if (u->lfd >= 0 && !u->tx && !u->tx_zmq) {
         at_l = k;
         it[k++] = (zmq_pollitem_t){.fd = u->lfd, .events = ZMQ_POLLIN};
     }
@@ -427,24 +470,50 @@ static int poll_once(struct setup *u, double wait_s)
     return RT_OK;
 }
 
+/* The right neighbour did not take the offer in time: close the port and
+ * offer port 0 (this direction stays on ZeroMQ). */
+static int give_up_tx(struct setup *u)
+{
+    fprintf(stderr, "ragtag: [ring rank %d] rank %d did not connect to this rank's raw link "
+                    "port %d within %.0f s (a firewall, or only the ring ports reachable?): "
+                    "the data to it goes over ZeroMQ on its ring port\n",
+            u->s->rank, u->s->right, u->port, fallback_s(u->s));
+    close(u->lfd);
+    u->lfd = -1;
+    for (int i = 0; i < MAX_CANDIDATES; i++)
+        if (u->cand[i].fd >= 0) {
+            close(u->cand[i].fd);
+            u->cand[i].fd = -1;
+        }
+    u->port = 0;
+    u->tx_zmq = true;
+    return send_offer(u);
+}
+
+static int timed_out(const struct setup *u)
+{
+    const struct rt_tcplink_setup *s = u->s;
+    char what[160] = "";
+    if (s->inbox && !u->rx && !u->rx_zmq)
+        snprintf(what, sizeof what, " from rank %d (%s)", s->left,
+                 u->cfd >= 0 ? "connecting" : "no offer yet");
+    if (s->out && !u->tx && !u->tx_zmq)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%s to rank %d (not connected)",
+                 what[0] ? " nor" : "", s->right);
+    return rt_error(RT_ERR_TIMEOUT, "no ring link%s within %.0f s", what, s->timeout_s);
+}
+
 static int setup_loop(struct setup *u)
 {
     const struct rt_tcplink_setup *s = u->s;
     double t0 = rt_now(), last_idle = t0;
-    while ((s->out && !u->tx) || (s->inbox && !u->rx)) {
+    while ((s->out && !u->tx && !u->tx_zmq) || (s->inbox && !u->rx && !u->rx_zmq)) {
         double now = rt_now();
-        if (now - t0 > s->timeout_s) {
-            char what[160] = "";
-            if (s->inbox && !u->rx)
-                snprintf(what, sizeof what, " from rank %d (%s)", s->left,
-                         u->cfd >= 0 ? "connecting" : "no offer yet");
-            if (s->out && !u->tx)
-                snprintf(what + strlen(what), sizeof what - strlen(what),
-                         "%s to rank %d (not connected)", what[0] ? " nor" : "", s->right);
-            return rt_error(RT_ERR_TIMEOUT, "no raw TCP ring link%s within %.0f s", what,
-                            s->timeout_s);
-        }
-        if (s->out && !u->tx && now - u->offered > OFFER_EVERY)
+        if (now - t0 > s->timeout_s)
+            return timed_out(u);
+        if (s->out && !u->tx && !u->tx_zmq && now - t0 > fallback_s(s))
+            RT_TRY(give_up_tx(u));
+        else if (s->out && !u->tx && !u->tx_zmq && now - u->offered > OFFER_EVERY)
             RT_TRY(send_offer(u));
         if (s->idle && now - last_idle >= 0.05) {
             last_idle = now;

@@ -8,7 +8,8 @@
  * taken. Then chunks of 0, 5 and 300,000 bytes cross intact, garbage
  * written on an established link is refused as "not a chunk header", and
  * a SIGKILLed peer is a lost link at once (the error names the closed
- * connection; the time it took is printed, not asserted). */
+ * connection; the time it took is printed, not asserted). And a port the
+ * neighbour cannot reach makes that direction fall back to ZeroMQ. */
 #include "config.h"
 
 #include "testutil.h"
@@ -82,8 +83,10 @@ static int child_sends(rt_tcplink *tx)
 }
 
 /* The child: rank 1 of a ring of 2, both links raw. It reports the
- * refused connections and whether garbage on its rx link was refused. */
-static int child(int to_parent, int from_parent)
+ * refused connections and whether garbage on its rx link was refused; with
+ * `fallback`, which of its links are raw after a set-up in which the parent
+ * never connects to its port. */
+static int child(int to_parent, int from_parent, bool fallback)
 {
     struct side s;
     char peer[RT_ENDPOINT_MAX];
@@ -95,12 +98,16 @@ static int child(int to_parent, int from_parent)
     rt_wire_droplog_init(&drops, "child rank 1");
     struct rt_tcplink_setup u = {.run = run, .gen = GEN, .rank = 1, .left = 0, .right = 0,
                                  .self_endpoint = s.ep, .left_endpoint = peer, .out = s.out,
-                                 .inbox = s.inbox, .left_key = "", .timeout_s = 20,
+                                 .inbox = s.inbox, .left_key = "", .timeout_s = fallback ? 4 : 20,
                                  .drops = &drops};
     rt_tcplink *tx = NULL, *rx = NULL;
     if (rt_tcplink_setup(&u, &tx, &rx) < 0) {
         fprintf(stderr, "child: %s\n", rt_error_detail());
         return 11;
+    }
+    if (fallback) {
+        long report[2] = {tx != NULL, rx != NULL};
+        return write(to_parent, report, sizeof report) == (ssize_t)sizeof report ? 0 : 13;
     }
     if (child_sends(tx) < 0)
         return 12;
@@ -228,23 +235,31 @@ static void receive_chunks(rt_tcplink *rx)
     }
 }
 
-static void test_link(void **state)
+/* Fork the child and connect the parent's side to it. */
+static pid_t start(struct side *s, int *up, bool fallback)
 {
-    (void)state;
-    int up[2], down[2];
+    int down[2];
     assert_int_equal(pipe(up), 0);
     assert_int_equal(pipe(down), 0);
     rt_wire_new_run_id(run);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0)
-        _exit(child(up[1], down[0]));
-    struct side s;
+        _exit(child(up[1], down[0], fallback));
     char peer[RT_ENDPOINT_MAX];
-    assert_int_equal(side_open(&s), 0);
+    assert_int_equal(side_open(s), 0);
     assert_int_equal(read(up[0], peer, sizeof peer), (ssize_t)sizeof peer);
-    assert_int_equal(write(down[1], s.ep, sizeof s.ep), (ssize_t)sizeof s.ep);
-    assert_int_equal(rt_zsock_connect(s.out, peer), 0);
+    assert_int_equal(write(down[1], s->ep, sizeof s->ep), (ssize_t)sizeof s->ep);
+    assert_int_equal(rt_zsock_connect(s->out, peer), 0);
+    return pid;
+}
+
+static void test_link(void **state)
+{
+    (void)state;
+    int up[2];
+    struct side s;
+    pid_t pid = start(&s, up, false);
 
     unsigned char cookie[RT_TCPLINK_COOKIE];
     int port = take_offer(&s, cookie);
@@ -289,11 +304,58 @@ static void test_link(void **state)
     side_close(&s);
 }
 
+/* The parent never connects to the child's port (a firewall): the child
+ * gives its raw link up and offers port 0 (ZeroMQ for that direction);
+ * its other link, to a reachable port, is raw. */
+static void test_fallback(void **state)
+{
+    (void)state;
+    int up[2];
+    struct side s;
+    pid_t pid = start(&s, up, true);
+    rt_wire_droplog drops;
+    rt_wire_droplog_init(&drops, "parent rank 0");
+    struct rt_tcplink_setup u = {.run = run, .gen = GEN, .rank = 0, .left = 1, .right = 1,
+                                 .self_endpoint = s.ep, .out = s.out, .timeout_s = 20,
+                                 .drops = &drops};
+    rt_tcplink *tx = NULL, *none = NULL;
+    if (rt_tcplink_setup(&u, &tx, &none) < 0)
+        fail_msg("parent: %s", rt_error_detail());
+    long report[2];
+    assert_int_equal(read(up[0], report, sizeof report), (ssize_t)sizeof report);
+    printf("after the fallback: the child's link to the parent is %s, from it %s\n",
+           report[0] ? "raw" : "ZeroMQ", report[1] ? "raw" : "ZeroMQ");
+    assert_int_equal(report[0], 0);
+    assert_int_equal(report[1], 1);
+    int offers = 0, port = -1;
+    rt_zframes fr;
+    rt_wire_msg m;
+    rt_zframes_init(&fr);
+    rt_wire_msg_init(&m);
+    while (rt_zframes_recv(s.inbox, &fr, ZMQ_DONTWAIT) == 1) { /* the last says port 0 */
+        uint64_t p;
+        assert_int_equal(rt_wire_parse(&m, rt_zframe_data(&fr, 0), rt_zframe_size(&fr, 0), run, false), 0);
+        assert_int_equal(rt_wire_get_uint(rt_wire_root(&m), "port", 0, 65535, &p), 0);
+        port = (int)p;
+        offers++;
+    }
+    printf("%d offers, the last of port %d\n", offers, port);
+    assert_int_equal(port, 0);
+    rt_wire_msg_free(&m);
+    rt_zframes_close(&fr);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    rt_tcplink_destroy(&tx);
+    side_close(&s);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_link),
+        cmocka_unit_test(test_fallback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
