@@ -143,7 +143,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("# ragtag ring allreduce float32 sum, ranks=%d, links=%s%s%s, in-place\n", o.n,
-           o.links == RT_LINKS_TCP ? "tcp (ZeroMQ, 127.0.0.x)" : "shm (shared memory)",
+           o.links != RT_LINKS_TCP       ? "shm (shared memory)"
+           : o.curve || o.zmq_data        ? "tcp (ZeroMQ, 127.0.0.x)"
+                                          : "tcp (raw TCP links, 127.0.0.x)",
            o.curve ? " with CurveZMQ" : "", use_actor ? ", through the comm thread" : "");
     printf("%12s %10s %12s %10s %10s %10s %s\n", "bytes", "count", "time_us", "p50_us",
            "algbw_GBs", "busbw_GBs", "check");

@@ -44,6 +44,13 @@
  * sched_yield: on a node where other processes keep the cores busy, each
  * yield hands them a whole time slice (a 4-process ring slowed 20-fold). */
 #define SPIN_RELAX 200
+/* A ring whose links are all raw TCP spins far less: each turn is a
+ * recvmsg, and on a node whose cores are busy (other processes, or the
+ * compute threads a reduction overlaps with) a spinning rank takes the
+ * core its neighbour needs to send: a 2-process 4 KiB allreduce took 300
+ * us at 200 turns and 50 us at 5 with 20 runnable processes on 2 cores
+ * (poll wakes a sleeper within microseconds). */
+#define SPIN_TCP 5
 #define IDLE_EVERY 0.05
 
 struct rt_ring {
@@ -855,7 +862,7 @@ static int run_plan(rt_ring *r, struct plan *p)
     RT_TRY(grow(r, p->nsend, p->nrecv));
     size_t ns = 0, nr = 0;
     double now = rt_now(), last_progress = now, last_idle = now;
-    int spins = 0;
+    int spins = 0, spin_max = (r->tx || r->rx) && !r->own ? SPIN_TCP : SPIN_RELAX;
     int rc = RT_OK;
     while (ns < p->nsend || nr < p->nrecv || tx_busy(r)) {
         if (r->lost_at > 0) {
@@ -881,12 +888,12 @@ static int run_plan(rt_ring *r, struct plan *p)
             spins = 0;
             continue;
         }
-        if (++spins < SPIN_RELAX) {
+        if (++spins < spin_max) {
             __builtin_ia32_pause();
             continue;
         }
         now = rt_now();
-        if (spins == SPIN_RELAX)
+        if (spins == spin_max)
             last_progress = now; /* the stall clock starts when spinning stops */
         if (r->stall_timeout > 0 && now - last_progress > r->stall_timeout) {
             rc = rt_error(RT_ERR_TIMEOUT, "no data from rank %d for %.0f s", r->left,
