@@ -129,7 +129,8 @@ static double run(int fd, int server, int mode, char *sb, char *rb, size_t msg, 
     static double rtt[2000];
     for (int i = 0; i < 2000; i++) {
         double a = now();
-        if (xfer(fd, server ? sb : rb, 4096, server) < 0 || xfer(fd, server ? rb : sb, 4096, !server) < 0)
+        if (xfer(fd, server ? sb : rb, 4096, server) < 0 ||
+            xfer(fd, server ? rb : sb, 4096, !server) < 0)
             return -1;
         rtt[i] = now() - a;
     }

@@ -115,8 +115,9 @@ static int child(int to_parent, int from_parent, bool fallback)
     static unsigned char in[64];
     int rc = 0;
     double t0 = rt_now();
-    while ((rc = rt_tcplink_recv(rx, &x, in, sizeof in)) == 0 && wait_fd(rt_tcplink_fd(rx), POLLIN, t0) == 0)
-        ;
+    while ((rc = rt_tcplink_recv(rx, &x, in, sizeof in)) == 0)
+        if (wait_fd(rt_tcplink_fd(rx), POLLIN, t0) < 0)
+            break;
     long report[2] = {drops.total, rc < 0 && strstr(rt_error_detail(), "not a chunk header")};
     printf("child: garbage on the link: %s\n", rt_error_detail());
     fflush(stdout);
@@ -153,6 +154,11 @@ static void hello(unsigned char *b, uint64_t gen, const unsigned char *cookie)
     memcpy(b + 24, cookie, RT_TCPLINK_COOKIE);
 }
 
+static int parse(rt_wire_msg *m, rt_zframes *fr)
+{
+    return rt_wire_parse(m, rt_zframe_data(fr, 0), rt_zframe_size(fr, 0), run, false);
+}
+
 /* The child's offer from the parent's inbox: its port and cookie. */
 static int take_offer(struct side *s, unsigned char *cookie)
 {
@@ -164,7 +170,7 @@ static int take_offer(struct side *s, unsigned char *cookie)
     assert_int_equal(zmq_poll(&it, 1, 10000), 1);
     assert_int_equal(rt_zframes_recv(s->inbox, &fr, 0), 1);
     assert_true(rt_tcplink_is_offer(&fr));
-    assert_int_equal(rt_wire_parse(&m, rt_zframe_data(&fr, 0), rt_zframe_size(&fr, 0), run, false), 0);
+    assert_int_equal(parse(&m, &fr), 0);
     uint64_t port, gen;
     const void *ck;
     size_t n;
@@ -334,7 +340,7 @@ static void test_fallback(void **state)
     rt_wire_msg_init(&m);
     while (rt_zframes_recv(s.inbox, &fr, ZMQ_DONTWAIT) == 1) { /* the last says port 0 */
         uint64_t p;
-        assert_int_equal(rt_wire_parse(&m, rt_zframe_data(&fr, 0), rt_zframe_size(&fr, 0), run, false), 0);
+        assert_int_equal(parse(&m, &fr), 0);
         assert_int_equal(rt_wire_get_uint(rt_wire_root(&m), "port", 0, 65535, &p), 0);
         port = (int)p;
         offers++;
