@@ -73,28 +73,38 @@ static int xfer(int fd, char *buf, size_t n, int send_it)
     return 0;
 }
 
-/* Send `total` and receive `total` at once (non-blocking, poll). */
+/* Send `total` and receive `total` at once: non-blocking send and receive
+ * in turn, poll only when neither moves. */
 static int both(int fd, char *sb, char *rb, size_t msg, size_t total)
 {
     size_t sent = 0, got = 0;
     while (sent < total || got < total) {
-        struct pollfd p = {.fd = fd, .events = (short)((sent < total ? POLLOUT : 0) |
-                                                       (got < total ? POLLIN : 0))};
-        if (poll(&p, 1, 5000) <= 0)
-            return -1;
-        if ((p.revents & POLLOUT) && sent < total) {
+        int moved = 0;
+        if (sent < total) {
             size_t off = sent % msg, n = msg - off < total - sent ? msg - off : total - sent;
             ssize_t k = send(fd, sb + off, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (k > 0)
+            if (k > 0) {
                 sent += (size_t)k;
+                moved = 1;
+            } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
+                return -1;
+            }
         }
-        if ((p.revents & (POLLIN | POLLHUP)) && got < total) {
+        if (got < total) {
             size_t off = got % msg, n = msg - off < total - got ? msg - off : total - got;
             ssize_t k = recv(fd, rb + off, n, MSG_DONTWAIT);
-            if (k == 0)
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
                 return -1;
-            if (k > 0)
+            if (k > 0) {
                 got += (size_t)k;
+                moved = 1;
+            }
+        }
+        if (!moved) {
+            struct pollfd p = {.fd = fd, .events = (short)((sent < total ? POLLOUT : 0) |
+                                                           (got < total ? POLLIN : 0))};
+            if (poll(&p, 1, 5000) <= 0)
+                return -1;
         }
     }
     return 0;
