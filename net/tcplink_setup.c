@@ -414,15 +414,27 @@ static short from_zmq(short z)
                    (z & ZMQ_POLLERR ? POLLERR : 0));
 }
 
-/* Messages in the inbox until the left neighbour's offer is there. */
+/* Messages in the inbox until the left neighbour's offer is there. Read
+ * while connecting too: a port behind a firewall that drops packets leaves
+ * the connect hanging, and the sender's port-0 offer ends it. */
 static int read_inbox(struct setup *u)
 {
     for (;;) {
         int rc = rt_zframes_recv(u->s->inbox, &u->fr, ZMQ_DONTWAIT);
         if (rc <= 0)
             return rc == RT_ERR_INTERRUPTED ? RT_OK : rc;
-        if ((rc = take_offer(u)) != 0)
-            return rc < 0 || u->rx_zmq ? rc : start_connect(u);
+        bool connecting = u->cfd >= 0;
+        if ((rc = take_offer(u)) < 0)
+            return rc;
+        if (rc == 0)
+            continue;
+        if (u->rx_zmq) { /* the sender gave the raw link up */
+            if (u->cfd >= 0)
+                close(u->cfd);
+            u->cfd = -1;
+            return RT_OK;
+        }
+        return connecting ? RT_OK : start_connect(u); /* a repeated offer, or the first */
     }
 }
 
@@ -431,7 +443,7 @@ static int poll_once(struct setup *u, double wait_s)
 {
     zmq_pollitem_t it[3 + MAX_CANDIDATES];
     int k = 0, at_inbox = -1, at_l = -1, at_c = -1, at_cand[MAX_CANDIDATES];
-    if (u->s->inbox && !u->rx && !u->rx_zmq && u->cfd < 0) {
+    if (u->s->inbox && !u->rx && !u->rx_zmq) {
         at_inbox = k;
         it[k++] = (zmq_pollitem_t){.socket = u->s->inbox, .events = ZMQ_POLLIN};
     }
@@ -456,7 +468,7 @@ static int poll_once(struct setup *u, double wait_s)
     int rc = RT_OK;
     if (at_inbox >= 0 && (it[at_inbox].revents & ZMQ_POLLIN))
         RT_TRY(read_inbox(u));
-    if (at_c >= 0 && (rc = step_connect(u, from_zmq(it[at_c].revents))) < 0)
+    if (at_c >= 0 && u->cfd >= 0 && (rc = step_connect(u, from_zmq(it[at_c].revents))) < 0)
         return rc;
     if (at_l >= 0 && (it[at_l].revents & ZMQ_POLLIN))
         take_connections(u);
