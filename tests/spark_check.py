@@ -1,0 +1,169 @@
+"""tests/test_spark.sh's Spark half: ragtag_spark on PySpark in local mode.
+
+argv: RAGTAG MODEL WORKDIR BASELINE_TEST_ACC PORT_BASE
+Fashion-MNIST's first 6000 training images and its 10000 test images go
+into DataFrames; fit() trains lenet on them with 2 workers, and its test
+accuracy must be the one `ragtag train --workers 2` had on the same images
+and seed (the shell half), within 0.5 points. Then: a missing executor
+binary and one of another version must fail with their clear errors; a
+worker killed mid-run is a lost worker and the run goes on. Exit 77 (skip)
+only where Spark itself cannot start.
+"""
+import gzip
+import json
+import os
+import signal
+import struct
+import sys
+
+ragtag, model, work, base_acc, port = sys.argv[1:6]
+base_acc, port = float(base_acc), int(port)
+sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "python"))
+import ragtag_spark  # noqa: E402
+from ragtag_spark import RagtagSparkError  # noqa: E402
+from ragtag_spark.task import worker_argv  # noqa: E402
+
+failures = []
+
+
+def ok(cond, what):
+    print(("ok - " if cond else "not ok - ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def fmnist_dir():
+    """Where src/dataset.c looks, in its order."""
+    cands = []
+    if os.environ.get("RAGTAG_DATA_DIR"):
+        cands += [os.path.join(os.environ["RAGTAG_DATA_DIR"], "fashion-mnist"),
+                  os.environ["RAGTAG_DATA_DIR"]]
+    cands += ["/usr/share/datasets/fashion-mnist", "/usr/local/share/datasets/fashion-mnist",
+              os.path.expanduser("~/.local/share/datasets/fashion-mnist"), "data/fashion-mnist"]
+    for d in cands:
+        if os.path.exists(os.path.join(d, "train-images-idx3-ubyte.gz")):
+            return d
+    print("SKIP: no Fashion-MNIST (apt-get install dataset-fashion-mnist)")
+    sys.exit(77)
+
+
+def read_idx(d, kind, n=None):
+    with gzip.open(os.path.join(d, f"{kind}-images-idx3-ubyte.gz")) as f:
+        _, count, rows, cols = struct.unpack(">IIII", f.read(16))
+        count = min(count, n or count)
+        px = f.read(count * rows * cols)
+    with gzip.open(os.path.join(d, f"{kind}-labels-idx1-ubyte.gz")) as f:
+        f.read(8)
+        labels = f.read(count)
+    size = rows * cols
+    return [(bytearray(px[i * size:(i + 1) * size]), labels[i]) for i in range(count)]
+
+
+# a GPU task runs the cuda backend on the GPU Spark gave it; no secret in argv
+spec = {"join_endpoint": "tcp://drv:1", "connect_timeout": 5, "ring_port": 55000,
+        "join": "rtj1-secret"}
+a = worker_argv("/x/ragtag", spec, 2, 0, 4, ["1"])
+ok(a[a.index("--backend") + 1] == "cuda" and a[a.index("--device") + 1] == "1"
+   and a[a.index("--threads") + 1] == "4" and a[a.index("--ring-port") + 1] == "55002"
+   and not any("rtj1" in x for x in a), "worker argv: GPU task on cuda, its device, no secret")
+a = worker_argv("/x/ragtag", spec, 0, 1, 3, [])
+ok(a[a.index("--backend") + 1] == "cpu" and a[a.index("--threads") + 1] == "3",
+   "worker argv: CPU task on cpu with spark.task.cpus threads")
+
+try:
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master("local[3]").appName("ragtag-test")
+             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.port", str(port)).config("spark.blockManager.port", str(port + 1))
+             .config("spark.task.cpus", "1").getOrCreate())
+except Exception as e:  # no usable Java, typically
+    print(f"SKIP: Spark does not start here: {str(e).splitlines()[0][:300]}")
+    sys.exit(77)
+spark.sparkContext.setLogLevel("ERROR")
+lines = []
+
+
+def keep(line):
+    lines.append(line)
+    print(line, flush=True)
+
+
+# bad features: the error names the row, column and value
+bad = spark.createDataFrame([([0.0] * 4, 1), ([0.0, 0.5, 0.0, 0.0], 2)], "f array<double>, y int")
+try:
+    ragtag_spark.write_idx(bad, "f", "y", os.path.join(work, "i"), os.path.join(work, "l"))
+    ok(False, "a fraction in the features is refused")
+except RagtagSparkError as e:
+    ok("row 1, column 'f', value 1: 0.5 is not an integer 0..255" in str(e),
+       f"a fraction in the features is refused: {e}")
+
+d = fmnist_dir()
+schema = "features binary, label int"
+
+test = spark.createDataFrame(read_idx(d, "t10k"), schema)
+# in file order, as `--limit 6000` keeps them
+train = spark.createDataFrame(read_idx(d, "train", 6000), schema)
+res = ragtag_spark.fit(train, "features", "label", model, 2, test_df=test,
+                       workdir=os.path.join(work, "fit"), port=port + 10, log_port=port + 11,
+                       ring_port=port + 20, epochs=1, seed=3, on_line=keep)
+acc = res.epochs[-1]["test_acc"] * 100
+ok(abs(acc - base_acc) <= 0.5, f"fit: test accuracy {acc:.2f}% vs ragtag train --workers 2 "
+   f"{base_acc:.2f}% (within 0.5 points)")
+ok(res.epochs[-1]["samples"] == 5400, "fit: 5400 training samples (6000 less the 10% split)")
+ok(any("replicas identical: parameter hash" in x for x in res.log),
+   "fit: the replica hash line is in the returned log")
+ok(any(x.startswith("[task ") and "done:" in x for x in lines),
+   "fit: workers' lines streamed to the driver while the stage ran")
+join = open(os.path.join(work, "fit", "keys", "join")).read().strip()
+ok(not any(join in x for x in res.log) and not any(join in " ".join(t["argv"]) for t in res.tasks),
+   "fit: the join string is in neither the log nor a command line")
+ok(all(t["argv"][t["argv"].index("--threads") + 1] == "1" for t in res.tasks),
+   "fit: workers run spark.task.cpus (1) threads")
+with open(res.weights, "rb") as f:
+    hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+ok("conv1.weight" in hdr or len(hdr) > 2, f"fit: final weights {res.weights} are safetensors")
+
+# a missing binary and one of another version: clear errors, before the stage
+for exe, want in [("/nonexistent/ragtag", "cannot run ragtag: no ragtag binary: looked for "
+                   "'/nonexistent/ragtag'"),
+                  ("ragtag-not-installed", "'ragtag-not-installed' on its PATH"),
+                  (os.path.join(work, "old", "ragtag"), "version mismatch: executor ")]:
+    try:
+        ragtag_spark.run(model, 2, data="fashion-mnist", executor_ragtag=exe, epochs=1,
+                         port=port + 12, log_port=port + 13, on_line=None)
+        ok(False, f"{exe}: refused")
+    except RagtagSparkError as e:
+        ok(want in str(e) and ("ragtag 0.0.1" in str(e) or "old" not in exe),
+           f"{exe}: refused with: {e}")
+
+# a worker lost mid-run (its process killed): the run goes on with the other
+killed = []
+
+
+def kill_one(line):
+    keep(line)
+    if "[plan] step 0" in line and not killed:
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"spark-001-0" in cmd and b"worker" in cmd and b"--join" in cmd and \
+                    cmd[cmd.index(b"--join") + 1].endswith(b":%d" % (port + 14)):
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(int(pid))
+
+
+res = ragtag_spark.run(model, 2, data="fashion-mnist", limit=6000, val=0, epochs=3, seed=3,
+                       port=port + 14, log_port=port + 15, ring_port=port + 30,
+                       workdir=os.path.join(work, "lost"), on_line=kill_one)
+ok(len(killed) == 1, "lost: one worker killed after the first plan")
+ok(any("lost rank 1 (spark-001-0" in x for x in res.log), "lost: the coordinator dropped it")
+ok([m["epoch"] for m in res.epochs] == [1, 2, 3] and all(m["samples"] == 6000 for m in res.epochs),
+   "lost: the run went on to its 3 epochs, every sample once per epoch")
+ok(sorted(t["returncode"] for t in res.tasks) == [-9, 0], "lost: its task ended, the other's 0")
+
+spark.stop()
+sys.exit(1 if failures else 0)
