@@ -137,33 +137,55 @@ for exe, want in [("/nonexistent/ragtag", "cannot run ragtag: no ragtag binary: 
         ok(want in str(e) and ("ragtag 0.0.1" in str(e) or "old" not in exe),
            f"{exe}: refused with: {e}")
 
-# a worker lost mid-run (its process killed): the run goes on with the other
+# a worker lost mid-run (its process killed): the run goes on with the
+# other. Then that one too (as when Spark tears down a failed barrier
+# stage): the coordinator stops with its checkpoint whole, run() raises,
+# and run(..., resume=True) in the same workdir finishes the run.
 killed = []
 
 
-def kill_one(line):
+def kill_worker(name, endpoint):
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if name.encode() in cmd and b"worker" in cmd and b"--join" in cmd and \
+                cmd[cmd.index(b"--join") + 1] == endpoint.encode():
+            os.kill(int(pid), signal.SIGKILL)
+            killed.append(name)
+
+
+def kill_some(line):
     keep(line)
     if "[plan] step 0" in line and not killed:
-        for pid in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().split(b"\0")
-            except OSError:
-                continue
-            if b"spark-001-0" in cmd and b"worker" in cmd and b"--join" in cmd and \
-                    cmd[cmd.index(b"--join") + 1].endswith(b":%d" % (port + 14)):
-                os.kill(int(pid), signal.SIGKILL)
-                killed.append(int(pid))
+        kill_worker("spark-001-0", f"tcp://127.0.0.1:{port + 14}")
+    if line.startswith("epoch 1/3") and len(killed) == 1:
+        kill_worker("spark-000-0", f"tcp://127.0.0.1:{port + 14}")
 
 
-res = ragtag_spark.run(model, 2, data="fashion-mnist", limit=6000, val=0, epochs=3, seed=3,
-                       port=port + 14, log_port=port + 15, ring_port=port + 30,
-                       workdir=os.path.join(work, "lost"), on_line=kill_one)
-ok(len(killed) == 1, "lost: one worker killed after the first plan")
-ok(any("lost rank 1 (spark-001-0" in x for x in res.log), "lost: the coordinator dropped it")
+lost = dict(data="fashion-mnist", limit=6000, val=0, epochs=3, seed=3,
+            workdir=os.path.join(work, "lost"))
+first = len(lines)
+try:
+    ragtag_spark.run(model, 2, port=port + 14, log_port=port + 15, ring_port=port + 30,
+                     on_line=kill_some, **lost)
+    ok(False, "lost: the run without workers fails")
+except RagtagSparkError as e:
+    ok("every worker was lost" in str(e), "lost: the run without workers fails, saying why")
+ok(killed == ["spark-001-0", "spark-000-0"], f"lost: killed one after the first plan, "
+   f"the other after epoch 1: {killed}")
+ok(any("lost rank 1 (spark-001-0" in x and "1 worker continues" in x for x in lines[first:]),
+   "lost: the coordinator dropped the first and went on")
+ok(any(x.startswith("epoch 1/3") for x in lines[first:]), "lost: epoch 1 ended with 1 worker")
+res = ragtag_spark.run(model, 2, port=port + 16, log_port=port + 17, ring_port=port + 34,
+                       resume=True, on_line=keep, **lost)
+ok(any("resuming from" in x and "at epoch 1" in x for x in res.log),
+   "resume: the coordinator resumed from its checkpoint after epoch 1")
 ok([m["epoch"] for m in res.epochs] == [1, 2, 3] and all(m["samples"] == 6000 for m in res.epochs),
-   "lost: the run went on to its 3 epochs, every sample once per epoch")
-ok(sorted(t["returncode"] for t in res.tasks) == [-9, 0], "lost: its task ended, the other's 0")
+   "resume: 3 epochs in the metrics, every sample once per epoch")
+ok(sorted(t["returncode"] for t in res.tasks) == [0, 0], "resume: both new workers ended 0")
 
 spark.stop()
 sys.exit(1 if failures else 0)

@@ -75,6 +75,10 @@ def _keygen(ragtag, keys):
     if out.returncode != 0:
         raise RagtagSparkError(f"ragtag keygen {keys} failed: "
                                + out.stdout.decode("utf-8", "replace").strip())
+    return _join_of(keys)
+
+
+def _join_of(keys):
     with open(os.path.join(keys, "join")) as f:
         return f.read().strip()
 
@@ -210,7 +214,7 @@ def _stage_error(e):
 def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
         executor_ragtag="ragtag", ship=None, workdir=None, host=None, port=0,
         log_port=0, ring_port=None, serve_data=True, join_timeout=300,
-        connect_timeout=600, worker_args=(), on_line=print, **train_flags):
+        connect_timeout=600, worker_args=(), resume=False, on_line=print, **train_flags):
     """Trains `model_cfg` (a model file) with `num_workers` ragtag workers
     in a barrier stage; returns a RunResult. `data`: a data spec the
     driver opens (served to the workers with serve_data); `train_flags`:
@@ -237,23 +241,30 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     _ship_package(sc)
     _preflight(sc, n, executor_ragtag, ship_name, dpath, dversion)
 
+    if resume and not workdir:
+        raise RagtagSparkError("ragtag_spark.run: resume=True needs the workdir of the run "
+                               "to resume (its checkpoint and credentials)")
     workdir = workdir or tempfile.mkdtemp(prefix="ragtag-spark-")
     os.makedirs(workdir, exist_ok=True)
-    join = _keygen(dpath, os.path.join(workdir, "keys"))
+    keys = os.path.join(workdir, "keys")
+    join = _join_of(keys) if resume and os.path.exists(keys) else _keygen(dpath, keys)
     log = _Log(on_line, join)
     metrics = train_flags.pop("metrics", None) or os.path.join(workdir, "metrics.jsonl")
     weights = train_flags.pop("save", None) or os.path.join(workdir, "final.safetensors")
-    if os.path.exists(metrics):
+    # always a checkpoint: a run whose every worker was lost (a failed or
+    # retried Spark stage) goes on with run(..., workdir=SAME, resume=True)
+    ckpt = train_flags.pop("checkpoint", None) or os.path.join(workdir, "checkpoint")
+    if os.path.exists(metrics) and not resume:
         os.unlink(metrics)  # --metrics appends; this run's lines only
     host = _driver_host(sc, host)
     port = port or _free_port()
     argv = [dpath, "coord", os.path.abspath(model_cfg), "--workers", str(n),
             "--listen", f"tcp://{_listen_address(host)}:{port}", "--keys", os.path.join(workdir, "keys"),
-            "--metrics", metrics, "--save", weights, "--progress", "lines",
+            "--metrics", metrics, "--save", weights, "--checkpoint", ckpt, "--progress", "lines",
             "--join-timeout", str(join_timeout)]
     if data:
         argv += ["--data", data] + (["--serve-data"] if serve_data else [])
-    argv += _flag_args(train_flags)
+    argv += _flag_args(train_flags) + (["--resume"] if resume else [])
     token = secrets.token_hex(16)
     server = LogServer("", log_port, token, log.add)
     spec = {"join_endpoint": f"tcp://{host}:{port}", "join": join, "version": dversion,
