@@ -201,14 +201,21 @@ def _stage(sc, n, spec, group, box):
 
 
 def _stage_error(e):
-    """Our own message out of a Spark job failure, when a task raised it."""
+    """Our own message out of a Spark job failure when a task raised it,
+    else the Python error of a task, else Spark's reason."""
     text = str(e)
     i = text.find("ragtag_spark: ")
     if i >= 0:
         return text[i:].splitlines()[0]
-    raised = re.findall(r"^([A-Za-z_.]*(?:Error|Exception): .*)$", text, re.M)
-    why = raised[0] if raised else text.strip().splitlines()[0]
-    return "ragtag_spark: the Spark stage of ragtag workers failed: " + why[:500]
+    raised = re.findall(r"^(\w+(?:Error|Exception): .*)$", text, re.M)
+    java = re.search(r"^: ([\w.$]+): (.*)$", text, re.M)
+    if raised:
+        why = raised[-1]
+    elif java:
+        why = f"{java.group(2)} ({java.group(1).rsplit('.', 1)[-1]})"
+    else:
+        why = text.strip().splitlines()[0]
+    return "ragtag_spark: the Spark stage of ragtag workers failed: " + why[:600]
 
 
 def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
