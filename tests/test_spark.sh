@@ -25,7 +25,7 @@ if ! "$venv/bin/python" -c 'import pyspark' 2>/dev/null; then
 fi
 
 tmp=$(mktemp -d /tmp/ragtag-spark.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${RAGTAG_KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 trap 'exit 1' INT TERM HUP
 model=$top_srcdir/examples/lenet.cfg
 

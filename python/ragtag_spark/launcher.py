@@ -273,7 +273,8 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
         argv += ["--data", data] + (["--serve-data"] if serve_data else [])
     argv += _flag_args(train_flags) + (["--resume"] if resume else [])
     token = secrets.token_hex(16)
-    server = LogServer("", log_port, token, log.add)
+    listen = _listen_address(host)
+    server = LogServer("" if listen == "*" else listen, log_port, token, log.add)
     spec = {"join_endpoint": f"tcp://{host}:{port}", "join": join, "version": dversion,
             "executor_ragtag": executor_ragtag, "ship": ship_name, "ring_port": ring_port,
             "connect_timeout": connect_timeout, "worker_args": list(worker_args),
@@ -310,6 +311,7 @@ def _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0):
         if stage.is_alive():
             sc.cancelJobGroup(group)
             stage.join(60)
+            box.pop("error", None)  # our cancellation: the coordinator's lines say why
     except BaseException:
         _stop(coord, 60)
         sc.cancelJobGroup(group)
