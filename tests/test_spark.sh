@@ -42,6 +42,17 @@ mkdir -p "$tmp/old"
 printf '#!/bin/sh\necho "ragtag 0.0.1"\n' >"$tmp/old/ragtag"
 chmod 755 "$tmp/old/ragtag"
 
+# a tree to ship to the executors, laid out as `make install` lays it out
+# (bin/ragtag, lib/libragtag.so*), from the build tree
+mkdir -p "$tmp/tree/bin" "$tmp/tree/lib"
+bindir=$(dirname "$RAGTAG")
+if [ -f "$bindir/.libs/ragtag" ]; then
+  cp "$bindir/.libs/ragtag" "$tmp/tree/bin/ragtag"
+  cp -P "$top_builddir"/.libs/libragtag.so* "$tmp/tree/lib/"
+else
+  cp "$RAGTAG" "$tmp/tree/bin/ragtag"  # a static build (--disable-shared)
+fi
+
 # executors find ragtag on the PATH (as installed on a cluster)
 PATH=$(dirname "$RAGTAG"):$PATH "$venv/bin/python" "$top_srcdir/tests/spark_check.py" \
   "$RAGTAG" "$model" "$tmp" "$base" 55400 2>"$tmp/spark.err"

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-from .binary import RagtagSparkError, check, probe, resolve, version
+from .binary import RagtagSparkError, check, probe, resolve, shipped_tree, version
 from .logstream import LogServer
 from .task import barrier_task
 
@@ -67,11 +67,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _keygen(ragtag, keys):
+def _keygen(ragtag, keys, env):
     """Per-run credentials: a CurveZMQ key pair and join token in `keys`
     (700, files 600); returns the join string."""
     out = subprocess.run([ragtag, "keygen", keys], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT)
+                         stderr=subprocess.STDOUT, env=env)
     if out.returncode != 0:
         raise RagtagSparkError(f"ragtag keygen {keys} failed: "
                                + out.stdout.decode("utf-8", "replace").strip())
@@ -134,6 +134,23 @@ def _read_metrics(path):
     except FileNotFoundError:
         pass
     return metrics
+
+
+def _driver_ragtag(ragtag, ship):
+    """The driver's program and environment (None: this process's): `ragtag`,
+    else $RAGTAG, else `ragtag` on the PATH, else the tree being shipped."""
+    cmd = ragtag or os.environ.get("RAGTAG") or "ragtag"
+    path = resolve(cmd)
+    if path is None and ship and not ragtag:
+        prog, env = shipped_tree(os.path.abspath(ship))
+        path = resolve(prog)
+        if path is not None:
+            return path, (dict(os.environ, **env) if env else None)
+    if path is None:
+        raise RagtagSparkError(f"ragtag_spark: no ragtag binary on the driver: '{cmd}' "
+                               "is not on the PATH; install ragtag, pass run(..., ragtag=PATH) "
+                               "or ship=TREE")
+    return path, None
 
 
 def _driver_host(sc, host):
@@ -233,12 +250,8 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     n = int(num_workers)
     if n < 1:
         raise RagtagSparkError(f"ragtag_spark.run: num_workers {num_workers} is not 1 or more")
-    dcmd = ragtag or os.environ.get("RAGTAG") or "ragtag"
-    dpath = resolve(dcmd)
-    if dpath is None:
-        raise RagtagSparkError(f"ragtag_spark: no ragtag binary on the driver: '{dcmd}' "
-                               "is not on the PATH; install ragtag or pass run(..., ragtag=PATH)")
-    dversion = version(dpath)
+    dpath, denv = _driver_ragtag(ragtag, ship)
+    dversion = version(dpath, denv)
     if not os.path.isfile(model_cfg):
         raise RagtagSparkError(f"ragtag_spark.run: model file {model_cfg}: not found")
     ship_name = None
@@ -254,7 +267,7 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     workdir = workdir or tempfile.mkdtemp(prefix="ragtag-spark-")
     os.makedirs(workdir, exist_ok=True)
     keys = os.path.join(workdir, "keys")
-    join = _join_of(keys) if resume and os.path.exists(keys) else _keygen(dpath, keys)
+    join = _join_of(keys) if resume and os.path.exists(keys) else _keygen(dpath, keys, denv)
     log = _Log(on_line, join)
     metrics = train_flags.pop("metrics", None) or os.path.join(workdir, "metrics.jsonl")
     weights = train_flags.pop("save", None) or os.path.join(workdir, "final.safetensors")
@@ -281,7 +294,8 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
             "log_host": host, "log_port": server.port, "log_token": token,
             "task_cpus": int(sc.getConf().get("spark.task.cpus", "1"))}
     coord = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)
+                             stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
+                             env=denv)
     return _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0)
 
 
