@@ -4,8 +4,10 @@
 # barrier stage must reach the test accuracy of `ragtag train --workers 2`
 # on the same images and seed (within 0.5 points), with the replica hash
 # line in the returned log; a missing executor binary and a version
-# mismatch fail with their errors; a killed worker is lost and the run goes
-# on (tests/spark_check.py). PySpark goes into a cached venv
+# mismatch fail with their errors; workers run a shipped tree (ship=); a
+# bad model file fails with the coordinator's reason; a killed worker is
+# lost and the run goes on, and a run that lost every worker resumes from
+# its checkpoint (tests/spark_check.py). PySpark goes into a cached venv
 # ($RAGTAG_SPARK_VENV, default ~/.cache/ragtag/pyspark-venv). Skips, saying
 # why, without Java (openjdk-17-jre-headless), python3-venv or PySpark.
 # Ports: 55400-55450.
