@@ -282,8 +282,7 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
             "--listen", f"tcp://{_listen_address(host)}:{port}", "--keys", os.path.join(workdir, "keys"),
             "--metrics", metrics, "--save", weights, "--checkpoint", ckpt, "--progress", "lines",
             "--join-timeout", str(join_timeout)]
-    if data:
-        argv += ["--data", data] + (["--serve-data"] if serve_data else [])
+    argv += (["--data", data] if data else []) + (["--serve-data"] if serve_data else [])
     argv += _flag_args(train_flags) + (["--resume"] if resume else [])
     token = secrets.token_hex(16)
     listen = _listen_address(host)
