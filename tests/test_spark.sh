@@ -21,7 +21,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 command -v java >/dev/null 2>&1 || skip "no Java: apt-get install openjdk-17-jre-headless"
 venv=${RAGTAG_SPARK_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ragtag/pyspark-venv}
 if ! "$venv/bin/python" -c 'import pyspark' 2>/dev/null; then
-  python3 -m venv "$venv" >/dev/null 2>&1 || skip "python3 -m venv fails: apt-get install python3-venv"
+  python3 -m venv "$venv" >/dev/null 2>&1 || skip "python3 -m venv $venv failed (apt-get install python3-venv)"
   "$venv/bin/pip" install -q pyspark >"$venv.log" 2>&1 ||
     skip "pip install pyspark failed (no network?): $(tail -1 "$venv.log")"
 fi
