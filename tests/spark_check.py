@@ -80,7 +80,8 @@ try:
     spark = (SparkSession.builder.master("local[3]").appName("ragtag-test")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.port", str(port)).config("spark.blockManager.port", str(port + 1))
+             .config("spark.driver.port", str(port))
+             .config("spark.blockManager.port", str(port + 1))
              .config("spark.task.cpus", "1")
              # a short-lived JVM: C1 only, serial GC (about half the start time)
              .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
@@ -166,7 +167,7 @@ try:
     ok(False, "a bad model file is refused")
 except RagtagSparkError as e:
     ok("coordinator exited 1" in str(e) and "bad.cfg:" in str(e) and "filterz" in str(e),
-       f"a bad model file is refused: {str(e)[-300:]}")
+       "a bad model file is refused: " + str(e)[-300:].replace("\n", " | "))
 
 # a worker lost mid-run (its process killed): the run goes on with the
 # other. Then that one too (as when Spark tears down a failed barrier
@@ -224,7 +225,8 @@ res = ragtag_spark.run(model, 2, port=port + 16, log_port=port + 17, ring_port=p
                        resume=True, on_line=keep, **lost)
 ok(any(re.search(r"resuming from .* at epoch [12],", x) for x in res.log),
    "resume: the coordinator resumed from its checkpoint of epoch 1 (or 2)")
-ok(sorted(set(m["epoch"] for m in res.epochs)) == [1, 2, 3] and all(m["samples"] == 6000 for m in res.epochs),
+ok(sorted(set(m["epoch"] for m in res.epochs)) == [1, 2, 3]
+   and all(m["samples"] == 6000 for m in res.epochs),
    "resume: 3 epochs in the metrics, every sample once per epoch")
 ok(sorted(t["returncode"] for t in res.tasks) == [0, 0], "resume: both new workers ended 0")
 

@@ -279,7 +279,7 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     host = _driver_host(sc, host)
     port = port or _free_port()
     argv = [dpath, "coord", os.path.abspath(model_cfg), "--workers", str(n),
-            "--listen", f"tcp://{_listen_address(host)}:{port}", "--keys", os.path.join(workdir, "keys"),
+            "--listen", f"tcp://{_listen_address(host)}:{port}", "--keys", keys,
             "--metrics", metrics, "--save", weights, "--checkpoint", ckpt, "--progress", "lines",
             "--join-timeout", str(join_timeout)]
     argv += (["--data", data] if data else []) + (["--serve-data"] if serve_data else [])
@@ -336,7 +336,8 @@ def _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0):
         raise RagtagSparkError(_stage_error(box["error"]))
     if rc != 0:
         tail = "\n".join(log.lines[-15:])
-        raise RagtagSparkError(f"ragtag_spark: the coordinator exited {rc}; its last lines:\n{tail}")
+        raise RagtagSparkError(f"ragtag_spark: the coordinator exited {rc}; "
+                               f"its last lines:\n{tail}")
     return RunResult(metrics=_read_metrics(metrics), weights=weights, log=list(log.lines),
                      workdir=workdir, returncode=rc, first_step_s=first[0],
                      tasks=box.get("tasks", []))
