@@ -1,6 +1,7 @@
 """tests/test_spark.sh's Spark half: ragtag_spark on PySpark in local mode.
 
-argv: RAGTAG MODEL WORKDIR BASELINE_TEST_ACC PORT_BASE
+argv: RAGTAG MODEL WORKDIR BASELINE_TEST_ACC FIRST_PORT LAST_PORT (it takes a
+free block of 50)
 Fashion-MNIST's first 6000 training images and its 10000 test images go
 into DataFrames; fit() trains lenet on them with 2 workers, and its test
 accuracy must be the one `ragtag train --workers 2` had on the same images
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import signal
+import socket
 import struct
 import sys
 import threading
@@ -21,6 +23,24 @@ import time
 
 ragtag, model, work, base_acc, port = sys.argv[1:6]
 base_acc, port = float(base_acc), int(port)
+
+
+def free_block(first, last, size=50):
+    """The first block of `size` ports from `first` that all bind now (a
+    run just before leaves its ports in TIME_WAIT for a minute)."""
+    for base in range(first, last - size + 2, size):
+        try:
+            for p in range(base, base + size):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    print(f"SKIP: no free block of {size} ports in {first}-{last}")
+    sys.exit(77)
+
+
+port = free_block(port, int(sys.argv[6]))
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "python"))
 import ragtag_spark  # noqa: E402
 from ragtag_spark import RagtagSparkError  # noqa: E402

@@ -10,7 +10,7 @@
 # its checkpoint (tests/spark_check.py). PySpark goes into a cached venv
 # ($RAGTAG_SPARK_VENV, default ~/.cache/ragtag/pyspark-venv). Skips, saying
 # why, without Java (openjdk-17-jre-headless), python3-venv or PySpark.
-# Ports: 55400-55450.
+# Ports: a free block of 50 in 55600-55999.
 set -u
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -57,7 +57,7 @@ fi
 
 # executors find ragtag on the PATH (as installed on a cluster)
 PATH=$(dirname "$RAGTAG"):$PATH "$venv/bin/python" "$top_srcdir/tests/spark_check.py" \
-  "$RAGTAG" "$model" "$tmp" "$base" 55400 2>"$tmp/spark.err"
+  "$RAGTAG" "$model" "$tmp" "$base" 55600 55999 2>"$tmp/spark.err"
 rc=$?
 [ $rc = 0 ] || grep -v '^\s*at ' "$tmp/spark.err" | tail -30
 exit $rc

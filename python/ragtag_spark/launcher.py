@@ -6,10 +6,12 @@ num_workers tasks runs one `ragtag worker` each. Barrier mode makes Spark
 start all the tasks together or none, which is what a synchronous run
 needs; ragtag's own ring does the training, Spark only places the workers.
 """
+import atexit
 import json
-import re
 import os
+import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -186,7 +188,9 @@ def _ship_package(sc):
         return
     import zipfile
     pkg = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(tempfile.mkdtemp(prefix="ragtag-spark-py-"), "ragtag_spark.zip")
+    tmp = tempfile.mkdtemp(prefix="ragtag-spark-py-")
+    atexit.register(shutil.rmtree, tmp, True)  # Spark keeps its own copy
+    path = os.path.join(tmp, "ragtag_spark.zip")
     with zipfile.ZipFile(path, "w") as z:
         for name in sorted(os.listdir(pkg)):
             if name.endswith(".py"):
