@@ -64,6 +64,10 @@ static void print_main_help(FILE *out)
             "  plot METRICS.jsonl -o F.png curves of --metrics files (.png, .svg or .pdf)\n"
             "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
             "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
+            "  import NET.prototxt -o DIR  a Caffe net (and --weights NET.caffemodel) as a ragtag\n"
+            "                              model file (and checkpoint)\n"
+            "  export MODEL.cfg --weights F -o NET.caffemodel\n"
+            "                              a model's weights in Caffe's layout\n"
             "  devices                     compute backends and devices, with measured GEMM speed\n"
             "\n"
             "  ragtag --version            print the version\n"
@@ -866,8 +870,12 @@ int rt_cli_main(int argc, char **argv)
         return rt_cli_keygen(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot"))
         return cmd_plot(argc - 1, argv + 1);
+    if (!strcmp(cmd, "import"))
+        return rt_cli_import(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export"))
+        return rt_cli_export(argc - 1, argv + 1);
     fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices, "
-                    "coord, worker, keygen, plot; "
+                    "coord, worker, keygen, plot, import, export; "
                     "see ragtag --help)\n",
             cmd);
     return EXIT_USAGE;

@@ -6,5 +6,9 @@
 int rt_cli_main(int argc, char **argv);
 /* `ragtag keygen DIR` (keygen.c). */
 int rt_cli_keygen(int argc, char **argv);
+/* `ragtag import NET.prototxt ...`, `ragtag export MODEL.cfg ... -o NET.caffemodel`
+ * (convert.c). */
+int rt_cli_import(int argc, char **argv);
+int rt_cli_export(int argc, char **argv);
 
 #endif
