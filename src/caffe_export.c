@@ -177,7 +177,7 @@ static int maps_from_prototxt(struct caffe_net *n, const struct caffe_model *hm)
     rt_model *pm = rt_model_load_string(text, n->file, hm->dev, 1);
     free(text);
     if (!pm)
-        return rt_error_wrap(RT_ERR_CONFIG, "the model made from %s does not load: ", n->file);
+        return rt_error_wrap(RT_ERR_CONFIG, "the model made from %s does not load", n->file);
     int rc = RT_OK, nt = rt_model_tensor_count(pm);
     if (nt != hm->nt)
         rc = rt_error(RT_ERR_CONFIG, "%s makes a model of %d tensors, not %d: it is not this "
@@ -246,7 +246,7 @@ int rt_caffe_export_weights(const char *model_cfg, const char *weights, const ch
     if (rc == RT_OK)
         rc = pack_write(&net, out);
     if (rc < 0 && rc != RT_ERR_NOMEM)
-        rt_error_wrap(rc, "exporting %s to %s: ", weights, out);
+        rt_error_wrap(rc, "exporting %s to %s", weights, out);
     /* everything in `net` was malloc'ed: free it as protobuf-c would */
     for (size_t i = 0; i < net.n_layer; i++)
         caffe__layer_parameter__free_unpacked(net.layer[i], NULL);

@@ -183,7 +183,7 @@ int rt_caffe_import_shape(const char *prototxt, const char *weights, const char 
         struct caffe_model hm;
         rc = caffe_model_open(res->cfg, &hm);
         if (rc < 0)
-            rt_error_wrap(rc, "the model made from %s does not load: ", prototxt);
+            rt_error_wrap(rc, "the model made from %s does not load", prototxt);
         else
             caffe_model_close(&hm);
     }

@@ -257,8 +257,8 @@ static int integer(struct tp *t, const ProtobufCFieldDescriptor *fd, const char 
         return fail(t, "%s: '%s' is not an integer", fd->name, w);
     if (errno == ERANGE || (is_signed && !wide && (s < INT32_MIN || s > INT32_MAX)) ||
         (!is_signed && !wide && u > UINT32_MAX))
-        return fail(t, "%s: %s is out of range (a %s%d-bit integer)", fd->name, w,
-                    is_signed ? "signed " : "unsigned ", wide ? 64 : 32);
+        return fail(t, "%s: %s is out of range (%s %d-bit integer)", fd->name, w,
+                    is_signed ? "a signed" : "an unsigned", wide ? 64 : 32);
     if (is_signed && wide)
         v->i64 = s;
     else if (is_signed)
