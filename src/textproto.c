@@ -27,6 +27,7 @@ struct tp {
     const char *p, *end;
     const char *file;
     int line;
+    int field_line; /* where the field being read starts */
 };
 
 /* The value of one field before it is stored. */
@@ -227,9 +228,11 @@ static int store(struct tp *t, ProtobufCMessage *m, const ProtobufCFieldDescript
         (*n)++;
         return RT_OK;
     }
-    if (already_set(m, fd))
+    if (already_set(m, fd)) {
+        t->line = t->field_line; /* reading the value may have gone past its line */
         return fail(t, "'%s' is given twice (it is not a repeated field of %s)", fd->name,
                     m->descriptor->name);
+    }
     memcpy(base + fd->offset, v, sz);
     if (has_flag(fd))
         *(protobuf_c_boolean *)(base + fd->quantifier_offset) = 1;
@@ -434,6 +437,7 @@ static int field(struct tp *t, ProtobufCMessage *m, int depth)
 {
     char name[MAX_WORD];
     RT_TRY(word(t, name));
+    t->field_line = t->line;
     if (!name[0] || !(isalpha((unsigned char)name[0]) || name[0] == '_')) {
         char d[8];
         return fail(t, "expected a field name of %s, found %s", m->descriptor->name,
