@@ -14,7 +14,7 @@
 
 static const char *const data_types[] = {"Data", "ImageData", "HDF5Data", "WindowData",
                                          "AnnotatedData", "MemoryData", "DummyData", "Input",
-                                         NULL};
+                                         "CoSData", NULL};
 
 bool caffe_is_data_layer(const char *type)
 {
@@ -51,6 +51,16 @@ static int parse_input_flag(const char *input, struct rt_shape *s)
     return RT_OK;
 }
 
+/* CaffeOnSpark's CoSData layer: the top blob that holds the images. */
+static const Caffe__CoSDataParameter__TopBlob *cos_top(const Caffe__LayerParameter *l)
+{
+    const Caffe__CoSDataParameter *p = l->cos_data_param;
+    for (size_t i = 0; p && l->n_top > 0 && i < p->n_top; i++)
+        if (p->top[i]->name && !strcmp(p->top[i]->name, l->top[0]))
+            return p->top[i];
+    return NULL;
+}
+
 /* Caffe multiplies bytes by transform_param.scale; ragtag's loader feeds
  * bytes / 255. Anything else the transformation does, ragtag does not. */
 static int transform_check(struct caffe_net *n, const Caffe__LayerParameter *l)
@@ -58,6 +68,14 @@ static int transform_check(struct caffe_net *n, const Caffe__LayerParameter *l)
     const Caffe__TransformationParameter *t = l->transform_param;
     if (!strcmp(l->type, "HDF5Data") || !strcmp(l->type, "DummyData") || !strcmp(l->type, "Input"))
         return RT_OK;
+    if (!strcmp(l->type, "CoSData")) {
+        const Caffe__CoSDataParameter__TopBlob *top = cos_top(l);
+        if (top && top->type != CAFFE__CO_SDATA_PARAMETER__DATA_TYPE__RAW_IMAGE &&
+            top->type != CAFFE__CO_SDATA_PARAMETER__DATA_TYPE__ENCODED_IMAGE &&
+            top->type != CAFFE__CO_SDATA_PARAMETER__DATA_TYPE__ENCODED_IMAGE_WITH_DIM)
+            return RT_OK; /* numbers, not image bytes */
+        t = top ? top->transform_param : NULL;
+    }
     if (t && t->mean_file)
         return caffe_layer_error(n, l, "transform_param.mean_file: ragtag does not subtract a "
                                        "mean image (remove it, or normalise the data set)");
@@ -95,6 +113,13 @@ static int layer_shape(const struct caffe_net *n, const Caffe__LayerParameter *l
     const Caffe__MemoryDataParameter *md = l->memory_data_param;
     if (!strcmp(l->type, "MemoryData") && md) {
         int64_t d[4] = {1, md->channels, md->height, md->width};
+        return dims_shape(n, l, 4, d, s);
+    }
+    const Caffe__CoSDataParameter__TopBlob *top = cos_top(l);
+    if (top && top->channels > 0) {
+        bool out = top->out_channels > 0; /* the shape after the transformation */
+        int64_t d[4] = {1, out ? top->out_channels : top->channels,
+                        out ? top->out_height : top->height, out ? top->out_width : top->width};
         return dims_shape(n, l, 4, d, s);
     }
     if (!strcmp(l->type, "Input") || !strcmp(l->type, "DummyData"))

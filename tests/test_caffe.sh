@@ -241,6 +241,81 @@ for row in "conv1 (conv) *(20, 24, 24)" "maxpool2 (maxpool) *(20, 12, 12)" "conv
   grep -q "$row" summary.txt || fail "the imported LeNet's summary has no row '$row'"
 done
 
+# CaffeOnSpark's LeNet: the same layers behind its MemoryData (source_class,
+# memory_data_param.source) or CoSData (a DataFrame) data layers, from
+# data/lenet_memory_train_test.prototxt and data/lenet_cos_train_test.prototxt
+# of yahoo/CaffeOnSpark; the shape is in the prototxt, so no --input
+layers=$(tail -n +$(( $(grep -n 'name: "conv1"' lenet_train_test.prototxt | cut -d: -f1) - 1 )) lenet_train_test.prototxt)
+cat >cos_memory.prototxt <<PROTOTXT
+name: "LeNet"
+layer {
+  name: "data"
+  type: "MemoryData"
+  top: "data"
+  top: "label"
+  include {
+    phase: TRAIN
+  }
+  source_class: "com.yahoo.ml.caffe.LMDB"
+  memory_data_param {
+    source: "file:/Users/mridul/bigml/demodl/mnist_train_lmdb"
+    batch_size: 64
+    channels: 1
+    height: 28
+    width: 28
+    share_in_parallel: false
+  }
+  transform_param {
+    scale: 0.00390625
+  }
+}
+$layers
+PROTOTXT
+cat >cos_df.prototxt <<PROTOTXT
+name: "LeNet"
+layer {
+  name: "data"
+  type: "CoSData"
+  top: "data"
+  top: "label"
+  include {
+    phase: TRAIN
+  }
+  source_class: "com.yahoo.ml.caffe.DataFrameSource"
+  cos_data_param {
+    source: "hdfs:///projects/machine_learning/image_dataset/mnist_train_dataframe/"
+    batch_size: 64
+    top {
+      name: "data"
+      type: RAW_IMAGE
+      channels: 1
+      height: 28
+      width: 28
+      transform_param {
+        scale: 0.00390625
+      } 
+    }
+    top {
+      name: "label"
+      type: STRING
+      channels: 1
+      height: 1 
+      width: 1 
+    }
+  }
+}
+$layers
+PROTOTXT
+for f in cos_memory cos_df; do
+  if "$RAGTAG" import $f.prototxt -o cos 2>/dev/null >/dev/null; then
+    sed '1,/^\[net\]/d' cos/$f.cfg >a.txt
+    sed '1,/^\[net\]/d' "$cfg" >b.txt
+    cmp a.txt b.txt >/dev/null || { fail "CaffeOnSpark's $f LeNet imports to another model:"; diff a.txt b.txt; }
+  else
+    fail "CaffeOnSpark's $f LeNet does not import"
+  fi
+done
+
 # ---- 2. BatchNorm + Scale, Eltwise, pooling, transposed InnerProduct --------------
 cat >tiny.prototxt <<'PROTOTXT'
 name: "tiny"  # a residual block between an input and a classifier
