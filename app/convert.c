@@ -24,7 +24,8 @@ static const char export_help[] =
     "                    [--prototxt NET.prototxt]\n\n"
     "Writes the weights of a ragtag model in Caffe's binary .caffemodel layout.\n"
     "With --prototxt (a Caffe net that imports as MODEL.cfg) the layers take its\n"
-    "names; without, ragtag's (conv1, dense5, bn3 + bn3_scale). See docs/caffe.md.\n";
+    "names; without, ragtag's (conv1, dense5, bn3 + bn3_scale), and NET.prototxt,\n"
+    "a Caffe deploy net for them, is written too. See docs/caffe.md.\n";
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -120,11 +121,14 @@ int rt_cli_export(int argc, char **argv)
                 a.out);
         return 2;
     }
-    int rc = rt_caffe_export_weights(a.file, a.weights, a.prototxt, a.out);
+    char deploy[4200];
+    int rc = rt_caffe_export_weights(a.file, a.weights, a.prototxt, a.out, deploy, sizeof deploy);
     if (rc < 0) {
         fprintf(stderr, "ragtag export: %s\n", rt_error_detail());
         return 1;
     }
     printf("wrote %s\n", a.out);
+    if (deploy[0])
+        printf("wrote %s (the Caffe net for it)\n", deploy);
     return 0;
 }

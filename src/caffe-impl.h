@@ -66,6 +66,10 @@ struct caffe_net {
 };
 
 /* caffe_net.c */
+/* A float as the shortest decimal that reads back as it (0.999f: 0.999). */
+double caffe_decimal(float f);
+/* A whole text file, NUL-terminated; the caller frees *out. */
+int caffe_read_text(const char *path, char **out, size_t *len);
 /* Read and parse a prototxt; RT_ERR_IO / RT_ERR_FORMAT naming FILE:LINE. */
 int caffe_prototxt_read(const char *path, Caffe__NetParameter **out);
 /* Translate n->net (the TRAIN phase) into n->cfg and n->maps. `input`
@@ -106,6 +110,11 @@ Caffe__BlobProto **caffe_weights_blobs(const Caffe__NetParameter *w, const char 
  * equal to dims (leading 1s of a legacy 4-D shape ignored). */
 int caffe_blob_copy(const char *path, const char *layer, size_t bi, const Caffe__BlobProto *b,
                     int ndim, const int *dims, float *dst);
+
+/* caffe_deploy.c: a deploy prototxt for the model file `cfg_path`
+ * (loaded as `m`), its layers named as ragtag names them. */
+int caffe_deploy_write(const char *cfg_path, const rt_model *m, const char *net_name,
+                       const char *path);
 
 /* caffe_model.c: a ragtag model built on the cpu with its tensors on the
  * host, for import (fill, then save) and export (load, then read). */

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,9 +225,33 @@ static int pack_write(const Caffe__NetParameter *net, const char *out)
     return rc;
 }
 
-int rt_caffe_export_weights(const char *model_cfg, const char *weights, const char *prototxt,
-                            const char *out)
+/* NET.prototxt next to NET.caffemodel, unless a file there is someone
+ * else's (not written by ragtag export). */
+static int deploy_path(const char *out, char *path, size_t size)
 {
+    size_t len = strlen(out);
+    const char *ext = ".caffemodel";
+    if (len > strlen(ext) && !strcmp(out + len - strlen(ext), ext))
+        len -= strlen(ext);
+    snprintf(path, size, "%.*s.prototxt", (int)len, out);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return RT_OK;
+    char line[64] = "";
+    bool ours = fgets(line, sizeof line, f) && !strncmp(line, "# Written by `ragtag export`", 28);
+    fclose(f);
+    return ours ? RT_OK
+                : rt_error(RT_ERR_IO, "%s exists and was not written by ragtag export: export "
+                                      "writes the deploy net there (move it, or give "
+                                      "--prototxt)", path);
+}
+
+int rt_caffe_export_weights(const char *model_cfg, const char *weights, const char *prototxt,
+                            const char *out, char *deploy, size_t deploy_size)
+{
+    char dpath[4200] = "";
+    if (!prototxt)
+        RT_TRY(deploy_path(out, dpath, sizeof dpath));
     struct caffe_model hm;
     RT_TRY(caffe_model_open(model_cfg, &hm));
     struct caffe_net n = {.file = prototxt ? prototxt : model_cfg};
@@ -236,8 +261,13 @@ int rt_caffe_export_weights(const char *model_cfg, const char *weights, const ch
         rc = caffe_model_download(&hm);
     if (rc == RT_OK)
         rc = prototxt ? maps_from_prototxt(&n, &hm) : maps_from_model(&n, &hm);
-    const char *name = n.net && n.net->name ? n.net->name : model_cfg;
-    net.name = strdup(name);
+    /* the net's name: the prototxt's, else the model file's without .cfg */
+    const char *base = strrchr(model_cfg, '/') ? strrchr(model_cfg, '/') + 1 : model_cfg;
+    const char *dot = strrchr(base, '.');
+    net.name = n.net && n.net->name ? strdup(n.net->name)
+                                    : strndup(base, dot && dot != base ? (size_t)(dot - base)
+                                                                       : strlen(base));
+    const char *name = net.name ? net.name : "";
     if (rc == RT_OK && !net.name)
         rc = rt_error(RT_ERR_NOMEM, "out of memory");
     for (int i = 0; rc == RT_OK && i < n.nmaps; i++)
@@ -245,6 +275,10 @@ int rt_caffe_export_weights(const char *model_cfg, const char *weights, const ch
                                         : export_weight(&net, &hm, &n.maps[i]);
     if (rc == RT_OK)
         rc = pack_write(&net, out);
+    if (rc == RT_OK && dpath[0])
+        rc = caffe_deploy_write(model_cfg, hm.m, name, dpath);
+    if (deploy && deploy_size)
+        snprintf(deploy, deploy_size, "%s", rc == RT_OK ? dpath : "");
     if (rc < 0 && rc != RT_ERR_NOMEM)
         rt_error_wrap(rc, "exporting %s to %s", weights, out);
     /* everything in `net` was malloc'ed: free it as protobuf-c would */

@@ -36,8 +36,11 @@ int rt_caffe_import(const char *prototxt, const char *weights, const char *outdi
  * (which must translate to the same model) the Caffe layers take its names
  * and blob layouts; without, they are named after ragtag's layers (conv1,
  * dense5, bn3 + bn3_scale; a conv's own batch norm as convN_bn +
- * convN_scale). Written to a temporary file and renamed. */
+ * convN_scale), and a deploy net for them is written next to `out`
+ * (NET.prototxt for NET.caffemodel; its path in `deploy`, "" with
+ * `prototxt`; `deploy` may be NULL). The .caffemodel is written to a
+ * temporary file and renamed. */
 int rt_caffe_export_weights(const char *model_cfg, const char *weights, const char *prototxt,
-                            const char *out);
+                            const char *out, char *deploy, size_t deploy_size);
 
 #endif

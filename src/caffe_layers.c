@@ -28,20 +28,6 @@ static const char *missing_blob(int layer)
                          : "";
 }
 
-/* A float as the shortest decimal that reads back as it (0.999f is
- * 0.999, not 0.99900001), so that the model file shows what the prototxt
- * said and 1 - 0.999 prints as 0.001. */
-static double decimal(float f)
-{
-    char buf[32];
-    for (int p = 1; p < 9; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, f);
-        if (strtof(buf, NULL) == f)
-            return strtod(buf, NULL);
-    }
-    return f;
-}
-
 /* A ragtag layer reads the previous layer's output and makes one output. */
 static int chain(struct caffe_net *n, const Caffe__LayerParameter *l, size_t bottoms)
 {
@@ -250,7 +236,7 @@ static int activation(struct caffe_net *n, const Caffe__LayerParameter *l, const
     }
     section(n, act, l);
     if (is_leaky)
-        caffe_cfg_printf(n, "alpha = %.9g\n", decimal(alpha));
+        caffe_cfg_printf(n, "alpha = %.9g\n", caffe_decimal(alpha));
     return advance(n, l, n->shape, false);
 }
 
@@ -284,7 +270,7 @@ static int dropout(struct caffe_net *n, const Caffe__LayerParameter *l)
         return caffe_layer_error(n, l, "dropout_param.dropout_ratio = %g (accepted: 0 to below "
                                        "1)", rate);
     section(n, "dropout", l);
-    caffe_cfg_printf(n, "rate = %.9g\n", decimal(rate));
+    caffe_cfg_printf(n, "rate = %.9g\n", caffe_decimal(rate));
     return advance(n, l, n->shape, false);
 }
 
@@ -307,7 +293,7 @@ static int batchnorm(struct caffe_net *n, const Caffe__LayerParameter *l)
     section(n, "batchnorm", l);
     /* Caffe: running = maf * running + batch (then divided by the scale
      * factor); ragtag: running = (1 - momentum) * running + momentum * batch */
-    caffe_cfg_printf(n, "momentum = %.9g\neps = %.9g\n", 1.0 - decimal(maf), decimal(eps));
+    caffe_cfg_printf(n, "momentum = %.9g\neps = %.9g\n", 1.0 - caffe_decimal(maf), caffe_decimal(eps));
     struct caffe_map *m = caffe_map_add(n, CAFFE_BN, l->name);
     if (!m)
         return RT_ERR_NOMEM;

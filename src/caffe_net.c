@@ -13,7 +13,7 @@
 #include "status.h"
 #include "textproto.h"
 
-int caffe_prototxt_read(const char *path, Caffe__NetParameter **out)
+int caffe_read_text(const char *path, char **out, size_t *out_len)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -31,7 +31,7 @@ int caffe_prototxt_read(const char *path, Caffe__NetParameter **out)
             }
             text = grown;
         }
-        size_t got = fread(text + len, 1, cap - len, f);
+        size_t got = fread(text + len, 1, cap - len - 1, f);
         len += got;
         if (got == 0) {
             if (ferror(f))
@@ -40,12 +40,41 @@ int caffe_prototxt_read(const char *path, Caffe__NetParameter **out)
         }
     }
     fclose(f);
+    if (rc < 0) {
+        free(text);
+        return rc;
+    }
+    text[len] = '\0';
+    *out = text;
+    *out_len = len;
+    return RT_OK;
+}
+
+int caffe_prototxt_read(const char *path, Caffe__NetParameter **out)
+{
+    *out = NULL;
+    char *text;
+    size_t len;
+    RT_TRY(caffe_read_text(path, &text, &len));
     ProtobufCMessage *m = NULL;
-    if (rc == RT_OK)
-        rc = rt_textproto_parse(text, len, path, &caffe__net_parameter__descriptor, &m);
+    int rc = rt_textproto_parse(text, len, path, &caffe__net_parameter__descriptor, &m);
     free(text);
     *out = (Caffe__NetParameter *)m;
     return rc;
+}
+
+/* A float as the shortest decimal that reads back as it (0.999f is
+ * 0.999, not 0.99900001), so that the model file shows what the prototxt
+ * said and 1 - 0.999 prints as 0.001. */
+double caffe_decimal(float f)
+{
+    char buf[32];
+    for (int p = 1; p < 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, f);
+        if (strtof(buf, NULL) == f)
+            return strtod(buf, NULL);
+    }
+    return f;
 }
 
 static void vappend(char **buf, size_t *len, size_t *cap, bool *nomem, const char *fmt,

@@ -24,7 +24,7 @@ int rt_caffe_import(const char *prototxt, const char *weights, const char *outdi
 }
 
 int rt_caffe_export_weights(const char *model_cfg, const char *weights, const char *prototxt,
-                            const char *out)
+                            const char *out, char *deploy, size_t deploy_size)
 {
     return missing();
 }

@@ -17,6 +17,10 @@
 #     exported as a .caffemodel (checked by protoc-c --decode: Caffe's blob
 #     shapes), imported back: the same model file, the same tensors bitwise,
 #     the same eval output, and the same .caffemodel bytes when exported again.
+#  5. A ragtag model with every layer type exported without a prototxt: the
+#     deploy net written next to the .caffemodel imports back with the
+#     weights to a model whose eval output is the same (a conv's own batch
+#     norm comes back as a [batchnorm] layer, its bias as zeros).
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -441,6 +445,69 @@ cmp eval0.txt eval1.txt || fail "eval of the imported weights differs from the t
 "$RAGTAG" export imp1/lenet_train_test.cfg --weights imp1/lenet_train_test.safetensors \
   --prototxt lenet_train_test.prototxt -o again.caffemodel && cmp lenet.caffemodel again.caffemodel ||
   fail "exporting the imported weights gives another .caffemodel"
+
+# ---- 5. a ragtag model with every layer type, out through Caffe's files and back --
+cat >every.cfg <<'CFG'
+[net]
+input = 28x28x1
+classes = 10
+[conv]
+filters = 4
+size = 3
+pad = 1
+batch_normalize = 1
+activation = leaky
+[maxpool]             # 13x13, where Caffe's default would round up to 14x14
+size = 3
+stride = 2
+[conv]
+filters = 4
+size = 3
+pad = 1
+activation = relu
+[conv]
+filters = 4
+size = 3
+pad = 1
+[shortcut]
+from = -2
+activation = relu
+[batchnorm]
+momentum = 0.05
+[sigmoid]
+[avgpool]
+size = 2
+[globalavgpool]
+[tanh]
+[dropout]
+rate = 0.2
+[leaky]
+alpha = 0.2
+[flatten]
+[dense]
+units = 16
+activation = tanh
+[dense]
+units = 10
+[softmax]
+CFG
+"$RAGTAG" train every.cfg --data fashion-mnist --limit 256 --val 0 --epochs 1 --batch 32 \
+  --optimizer adam --lr 0.01 --seed 1 --progress lines --save every.safetensors >/dev/null ||
+  { echo "FAIL: training every.cfg"; exit 1; }
+echo 'name: "not ragtag'"'"'s"' >mine.prototxt
+expect_error "export over someone else's prototxt" "mine.prototxt exists and was not written by ragtag export" \
+  "$RAGTAG" export every.cfg --weights every.safetensors -o mine.caffemodel
+# without --prototxt: ragtag's layer names and a deploy net next to the weights
+"$RAGTAG" export every.cfg --weights every.safetensors -o every.caffemodel &&
+  cat every.prototxt &&
+  "$RAGTAG" import every.prototxt --weights every.caffemodel -o every 2>/dev/null >/dev/null ||
+  fail "every.cfg out as every.caffemodel + every.prototxt and back"
+[ "$(grep -c 'round_mode: FLOOR' every.prototxt)" = 2 ] ||
+  fail "the deploy net does not keep ragtag's rounded-down pooling sizes (round_mode: FLOOR twice)"
+"$RAGTAG" eval every.cfg --weights every.safetensors >every0.txt &&
+  "$RAGTAG" eval every/every.cfg --weights every/every.safetensors >every1.txt || fail "ragtag eval"
+head -n 1 every0.txt every1.txt
+cmp every0.txt every1.txt || fail "eval after the trip through Caffe's files differs"
 
 [ $fails -eq 0 ] || { echo "FAIL: $fails checks failed"; exit 1; }
 echo "PASS: Caffe import and export"
