@@ -12,7 +12,8 @@
 #include "caffe-impl.h"
 #include "status.h"
 
-enum { NOTE_MULT = 1, NOTE_GLOBAL_STATS = 2, NOTE_ACCURACY = 4 };
+enum { NOTE_MULT = 1, NOTE_GLOBAL_STATS = 2, NOTE_ACCURACY = 4, NOTE_LOSS_WEIGHT = 8,
+       NOTE_PROPAGATE = 16 };
 
 static const char *const IMPORTED =
     "Convolution, InnerProduct, Pooling, ReLU, Sigmoid, TanH, Dropout, BatchNorm, Scale after "
@@ -386,8 +387,21 @@ static void skipped(struct caffe_net *n, const Caffe__LayerParameter *l)
     }
 }
 
+/* Training knobs of Caffe's that ragtag has no place for: noted once. */
 static void param_note(struct caffe_net *n, const Caffe__LayerParameter *l)
 {
+    for (size_t i = 0; i < l->n_loss_weight && !(n->noted & NOTE_LOSS_WEIGHT); i++)
+        if (l->loss_weight[i] != (strstr(l->type, "Loss") ? 1.0f : 0.0f)) {
+            n->noted |= NOTE_LOSS_WEIGHT;
+            caffe_note(n, "loss_weight ignored (first in '%s'): ragtag's one loss is the "
+                          "softmax cross-entropy, weight 1", l->name);
+        }
+    for (size_t i = 0; i < l->n_propagate_down && !(n->noted & NOTE_PROPAGATE); i++)
+        if (!l->propagate_down[i] && i == 0) {
+            n->noted |= NOTE_PROPAGATE;
+            caffe_note(n, "propagate_down: false ignored (first in '%s'): ragtag computes "
+                          "every gradient", l->name);
+        }
     for (size_t i = 0; i < l->n_param && !(n->noted & NOTE_MULT); i++)
         if (l->param[i]->lr_mult != 1.0f || l->param[i]->decay_mult != 1.0f) {
             n->noted |= NOTE_MULT;
