@@ -145,19 +145,6 @@ static int write_text(const char *path, const char *text)
     return ok ? RT_OK : rt_error(RT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
 }
 
-/* OUTDIR/<the prototxt's file name without .prototxt>.EXT */
-static void out_path(char *buf, size_t size, const char *outdir, const char *prototxt,
-                     const char *ext)
-{
-    const char *base = strrchr(prototxt, '/');
-    base = base ? base + 1 : prototxt;
-    size_t len = strlen(base);
-    const char *dot = strrchr(base, '.');
-    if (dot && dot != base)
-        len = (size_t)(dot - base);
-    snprintf(buf, size, "%s/%.*s%s", outdir, (int)len, base, ext);
-}
-
 int rt_caffe_import_shape(const char *prototxt, const char *weights, const char *outdir,
                           const char *input, struct rt_caffe_import_result *res)
 {
@@ -174,7 +161,8 @@ int rt_caffe_import_shape(const char *prototxt, const char *weights, const char 
     char *text = rc == RT_OK ? caffe_net_model_text(&n, prototxt) : NULL;
     if (rc == RT_OK && !text)
         rc = RT_ERR_NOMEM;
-    out_path(res->cfg, sizeof res->cfg, outdir, prototxt, ".cfg");
+    /* the names `ragtag import` gives every format's output (src/onnx.h) */
+    snprintf(res->cfg, sizeof res->cfg, "%s/model.cfg", outdir);
     if (rc == RT_OK)
         rc = write_text(res->cfg, text);
     if (rc == RT_OK) {
@@ -188,7 +176,7 @@ int rt_caffe_import_shape(const char *prototxt, const char *weights, const char 
             caffe_model_close(&hm);
     }
     if (rc == RT_OK && weights) {
-        out_path(res->weights, sizeof res->weights, outdir, prototxt, ".safetensors");
+        snprintf(res->weights, sizeof res->weights, "%s/weights.safetensors", outdir);
         rc = import_weights(&n, weights, res->cfg, res->weights);
     }
     res->layers = n.index;

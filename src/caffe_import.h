@@ -13,13 +13,14 @@
 #include <stddef.h>
 
 struct rt_caffe_import_result {
-    char cfg[4096];     /* the model file written: OUTDIR/<prototxt's name>.cfg */
-    char weights[4096]; /* the checkpoint written, OUTDIR/<name>.safetensors ("" if none) */
+    char cfg[4096];     /* the model file written: OUTDIR/model.cfg */
+    char weights[4096]; /* the checkpoint written, OUTDIR/weights.safetensors ("" if none) */
     int layers;         /* ragtag layers in the model */
 };
 
-/* Write OUTDIR/NAME.cfg from `prototxt` and, when `weights` (a .caffemodel)
- * is not NULL, OUTDIR/NAME.safetensors. The net's TRAIN phase is imported;
+/* Write OUTDIR/model.cfg from `prototxt` and, when `weights` (a .caffemodel)
+ * is not NULL, OUTDIR/weights.safetensors (the names of every `ragtag
+ * import`). The net's TRAIN phase is imported;
  * a Data layer's image shape comes from `input` ("WxHxC"), which may be
  * NULL for nets that state their input shape. Notes about what was skipped
  * or ignored go to stderr and into the model file's header. `res` may be

@@ -230,7 +230,7 @@ expect_error "a Data layer without --input" "layer 'mnist' \(Data\).*--input WxH
   "$RAGTAG" import lenet_train_test.prototxt -o imp0
 "$RAGTAG" import lenet_train_test.prototxt --input 28x28x1 -o imp0 2>notes.txt || {
   cat notes.txt; echo "FAIL: LeNet does not import"; exit 1; }
-cfg=imp0/lenet_train_test.cfg
+cfg=imp0/model.cfg
 cat "$cfg"
 grep -q "1/255" notes.txt && grep -q "0.00390625" "$cfg" ||
   fail "no note that Caffe's LeNet scales by 0.00390625 and ragtag's loader by 1/255"
@@ -312,7 +312,7 @@ $layers
 PROTOTXT
 for f in cos_memory cos_df; do
   if "$RAGTAG" import $f.prototxt -o cos 2>/dev/null >/dev/null; then
-    sed '1,/^\[net\]/d' cos/$f.cfg >a.txt
+    sed '1,/^\[net\]/d' cos/model.cfg >a.txt
     sed '1,/^\[net\]/d' "$cfg" >b.txt
     cmp a.txt b.txt >/dev/null || { fail "CaffeOnSpark's $f LeNet imports to another model:"; diff a.txt b.txt; }
   else
@@ -344,17 +344,17 @@ PROTOTXT
 $check blobs tiny.txt && $proto --encode=caffe.NetParameter caffe.proto <tiny.txt >tiny.caffemodel ||
   { echo "FAIL: protoc-c --encode of the test's blobs"; exit 1; }
 if "$RAGTAG" import tiny.prototxt --weights tiny.caffemodel -o tiny; then
-  cat tiny/tiny.cfg
+  cat tiny/model.cfg
   for want in "\[batchnorm\]" "momentum = 0.001" "eps = 1e-05" "\[leaky\]" "alpha = 0.2" \
       "\[shortcut\]" "from = -2" "\[avgpool\]" "rate = 0.25" "\[globalavgpool\]" \
       "activation = tanh"; do
-    grep -q "^$want" tiny/tiny.cfg || fail "tiny.cfg has no line '$want'"
+    grep -q "^$want" tiny/model.cfg || fail "tiny.cfg has no line '$want'"
   done
-  $check check tiny/tiny.safetensors || fail "the tiny net's tensors"
-  "$RAGTAG" export tiny/tiny.cfg --weights tiny/tiny.safetensors --prototxt tiny.prototxt \
+  $check check tiny/weights.safetensors || fail "the tiny net's tensors"
+  "$RAGTAG" export tiny/model.cfg --weights tiny/weights.safetensors --prototxt tiny.prototxt \
     -o tiny2.caffemodel && "$RAGTAG" import tiny.prototxt --weights tiny2.caffemodel -o tiny2 &&
-    $check same tiny/tiny.safetensors tiny2/tiny.safetensors || fail "tiny: export, import again"
-  "$RAGTAG" export tiny/tiny.cfg --weights tiny/tiny.safetensors -o plain.caffemodel &&
+    $check same tiny/weights.safetensors tiny2/weights.safetensors || fail "tiny: export, import again"
+  "$RAGTAG" export tiny/model.cfg --weights tiny/weights.safetensors -o plain.caffemodel &&
     $proto --decode=caffe.NetParameter caffe.proto <plain.caffemodel >plain.txt &&
     for l in 'conv1" type: "Convolution' 'bn2" type: "BatchNorm' 'bn2_scale" type: "Scale' \
         'conv4" type: "Convolution' 'dense9" type: "InnerProduct'; do
@@ -408,7 +408,7 @@ expect_error "a Scale without BatchNorm" "layer 'bn1' \(Scale\): does not follow
 expect_error "weights of another net" "tiny.caffemodel: layer 'conv1' has 1 blobs; the prototxt makes it hold 2" \
   "$RAGTAG" import lenet_train_test.prototxt --input 28x28x1 --weights tiny.caffemodel -o e
 expect_error "export with another net's prototxt" "lenet_train_test.prototxt makes a model of 8 tensors, not 10" \
-  "$RAGTAG" export tiny/tiny.cfg --weights tiny/tiny.safetensors --prototxt lenet_train_test.prototxt -o e.caffemodel
+  "$RAGTAG" export tiny/model.cfg --weights tiny/weights.safetensors --prototxt lenet_train_test.prototxt -o e.caffemodel
 
 # ---- 4. round trip through a ragtag-trained LeNet ---------------------------------
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z "${RAGTAG_DATA_DIR:-}" ]; then
@@ -435,14 +435,14 @@ ip1 InnerProduct [ 500 800 ] [ 500 ]
 ip2 InnerProduct [ 10 500 ] [ 10 ]" ] || fail "the exported layers and blob shapes are not Caffe's LeNet's"
 "$RAGTAG" import lenet_train_test.prototxt --input 28x28x1 --weights lenet.caffemodel -o imp1 2>/dev/null ||
   { echo "FAIL: import of the exported weights"; exit 1; }
-cmp "$cfg" imp1/lenet_train_test.cfg || fail "the second import wrote another model file"
-$check same trained.safetensors imp1/lenet_train_test.safetensors || fail "the weights changed on the way"
+cmp "$cfg" imp1/model.cfg || fail "the second import wrote another model file"
+$check same trained.safetensors imp1/weights.safetensors || fail "the weights changed on the way"
 "$RAGTAG" eval "$cfg" --weights trained.safetensors >eval0.txt &&
-  "$RAGTAG" eval imp1/lenet_train_test.cfg --weights imp1/lenet_train_test.safetensors >eval1.txt ||
+  "$RAGTAG" eval imp1/model.cfg --weights imp1/weights.safetensors >eval1.txt ||
   fail "ragtag eval"
 cat eval1.txt
 cmp eval0.txt eval1.txt || fail "eval of the imported weights differs from the trained model's"
-"$RAGTAG" export imp1/lenet_train_test.cfg --weights imp1/lenet_train_test.safetensors \
+"$RAGTAG" export imp1/model.cfg --weights imp1/weights.safetensors \
   --prototxt lenet_train_test.prototxt -o again.caffemodel && cmp lenet.caffemodel again.caffemodel ||
   fail "exporting the imported weights gives another .caffemodel"
 
@@ -505,7 +505,7 @@ expect_error "export over someone else's prototxt" "mine.prototxt exists and was
 [ "$(grep -c 'round_mode: FLOOR' every.prototxt)" = 2 ] ||
   fail "the deploy net does not keep ragtag's rounded-down pooling sizes (round_mode: FLOOR twice)"
 "$RAGTAG" eval every.cfg --weights every.safetensors >every0.txt &&
-  "$RAGTAG" eval every/every.cfg --weights every/every.safetensors >every1.txt || fail "ragtag eval"
+  "$RAGTAG" eval every/model.cfg --weights every/weights.safetensors >every1.txt || fail "ragtag eval"
 head -n 1 every0.txt every1.txt
 cmp every0.txt every1.txt || fail "eval after the trip through Caffe's files differs"
 
