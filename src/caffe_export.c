@@ -148,11 +148,13 @@ static int maps_from_model(struct caffe_net *n, struct caffe_model *hm)
             continue;
         bool conv = !strncmp(name, "conv", 4), dense = !strncmp(name, "dense", 5);
         bool bn = strstr(name, ".bn.") || !strncmp(name, "bn", 2);
+        if (!conv && !dense && !bn)
+            return rt_error(RT_ERR_UNSUPPORTED, "%s: tensor %s belongs to a layer that ragtag "
+                            "does not export to Caffe", n->file, name);
         struct caffe_map *m =
             caffe_map_add(n, bn ? CAFFE_BN : conv ? CAFFE_CONV : CAFFE_DENSE, NULL);
         if (!m)
             return RT_ERR_NOMEM;
-        RT_ASSERT(conv || dense || bn);
         snprintf(m->tensor, sizeof m->tensor, "%.*s", (int)(dot - name + 1), name);
         /* "conv2.bn." -> conv2_bn / conv2_scale; "bn3." -> bn3 / bn3_scale */
         int stem = (int)(strchr(name, '.') - name);
