@@ -6,5 +6,7 @@
 int rt_cli_main(int argc, char **argv);
 /* `ragtag keygen DIR` (keygen.c). */
 int rt_cli_keygen(int argc, char **argv);
+/* `ragtag pack` (pack.c). */
+int rt_cli_pack(int argc, char **argv);
 
 #endif

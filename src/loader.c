@@ -15,6 +15,7 @@
 #include "status.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,8 @@ struct rt_loader {
     float *x[2];
     int32_t *y[2];
     int count[2];
+    int rc[2];         /* a gather that failed (shards: a corrupt record) */
+    char why[2][512];  /* its message: the error detail is the thread's own */
 
     /* Trainer side only. */
     bool started;
@@ -60,9 +63,9 @@ static void gather(rt_loader *l, int s, long b)
     const rt_dataset *ds = l->ds;
     long first = b * l->batch;
     long n = ds->n - first < l->batch ? ds->n - first : l->batch;
-    rt_dataset_gather(ds, l->perm + first, n, l->x[s]);
-    for (long i = 0; i < n; i++)
-        l->y[s][i] = ds->y[l->perm[first + i]];
+    l->rc[s] = rt_dataset_gather(ds, l->perm + first, n, l->x[s], l->y[s]);
+    if (l->rc[s] < 0)
+        snprintf(l->why[s], sizeof l->why[s], "%s", rt_error_detail());
     l->count[s] = (int)n;
 }
 
@@ -225,6 +228,10 @@ int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n)
     pthread_mutex_lock(&l->mu);
     while (l->ready[s] != b)
         pthread_cond_wait(&l->cv, &l->mu);
+    if (l->rc[s] < 0) {
+        pthread_mutex_unlock(&l->mu);
+        return rt_error(l->rc[s], "%s", l->why[s]);
+    }
     /* Slot s^1 held batch b-1, which the caller has given back. */
     if (b + 1 < l->nbatches)
         request(l, b + 1);

@@ -571,10 +571,10 @@ static void test_bytes_equal_floats(void **state)
     static float xb[N * PER], xf[N * PER];
     uint32_t idx[N];
     rt_permutation(idx, N, 5, 0);
-    rt_dataset_gather(b, idx, N, xb);
-    rt_dataset_gather(f, idx, N, xf);
+    assert_int_equal(rt_dataset_gather(b, idx, N, xb, NULL), RT_OK);
+    assert_int_equal(rt_dataset_gather(f, idx, N, xf, NULL), RT_OK);
     assert_memory_equal(xb, xf, sizeof xb);
-    rt_dataset_rows(b, 3, 7, xb);
+    assert_int_equal(rt_dataset_rows(b, 3, 7, xb, NULL), RT_OK);
     assert_memory_equal(xb, f->f32 + 3 * PER, 7 * PER * sizeof(float));
     rt_dataset part;
     rt_dataset_slice(b, 10, 20, &part);
