@@ -100,10 +100,12 @@ static int pack(const struct pack_args *a)
     rt_shards_writer_destroy(&wr);
     if (rc == RT_OK) {
         double mb = ((double)tr->n + (te ? te->n : 0)) * (rt_dataset_sample_values(tr) + 8) / 1e6;
-        printf("packed %s: %d train records in %ld shards%s%d%s of %dx%dx%d, %.1f MB, into %s "
-               "in %.1f s\n", a->data, tr->n, tr->n < a->shards ? (long)tr->n : a->shards,
-               te ? ", " : "", te ? te->n : 0, te ? " test records" : "", tr->c, tr->h, tr->w,
-               mb, a->out, rt_now() - t0);
+        char test[64] = "";
+        if (te)
+            snprintf(test, sizeof test, ", %d test records in %ld", te->n, test_shards);
+        printf("packed %s: %d train records in %ld shards%s, of %dx%dx%d, %.1f MB, into %s "
+               "in %.1f s\n", a->data, tr->n, tr->n < a->shards ? (long)tr->n : a->shards, test,
+               tr->c, tr->h, tr->w, mb, a->out, rt_now() - t0);
     }
     rt_data_close(&d);
     return rc;

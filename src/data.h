@@ -136,6 +136,13 @@ int rt_loader_start(rt_loader *l, long epoch, long first_batch);
  * valid until the next call. */
 int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n);
 long rt_loader_batches(const rt_loader *l); /* batches per epoch */
+/* A worker that trains on part of each batch reads only that part, from
+ * shards the records its share needs: after rt_loader_set_partial, the
+ * thread gathers the rows the last step used, and rt_loader_rows(a, b)
+ * says which rows of the batch rt_loader_next gave last the step uses (it
+ * reads them now if the part moved: a new plan). */
+void rt_loader_set_partial(rt_loader *l);
+int rt_loader_rows(rt_loader *l, long a, long b);
 /* The data-set indices of the samples of the batch rt_loader_next gave
  * last, in batch order (distributed runs count them: every sample once). */
 const uint32_t *rt_loader_indices(const rt_loader *l);

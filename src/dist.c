@@ -31,6 +31,7 @@ int rt_dist_init(struct rt_trainer *t, struct rt_dist *d, bool balanced, bool ro
         return RT_ERR_CONFIG; /* rt_optim_new left the reason in the detail */
     if (!(t->loader = rt_loader_new(t->data.train, loader_batch, true, t->c.seed)))
         return RT_ERR_NOMEM;
+    rt_loader_set_partial(t->loader); /* each worker reads its share of a batch */
     return RT_OK;
 }
 

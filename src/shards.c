@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ struct shard {
 struct rt_shards {
     uint32_t tag;
     int refs; /* sets sharing these files (train and its validation part) */
+    atomic_long reads; /* records read: what a worker's share cost it */
     struct rt_shards_info info;
     size_t per, rec; /* pixel bytes, record bytes */
     struct shard *s;
@@ -152,6 +154,12 @@ void rt_shards_close(rt_shards **sp)
     free(s);
 }
 
+long rt_shards_reads(const rt_shards *s)
+{
+    RT_ASSERT(s && s->tag == SHARDS_TAG);
+    return atomic_load_explicit(&((rt_shards *)s)->reads, memory_order_relaxed);
+}
+
 rt_shards *rt_shards_ref(rt_shards *s)
 {
     RT_ASSERT(s && s->tag == SHARDS_TAG && s->refs > 0);
@@ -220,6 +228,7 @@ int rt_shards_read(const rt_shards *s, long rec, uint8_t *pixels, int32_t *label
         rc = check_record(s, sh, j, buf, label);
     if (rc == RT_OK)
         memcpy(pixels, buf + 4, s->per);
+    atomic_fetch_add_explicit(&((rt_shards *)s)->reads, 1, memory_order_relaxed);
     if (buf != stackbuf)
         free(buf);
     return rc;

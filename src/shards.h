@@ -72,6 +72,8 @@ rt_shards *rt_shards_ref(rt_shards *s);
 const struct rt_shards_info *rt_shards_info(const rt_shards *s);
 /* Record rec (0 <= rec < n): its c*h*w pixel bytes and its label. */
 int rt_shards_read(const rt_shards *s, long rec, uint8_t *pixels, int32_t *label);
+/* Records read so far, by every holder and thread. */
+long rt_shards_reads(const rt_shards *s);
 /* Every byte of every shard: each file's CRC-32 against the index and
  * every record's own. *bytes gets what was read. */
 int rt_shards_verify(const rt_shards *s, uint64_t *bytes);
