@@ -3,10 +3,10 @@
 # from shards on disk next to the same set in memory, same model, same
 # seed, same run, interleaved, best of REPS (default 3):
 #
-#   1. lenet on Fashion-MNIST (60,000 images of 28x28; a random set of that
-#      size where the Debian package is missing), one epoch, THREADS threads:
-#      the model's compute hides the reads (the prefetch thread gathers the
-#      next batch meanwhile);
+#   1. lenet on Fashion-MNIST (its first LENET_IMAGES, default 20,000,
+#      images of 28x28; a random set where the Debian package is missing),
+#      one epoch, THREADS threads: the model's compute hides the reads (the
+#      prefetch thread gathers the next batch meanwhile);
 #   2. a tiny model (8x8 average pool + dense: hardly any compute) on
 #      60,000 random images of 64x64 (246 MB), one epoch: what the reads
 #      cost when nothing hides them. In memory; from shards in the page
@@ -16,12 +16,14 @@
 #
 #   bench/bench_shards.sh           the table
 #
-# Environment: RAGTAG (default ./src/ragtag), REPS, THREADS (default 2).
+# Environment: RAGTAG (default ./src/ragtag), REPS, THREADS (default 2),
+# LENET_IMAGES.
 set -eu
 RAGTAG=${RAGTAG:-./src/ragtag}
 top=$(cd "$(dirname "$0")/.." && pwd)
 REPS=${REPS:-3}
 THREADS=${THREADS:-2}
+LENET_IMAGES=${LENET_IMAGES:-20000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -39,7 +41,7 @@ ips() { # [prefix...] -- model data: images/s of one epoch, or "fail"
   while [ "$1" != -- ]; do pre="$pre $1"; shift; done
   shift
   if $pre "$RAGTAG" train "$1" --data "$2" --val 0 --epochs 1 --seed 5 --threads "$THREADS" \
-       --progress off >"$tmp/log" 2>&1; then
+       ${3:-} --progress lines >"$tmp/log" 2>&1; then
     sed -n 's/.*| \([0-9]*\) img\/s, .*/\1/p' "$tmp/log" | tail -n 1
   else
     echo fail
@@ -75,8 +77,8 @@ root=no
 
 : >"$tmp/a" ; : >"$tmp/b" ; : >"$tmp/c" ; : >"$tmp/d" ; : >"$tmp/e"
 for r in $(seq "$REPS"); do
-  ips -- "$top/examples/lenet.cfg" "$data1" >>"$tmp/a"
-  ips -- "$top/examples/lenet.cfg" "shards:$tmp/fm-sh" >>"$tmp/b"
+  ips -- "$top/examples/lenet.cfg" "$data1" "--limit $LENET_IMAGES" >>"$tmp/a"
+  ips -- "$top/examples/lenet.cfg" "shards:$tmp/fm-sh" "--limit $LENET_IMAGES" >>"$tmp/b"
   ips -- "$tmp/tiny.cfg" "idx:$tmp/big" >>"$tmp/c"
   ips -- "$tmp/tiny.cfg" "shards:$tmp/big-sh" >>"$tmp/d"
   if [ $root = yes ]; then
@@ -86,7 +88,7 @@ for r in $(seq "$REPS"); do
 done
 echo "ragtag $("$RAGTAG" --version | cut -d' ' -f2), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), best of $REPS, images/s of one epoch's training steps"
 printf '%-52s %12s %12s\n' "" "in memory" "shards"
-printf '%-52s %12s %12s\n' "lenet, $data1 (60,000 of 28x28), $THREADS threads" "$(best <"$tmp/a")" "$(best <"$tmp/b")"
+printf '%-52s %12s %12s\n' "lenet, $data1 ($LENET_IMAGES of 28x28), $THREADS threads" "$(best <"$tmp/a")" "$(best <"$tmp/b")"
 printf '%-52s %12s %12s\n' "tiny model, 60,000 of 64x64 (246 MB), page cache" "$(best <"$tmp/c")" "$(best <"$tmp/d")"
 if [ $root = yes ]; then
   printf '%-52s %12s %12s\n' "tiny model, same set, from disk in a 64 MB cgroup" "(no room)" "$(best <"$tmp/e")"

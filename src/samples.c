@@ -148,22 +148,31 @@ static void sample_out(const rt_dataset *ds, size_t j, size_t per, float *dst)
     }
 }
 
-/* Samples idx[i] (or first + i without idx) from shards: a record's bytes
- * at a time, through the table like bytes in memory. */
+/* The record of sample j of a set kept in shards. */
+static long record_of(const rt_dataset *ds, const uint32_t *idx, long first, long i)
+{
+    long j = idx ? (long)idx[i] : first + i;
+    RT_ASSERT(j >= 0 && j < ds->n);
+    return ds->map ? (long)ds->map[j] : ds->base + j;
+}
+
+/* Samples idx[i] (or first + i without idx) from shards: a record at a
+ * time, through the table like bytes in memory. The kernel is told of
+ * the batch's records first, so that reads from disk overlap. */
 static int shard_samples(const rt_dataset *ds, const uint32_t *idx, long first, long n,
                          float *dst, int32_t *y)
 {
     size_t per = rt_dataset_sample_values(ds);
-    uint8_t *px = malloc(per);
-    if (!px)
+    uint8_t *buf = malloc(rt_shards_record_size(ds->shards));
+    if (!buf)
         return rt_error(RT_ERR_NOMEM, "out of memory reading %s", ds->name);
+    for (long i = 0; i < n; i++)
+        rt_shards_prefetch(ds->shards, record_of(ds, idx, first, i));
     int rc = RT_OK;
     for (long i = 0; i < n; i++) {
-        long j = idx ? (long)idx[i] : first + i;
-        RT_ASSERT(j >= 0 && j < ds->n);
-        long rec = ds->map ? (long)ds->map[j] : ds->base + j;
+        const uint8_t *px;
         int32_t label;
-        if ((rc = rt_shards_read(ds->shards, rec, px, &label)) < 0)
+        if ((rc = rt_shards_read(ds->shards, record_of(ds, idx, first, i), buf, &px, &label)) < 0)
             break;
         float *d = dst + (size_t)i * per;
         for (size_t k = 0; k < per; k++)
@@ -171,7 +180,7 @@ static int shard_samples(const rt_dataset *ds, const uint32_t *idx, long first, 
         if (y)
             y[i] = label;
     }
-    free(px);
+    free(buf);
     return rc;
 }
 

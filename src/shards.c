@@ -206,32 +206,36 @@ static int check_record(const rt_shards *s, const struct shard *sh, long j, cons
     return RT_OK;
 }
 
-int rt_shards_read(const rt_shards *s, long rec, uint8_t *pixels, int32_t *label)
+size_t rt_shards_record_size(const rt_shards *s)
+{
+    RT_ASSERT(s && s->tag == SHARDS_TAG);
+    return s->rec;
+}
+
+void rt_shards_prefetch(const rt_shards *s, long rec)
+{
+    RT_ASSERT(s && s->tag == SHARDS_TAG && rec >= 0 && rec < s->info.n);
+    const struct shard *sh = find(s, rec);
+    off_t off = RT_SHARD_HEADER + (off_t)(rec - sh->first) * (off_t)s->rec;
+    (void)posix_fadvise(sh->fd, off, (off_t)s->rec, POSIX_FADV_WILLNEED);
+}
+
+int rt_shards_read(const rt_shards *s, long rec, uint8_t *buf, const uint8_t **pixels,
+                   int32_t *label)
 {
     RT_ASSERT(s && s->tag == SHARDS_TAG && rec >= 0 && rec < s->info.n);
     const struct shard *sh = find(s, rec);
     long j = rec - sh->first;
     off_t off = RT_SHARD_HEADER + (off_t)j * (off_t)s->rec;
-    /* label and CRC around the pixels: read into the caller's pixel
-     * buffer's neighbours would need room it lacks, so a small buffer */
-    uint8_t stackbuf[4096 + 8];
-    uint8_t *buf = s->rec <= sizeof stackbuf ? stackbuf : malloc(s->rec);
-    if (!buf)
-        return rt_error(RT_ERR_NOMEM, "out of memory reading %s", sh->path);
     ssize_t got = pread(sh->fd, buf, s->rec, off);
-    int rc;
-    if (got != (ssize_t)s->rec)
-        rc = rt_error(got < 0 ? RT_ERR_IO : RT_ERR_FORMAT, "%s: record %ld at offset %lld: %s",
-                      sh->path, j, (long long)off,
-                      got < 0 ? strerror(errno) : "truncated (the file shrank after it was opened)");
-    else
-        rc = check_record(s, sh, j, buf, label);
-    if (rc == RT_OK)
-        memcpy(pixels, buf + 4, s->per);
     atomic_fetch_add_explicit(&((rt_shards *)s)->reads, 1, memory_order_relaxed);
-    if (buf != stackbuf)
-        free(buf);
-    return rc;
+    if (got != (ssize_t)s->rec)
+        return rt_error(got < 0 ? RT_ERR_IO : RT_ERR_FORMAT, "%s: record %ld at offset %lld: %s",
+                        sh->path, j, (long long)off,
+                        got < 0 ? strerror(errno) : "truncated (the file shrank after it was opened)");
+    RT_TRY(check_record(s, sh, j, buf, label));
+    *pixels = buf + 4;
+    return RT_OK;
 }
 
 /* One shard, start to end: the file's CRC and each record's. */

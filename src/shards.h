@@ -70,8 +70,14 @@ int rt_shards_open(const char *dir, const char *set, rt_shards **out);
 void rt_shards_close(rt_shards **s);
 rt_shards *rt_shards_ref(rt_shards *s);
 const struct rt_shards_info *rt_shards_info(const rt_shards *s);
-/* Record rec (0 <= rec < n): its c*h*w pixel bytes and its label. */
-int rt_shards_read(const rt_shards *s, long rec, uint8_t *pixels, int32_t *label);
+/* Record rec (0 <= rec < n) read into buf (rt_shards_record_size bytes)
+ * and checked: *pixels points at its c*h*w bytes in buf. */
+size_t rt_shards_record_size(const rt_shards *s);
+int rt_shards_read(const rt_shards *s, long rec, uint8_t *buf, const uint8_t **pixels,
+                   int32_t *label);
+/* Ask the kernel to start reading record rec (posix_fadvise WILLNEED), so
+ * that the reads of a batch from disk overlap instead of waiting in turn. */
+void rt_shards_prefetch(const rt_shards *s, long rec);
 /* Records read so far, by every holder and thread. */
 long rt_shards_reads(const rt_shards *s);
 /* Every byte of every shard: each file's CRC-32 against the index and
