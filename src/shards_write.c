@@ -71,7 +71,7 @@ rt_shards_writer *rt_shards_writer_new(const char *dir, int c, int h, int w, int
     return wr;
 }
 
-/* Write `n` bytes and sync a temporary file, then rename it to `final`. */
+/* Flush, sync and close a temporary file, then rename it to `final`. */
 static int close_synced(FILE **fp, const char *tmp, const char *final)
 {
     FILE *f = *fp;
