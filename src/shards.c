@@ -302,7 +302,9 @@ int rt_shards_files(const char *dir, char (*names)[64], int max, int *n)
     RT_TRY(rt_shard_index_read(dir, &ix));
     int rc = RT_OK;
     if (ix.nshards + 1 > max)
-        rc = rt_error(RT_ERR_CONFIG, "%s holds %d shards: at most %d files can be listed here",
+        rc = rt_error(RT_ERR_CONFIG, "%s holds %d shards, and a data manifest (coord "
+                                     "--serve-data) lists at most %d: pack with fewer --shards, "
+                                     "or give the workers a copy and --data-dir",
                       dir, ix.nshards, max - 1);
     for (int i = 0; rc == RT_OK && i <= ix.nshards; i++)
         snprintf(names[i], 64, "%s", i ? ix.shards[i - 1].name : RT_SHARDS_INDEX);

@@ -1248,6 +1248,24 @@ static void test_shards_errors(void **state)
     assert_detail_has("train-00001.rts: record 7 at offset 200: checksum mismatch");
     rt_loader_destroy(&l);
     rt_data_close(&a);
+
+    /* the files of a shard directory, for --serve-data: the index first */
+    struct rt_data_files *files = malloc(sizeof *files);
+    assert_int_equal(rt_data_files(sspec, files), RT_OK);
+    assert_string_equal(files->kind, "shards");
+    assert_int_equal(files->n, 3);
+    assert_string_equal(files->name[0], "index");
+    assert_string_equal(files->name[2], "train-00001.rts");
+    const char *many = new_dir("sh3");
+    pack_into(spec, many, 40); /* 40 shards fit; a test set would add more */
+    snprintf(sspec, sizeof sspec, "shards:%s", many);
+    assert_int_equal(rt_data_files(sspec, files), RT_OK);
+    assert_int_equal(files->n, 41);
+    write_idx_set(d, "train", 70, 4, 4, false, ident);
+    pack_into(spec, many, 70);
+    assert_int_equal(rt_data_files(sspec, files), RT_ERR_CONFIG);
+    assert_detail_has("holds 70 shards, and a data manifest (coord --serve-data) lists at most 63");
+    free(files);
 }
 
 int main(void)
