@@ -124,7 +124,7 @@ struct rt_eval_result {
 };
 int rt_eval_run(const char *model_path, const char *weights_path, const char *data_spec,
                 const char *backend, int device, int threads, int batch, long limit,
-                struct rt_eval_result *res);
+                const char *logits_path, struct rt_eval_result *res);
 
 /* Ask a running training to stop at the next step and checkpoint (SIGINT). */
 void rt_train_request_stop(void);
