@@ -61,6 +61,8 @@ static void print_main_help(FILE *out)
             "  worker --join tcp://HOST:PORT\n"
             "                              join a coordinator and train with it\n"
             "  keygen DIR                  credentials for a cluster: key pair and join token\n"
+            "  pack --data SPEC -o DIR     a data set as checksummed shards, trained from disk\n"
+            "                              with --data shards:DIR (larger than memory)\n"
             "  plot METRICS.jsonl -o F.png curves of --metrics files (.png, .svg or .pdf)\n"
             "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
             "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
@@ -883,8 +885,10 @@ int rt_cli_main(int argc, char **argv)
         return rt_cli_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "import"))
         return rt_cli_import(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack"))
+        return rt_cli_pack(argc - 1, argv + 1);
     fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices, "
-                    "coord, worker, keygen, plot, export, import; "
+                    "coord, worker, keygen, plot, export, import, pack; "
                     "see ragtag --help)\n",
             cmd);
     return EXIT_USAGE;
