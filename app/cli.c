@@ -61,12 +61,18 @@ static void print_main_help(FILE *out)
             "  worker --join tcp://HOST:PORT\n"
             "                              join a coordinator and train with it\n"
             "  keygen DIR                  credentials for a cluster: key pair and join token\n"
+            "  pack --data SPEC -o DIR     a data set as checksummed shards, trained from disk\n"
+            "                              with --data shards:DIR (larger than memory)\n"
             "  plot METRICS.jsonl -o F.png curves of --metrics files (.png, .svg or .pdf)\n"
             "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
             "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
             "  export MODEL.cfg --weights F -o M.onnx\n"
             "                              the model and its weights as an ONNX file\n"
-            "  import M.onnx -o DIR        an ONNX (or Caffe) model as DIR/model.cfg + weights\n"
+            "  import M.onnx -o DIR        an ONNX model as DIR/model.cfg + weights\n"
+            "  import NET.prototxt -o DIR  a Caffe net (and --weights NET.caffemodel) as a ragtag\n"
+            "                              model file (and checkpoint)\n"
+            "  export MODEL.cfg --weights F -o NET.caffemodel\n"
+            "                              a model's weights in Caffe's layout (+ NET.prototxt)\n"
             "  devices                     compute backends and devices, with measured GEMM speed\n"
             "\n"
             "  ragtag --version            print the version\n"
@@ -882,8 +888,10 @@ int rt_cli_main(int argc, char **argv)
         return rt_cli_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "import"))
         return rt_cli_import(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack"))
+        return rt_cli_pack(argc - 1, argv + 1);
     fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices, "
-                    "coord, worker, keygen, plot, export, import; "
+                    "coord, worker, keygen, plot, export, import, pack; "
                     "see ragtag --help)\n",
             cmd);
     return EXIT_USAGE;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "caffe_import.h"
 #include "cli.h"
 #include "onnx.h"
 #include "status.h"
@@ -23,7 +24,10 @@ static const char import_help[] =
     "Reshape to 2-D, Dropout, Add (residual), Softmax (and Identity, Constant,\n"
     "a zero Pad). Another operator, or an attribute ragtag cannot express, is an\n"
     "error naming the node. See docs/onnx.md.\n"
-    "Caffe: see docs/caffe.md.\n";
+    "Caffe: writes DIR/NET.cfg, a ragtag model file made from the net's TRAIN\n"
+    "phase, and with --weights DIR/NET.safetensors, the Caffe weights under\n"
+    "ragtag's tensor names. --input gives the image shape of a Data layer (it\n"
+    "lives in the LMDB). See docs/caffe.md.\n";
 
 static const char export_help[] =
     "usage: ragtag export MODEL.cfg --weights FILE.safetensors -o MODEL.onnx\n"
@@ -33,7 +37,11 @@ static const char export_help[] =
     "(opset 13): input \"input\" [N, C, H, W]; outputs \"logits\" [N, classes] and\n"
     "\"probabilities\" (their softmax). Every ragtag layer is exported; batch norm\n"
     "uses its running statistics and dropout is the identity, as in `ragtag eval`.\n"
-    "See docs/onnx.md. Caffe: see docs/caffe.md.\n";
+    "See docs/onnx.md.\n"
+    "Caffe: the weights in Caffe's binary .caffemodel layout. With --prototxt (a\n"
+    "Caffe net that imports as MODEL.cfg) the layers take its names; without,\n"
+    "ragtag's (conv1, dense5, bn3 + bn3_scale), and NET.prototxt, a Caffe deploy\n"
+    "net for them, is written too. See docs/caffe.md.\n";
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -97,12 +105,16 @@ static int import_onnx(const struct convert_args *a)
     return 0;
 }
 
-/* Caffe nets: rt_caffe_import_shape() of the caffe branch (src/caffe_import.h),
- * not in this build yet. */
 static int import_caffe(const struct convert_args *a)
 {
-    return rt_error(RT_ERR_UNSUPPORTED, "%s: Caffe import is not built into this ragtag",
-                    a->file);
+    struct rt_caffe_import_result r;
+    int rc = rt_caffe_import_shape(a->file, a->weights, a->out, a->input, &r);
+    if (rc < 0)
+        return rc;
+    printf("wrote %s (%d layers)\n", r.cfg, r.layers);
+    if (r.weights[0])
+        printf("wrote %s\n", r.weights);
+    return 0;
 }
 
 static int export_onnx(const struct convert_args *a)
@@ -118,12 +130,21 @@ static int export_onnx(const struct convert_args *a)
     return 0;
 }
 
-/* Caffe weights: rt_caffe_export_weights() of the caffe branch, not in this
- * build yet. */
 static int export_caffe(const struct convert_args *a)
 {
-    return rt_error(RT_ERR_UNSUPPORTED, "%s: Caffe export is not built into this ragtag",
-                    a->out);
+    if (a->input) {
+        fprintf(stderr, "ragtag export: --input is for import\n");
+        return 2;
+    }
+    char deploy[4200];
+    int rc = rt_caffe_export_weights(a->file, a->weights, a->prototxt, a->out, deploy,
+                                     sizeof deploy);
+    if (rc < 0)
+        return rc;
+    printf("wrote %s\n", a->out);
+    if (deploy[0])
+        printf("wrote %s (the Caffe net for it)\n", deploy);
+    return 0;
 }
 
 struct format {

@@ -109,6 +109,8 @@ struct rt_train_result {
     long plans;                 /* share plans made (balanced) */
     uint64_t max_rss;           /* peak resident memory in bytes (getrusage): this
                                    process's; a coordinator's, its largest worker's */
+    long records_read;          /* shards:DIR: training and validation records this
+                                   process read from disk (a worker: its shares) */
 };
 
 /* Run a whole training as configured. Prints progress to stderr. */

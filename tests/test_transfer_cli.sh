@@ -98,6 +98,16 @@ else
   bad "eval --classes: $(cat "$tmp/eval.log" "$tmp/eval2.log")"
 fi
 
+# shards keep their labels on disk: --classes is refused, pack selects them
+if "$RAGTAG" pack --data fashion-mnist --classes 5-9 --limit 300 -o "$tmp/sh" >"$tmp/pack.log" 2>&1 &&
+   grep -q "300 train records" "$tmp/pack.log" &&
+   ! "$RAGTAG" train "$lenet" --data "shards:$tmp/sh" --classes 0-2 --epochs 1 >"$tmp/sh.log" 2>&1 &&
+   grep -q -- "--classes 0-2: not available with shards:DIR" "$tmp/sh.log"; then
+  ok "pack --classes; train --classes on shards is refused, saying why"
+else
+  bad "pack --classes / shards: $(cat "$tmp/pack.log" "$tmp/sh.log")"
+fi
+
 cluster() { # name [flags]: coord + 2 workers, lenet from --init
   name=$1
   shift
