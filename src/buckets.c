@@ -71,7 +71,7 @@ static int submit_one(struct rt_buckets *bk)
         hi = bk->cut[b];
         RT_TRY(rt_replica_pull_grads_range(r, lo, hi));
         if (bk->z) {
-            rt_compress_put(bk->z, r->g, lo, hi);
+            rt_compress_put(bk->z, r->g + lo, lo, hi - lo);
             buf = bk->z->wire;
             elem = bk->z->elem;
         }
@@ -88,7 +88,8 @@ static int wait_one(struct rt_buckets *bk)
     int b = bk->waited++;
     int rc = c->ops->wait(c->ctx);
     if (rc >= 0 && bk->z && b < bk->nb)
-        rt_compress_get(bk->z, bk->r->g, bk->cut[b + 1], bk->cut[b]);
+        rt_compress_get(bk->z, bk->r->g + bk->cut[b + 1], bk->cut[b + 1],
+                        bk->cut[b] - bk->cut[b + 1]);
     return rc;
 }
 

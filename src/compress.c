@@ -55,12 +55,13 @@ static inline float carried(float v, float r)
     return d - d == 0.0f ? d : 0.0f;
 }
 
-void rt_compress_put(struct rt_compress *z, const float *x, size_t lo, size_t hi)
+void rt_compress_put(struct rt_compress *z, const float *x, size_t at, size_t count)
 {
-    RT_ASSERT(lo <= hi && hi <= z->ne);
-    uint16_t *w = z->wire;
-    const float *e = z->err;
-    float *nx = z->next;
+    RT_ASSERT(at <= z->ne && count <= z->ne - at);
+    uint16_t *w = z->wire + at;
+    const float *e = z->err + at;
+    float *nx = z->next + at;
+    size_t lo = 0, hi = count;
     if (z->elem == RT_ELEM_F16) {
         for (size_t i = lo; i < hi; i++) {
             float v = x[i] + e[i];
@@ -76,10 +77,11 @@ void rt_compress_put(struct rt_compress *z, const float *x, size_t lo, size_t hi
     }
 }
 
-void rt_compress_get(const struct rt_compress *z, float *x, size_t lo, size_t hi)
+void rt_compress_get(const struct rt_compress *z, float *x, size_t at, size_t count)
 {
-    RT_ASSERT(lo <= hi && hi <= z->n);
-    const uint16_t *w = z->wire;
+    RT_ASSERT(at <= z->n && count <= z->n - at);
+    const uint16_t *w = z->wire + at;
+    size_t lo = 0, hi = count;
     if (z->elem == RT_ELEM_F16)
         for (size_t i = lo; i < hi; i++)
             x[i] = rt_f16_to_f32(w[i]);

@@ -35,11 +35,11 @@ const char *rt_compress_name(enum rt_compress_kind k);
 /* A wire buffer of n elements, errors for the first ne of them (zero). */
 int rt_compress_init(struct rt_compress *z, enum rt_compress_kind k, size_t n, size_t ne);
 void rt_compress_free(struct rt_compress *z);
-/* wire[i] = round(x[i] + err[i]), next[i] = what that rounding lost, for i
- * in [lo, hi) (hi <= ne). */
-void rt_compress_put(struct rt_compress *z, const float *x, size_t lo, size_t hi);
-/* x[i] = wire[i] widened, for i in [lo, hi). */
-void rt_compress_get(const struct rt_compress *z, float *x, size_t lo, size_t hi);
+/* wire[at + i] = round(x[i] + err[at + i]), next[at + i] = what that
+ * rounding lost, for i < count (at + count <= ne). */
+void rt_compress_put(struct rt_compress *z, const float *x, size_t at, size_t count);
+/* x[i] = wire[at + i] widened, for i < count. */
+void rt_compress_get(const struct rt_compress *z, float *x, size_t at, size_t count);
 /* The exchange completed: this step's errors are carried to the next. A
  * step that failed (the members changed) leaves err as it was, so the step
  * done again carries the same error once. */
