@@ -57,7 +57,9 @@ void rt_buckets_arm(struct rt_buckets *bk)
 
 void rt_buckets_disarm(struct rt_buckets *bk) { bk->armed = false; }
 
-/* Bucket b (the tally when b == nb) to the network. */
+/* Bucket b (the tally when b == nb) to the network. A float gradient in
+ * one bucket that has not left yet goes with the tally, as one range (the
+ * two are contiguous): one collective a step, as without buckets. */
 static int submit_one(struct rt_buckets *bk)
 {
     const rt_collective *c = bk->coll;
@@ -66,10 +68,11 @@ static int submit_one(struct rt_buckets *bk)
     void *buf = r->g;
     enum rt_elem elem = RT_ELEM_F32;
     size_t lo = r->np, hi = bk->n;
+    bool with_tally = b == 0 && bk->nb == 1 && !bk->z && !bk->armed;
     if (b < bk->nb) {
         lo = bk->cut[b + 1];
-        hi = bk->cut[b];
-        RT_TRY(rt_replica_pull_grads_range(r, lo, hi));
+        hi = with_tally ? bk->n : bk->cut[b];
+        RT_TRY(rt_replica_pull_grads_range(r, lo, bk->cut[b]));
         if (bk->z) {
             rt_compress_put(bk->z, r->g + lo, lo, hi - lo);
             buf = bk->z->wire;
@@ -77,7 +80,7 @@ static int submit_one(struct rt_buckets *bk)
         }
     }
     RT_TRY(c->ops->submit(c->ctx, buf, elem, bk->n, lo, hi));
-    bk->submitted++;
+    bk->submitted += with_tally ? 2 : 1;
     return RT_OK;
 }
 
@@ -86,6 +89,8 @@ static int wait_one(struct rt_buckets *bk)
 {
     const rt_collective *c = bk->coll;
     int b = bk->waited++;
+    if (b == 0 && bk->nb == 1 && bk->submitted == 2 && !bk->z)
+        bk->waited++; /* the gradient and the tally went as one range */
     int rc = c->ops->wait(c->ctx);
     if (rc >= 0 && bk->z && b < bk->nb)
         rt_compress_get(bk->z, bk->r->g + bk->cut[b + 1], bk->cut[b + 1],
@@ -106,13 +111,18 @@ int rt_buckets_hook(void *arg, size_t lo, size_t hi)
 {
     struct rt_buckets *bk = arg;
     (void)hi;
-    if (!bk->armed || bk->err < 0)
+    /* a float gradient in one bucket is final only at the end of backward:
+     * it leaves then, with the tally (submit_one) */
+    if (!bk->armed || bk->err < 0 || (bk->nb == 1 && !bk->z))
         return RT_OK;
-    /* every bucket at or above lo is final; never wait here: a failure
-     * (the members changed) is the step's, handled after backward */
-    while (bk->submitted < bk->nb && bk->cut[bk->submitted + 1] >= lo &&
-           bk->submitted - bk->waited < RT_COLLECTIVE_MAX_INFLIGHT) {
-        int rc = submit_one(bk);
+    /* every bucket at or above lo is final. A failure (the members changed)
+     * is the step's, handled after backward: backward goes on. */
+    while (bk->submitted < bk->nb && bk->cut[bk->submitted + 1] >= lo) {
+        int rc = RT_OK;
+        if (bk->submitted - bk->waited == RT_COLLECTIVE_MAX_INFLIGHT)
+            rc = wait_one(bk); /* as many in flight as the collective takes */
+        if (rc >= 0)
+            rc = submit_one(bk);
         if (rc < 0) {
             bk->err = rc;
             break;

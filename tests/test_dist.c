@@ -11,8 +11,8 @@
  *     default), and in 4 KiB buckets, end with the weights of one allreduce
  *     after backward (--overlap=off), bit for bit;
  *   - --compress fp16 and bf16 keep the replicas bitwise identical (3 and 2
- *     workers), and the test accuracy after 200 steps within half a point
- *     of float gradients';
+ *     workers, sync and average mode), and the test accuracy after 200
+ *     steps within half a point of float gradients'; gossip refuses it;
  *   - 3 workers reach the single-process test accuracy within 1 point on
  *     the settings of test_e2e.sh;
  *   - a 1-worker run is bitwise the single-process run;
@@ -262,7 +262,7 @@ static void test_overlap_is_bitwise(void **state)
         bool bitwise;
         tensor_rel_err(st, "ov_off.st", &bitwise);
         printf("3 workers, %s: weights %s those of one allreduce after backward\n",
-               k == 1 ? "1 MiB buckets during backward" : "4 KiB buckets",
+               k == 1 ? "128 KiB buckets during backward" : "4 KiB buckets",
                bitwise ? "bitwise equal to" : "DIFFER from");
         assert_true(bitwise);
     }
@@ -307,6 +307,19 @@ static void test_compress_replicas(void **state)
                                       "--workers 2 --compress bf16 --overlap=off", LENET),
                      0);
     assert_true(log_has("z_two.log", "on all 2 workers"));
+    /* average mode sends the parameters' changes in 16 bits: one model at the end */
+    assert_int_equal(run("z_avg.log", "train %s --data fashion-mnist --limit 1280 --val 0 "
+                                      "--epochs 1 --batch 64 --threads 1 --progress off "
+                                      "--workers 3 --mode average --sync-every 4 --compress fp16",
+                         LENET),
+                     0);
+    assert_true(log_has("z_avg.log", "on all 3 workers"));
+    /* gossip refuses it, saying why */
+    assert_int_not_equal(run("z_gos.log", "train %s --data fashion-mnist --limit 640 --val 0 "
+                                          "--epochs 1 --threads 1 --progress off --workers 2 "
+                                          "--mode gossip --compress bf16", LENET),
+                         0);
+    assert_true(log_has("z_gos.log", "not with gossip"));
 }
 
 static void test_three_workers_reach_single_accuracy(void **state)
