@@ -5,7 +5,13 @@
 
 #include "half.h"
 
+#include <stdbool.h>
 #include <string.h>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define HALF_F16C 1
+#endif
 
 static uint32_t bits(float f)
 {
@@ -29,8 +35,10 @@ uint16_t rt_f32_to_f16(float f)
     uint32_t sign = u & 0x80000000u;
     u ^= sign;
     uint32_t o;
-    if (u >= f16_overflow) {           /* 65536 and above, infinity, NaN */
-        o = u > f32_inf ? 0x7e00u : 0x7c00u;
+    if (u > f32_inf)                   /* NaN: the one quiet NaN (see half.h) */
+        return 0x7e00u;
+    if (u >= f16_overflow) {           /* 65536 and above, infinity */
+        o = 0x7c00u;
     } else if (u < (113u << 23)) {     /* below 2^-14: subnormal or zero */
         /* the magic addend puts the 10 mantissa bits at the bottom; the
          * float addition rounds to nearest even */
@@ -61,16 +69,101 @@ uint16_t rt_f32_to_bf16(float f)
 {
     uint32_t u = bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u); /* NaN: quiet, never rounded into infinity */
+        return 0x7fc0u; /* NaN: the one quiet NaN, never rounded into infinity */
     u += 0x7fffu + ((u >> 16) & 1u);         /* half to even; overflow gives infinity */
     return (uint16_t)(u >> 16);
 }
 
 float rt_bf16_to_f32(uint16_t h) { return from_bits((uint32_t)h << 16); }
 
-void rt_f16_add(uint16_t *dst, const uint16_t *src, size_t n)
+#ifdef HALF_F16C
+/* F16C rounds as the scalar code does; only NaN differs (it keeps payload
+ * and sign): every NaN becomes the scalar code's one quiet NaN. */
+__attribute__((target("avx,f16c"))) static inline __m128i narrow8(__m256 v)
+{
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
+    return _mm_or_si128(_mm_andnot_si128(nan, h), _mm_and_si128(nan, _mm_set1_epi16(0x7e00)));
+}
+
+__attribute__((target("avx,f16c"))) static size_t f16c_narrow(uint16_t *d, const float *s,
+                                                               size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), narrow8(_mm256_loadu_ps(s + i)));
+    return i;
+}
+
+__attribute__((target("avx,f16c"))) static size_t f16c_widen(float *d, const uint16_t *s,
+                                                              size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    return i;
+}
+
+__attribute__((target("avx,f16c"))) static size_t f16c_add(uint16_t *d, const uint16_t *s,
+                                                            size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + i)));
+        __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)));
+        _mm_storeu_si128((__m128i *)(d + i), narrow8(_mm256_add_ps(a, b)));
+    }
+    return i;
+}
+
+static bool have_f16c(void)
+{
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+}
+#endif
+
+void rt_f32_to_f16_n(uint16_t *dst, const float *src, size_t n)
+{
+    size_t i = 0;
+#ifdef HALF_F16C
+    if (have_f16c())
+        i = f16c_narrow(dst, src, n);
+#endif
+    for (; i < n; i++)
+        dst[i] = rt_f32_to_f16(src[i]);
+}
+
+void rt_f16_to_f32_n(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+#ifdef HALF_F16C
+    if (have_f16c())
+        i = f16c_widen(dst, src, n);
+#endif
+    for (; i < n; i++)
+        dst[i] = rt_f16_to_f32(src[i]);
+}
+
+void rt_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
+        dst[i] = rt_f32_to_bf16(src[i]);
+}
+
+void rt_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = rt_bf16_to_f32(src[i]);
+}
+
+void rt_f16_add(uint16_t *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+#ifdef HALF_F16C
+    if (have_f16c())
+        i = f16c_add(dst, src, n);
+#endif
+    for (; i < n; i++)
         dst[i] = rt_f32_to_f16(rt_f16_to_f32(dst[i]) + rt_f16_to_f32(src[i]));
 }
 

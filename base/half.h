@@ -9,9 +9,11 @@
  * without hardware half support.
  *
  * Rounding is to nearest, ties to even. fp16: values from 65520 on become
- * infinity; below 2^-14 subnormals, below 2^-25 zero (signed). NaN stays NaN
- * (quiet, sign kept), infinities stay infinities. bfloat16 keeps float's
- * exponent range, so only the mantissa is rounded. */
+ * infinity; below 2^-14 subnormals, below 2^-25 zero (signed). Infinities
+ * stay infinities; every NaN becomes one quiet NaN (0x7e00, bf16 0x7fc0):
+ * the sign and payload of a NaN that an addition makes differ between
+ * CPUs, compilers and vector units, and replicas must not. bfloat16 keeps
+ * float's exponent range, so only the mantissa is rounded. */
 #ifndef RT_HALF_H
 #define RT_HALF_H
 
@@ -22,6 +24,14 @@ uint16_t rt_f32_to_f16(float f);
 float rt_f16_to_f32(uint16_t h);
 uint16_t rt_f32_to_bf16(float f);
 float rt_bf16_to_f32(uint16_t h);
+
+/* The same over arrays, with the CPU's F16C instructions where it has them
+ * (the same bits: IEEE rounding to nearest even, and the one NaN), so a
+ * rank with them and one without agree. */
+void rt_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
+void rt_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void rt_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+void rt_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 
 /* dst[i] = 16-bit sum of dst[i] and src[i] (widened, added in float,
  * rounded back): the ring's reduction of compressed elements. */

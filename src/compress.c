@@ -55,39 +55,39 @@ static inline float carried(float v, float r)
     return d - d == 0.0f ? d : 0.0f;
 }
 
+#define BLOCK 512 /* values rounded at a time (on the stack) */
+
 void rt_compress_put(struct rt_compress *z, const float *x, size_t at, size_t count)
 {
     RT_ASSERT(at <= z->ne && count <= z->ne - at);
     uint16_t *w = z->wire + at;
     const float *e = z->err + at;
     float *nx = z->next + at;
-    size_t lo = 0, hi = count;
-    if (z->elem == RT_ELEM_F16) {
-        for (size_t i = lo; i < hi; i++) {
-            float v = x[i] + e[i];
-            w[i] = rt_f32_to_f16(v);
-            nx[i] = carried(v, rt_f16_to_f32(w[i]));
+    bool f16 = z->elem == RT_ELEM_F16;
+    float v[BLOCK], back[BLOCK];
+    for (size_t b = 0; b < count; b += BLOCK) {
+        size_t m = count - b < BLOCK ? count - b : BLOCK;
+        for (size_t i = 0; i < m; i++)
+            v[i] = x[b + i] + e[b + i];
+        if (f16) {
+            rt_f32_to_f16_n(w + b, v, m);
+            rt_f16_to_f32_n(back, w + b, m);
+        } else {
+            rt_f32_to_bf16_n(w + b, v, m);
+            rt_bf16_to_f32_n(back, w + b, m);
         }
-    } else {
-        for (size_t i = lo; i < hi; i++) {
-            float v = x[i] + e[i];
-            w[i] = rt_f32_to_bf16(v);
-            nx[i] = carried(v, rt_bf16_to_f32(w[i]));
-        }
+        for (size_t i = 0; i < m; i++)
+            nx[b + i] = carried(v[i], back[i]);
     }
 }
 
 void rt_compress_get(const struct rt_compress *z, float *x, size_t at, size_t count)
 {
     RT_ASSERT(at <= z->n && count <= z->n - at);
-    const uint16_t *w = z->wire + at;
-    size_t lo = 0, hi = count;
     if (z->elem == RT_ELEM_F16)
-        for (size_t i = lo; i < hi; i++)
-            x[i] = rt_f16_to_f32(w[i]);
+        rt_f16_to_f32_n(x, z->wire + at, count);
     else
-        for (size_t i = lo; i < hi; i++)
-            x[i] = rt_bf16_to_f32(w[i]);
+        rt_bf16_to_f32_n(x, z->wire + at, count);
 }
 
 void rt_compress_commit(struct rt_compress *z)

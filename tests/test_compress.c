@@ -2,11 +2,14 @@
  * (src/compress.c), the pieces of --compress fp16|bf16:
  *   - fp16: exact values, ties to even (normal and subnormal), the largest
  *     finite value and where rounding overflows to infinity, signed zeros,
- *     infinities, NaN (payloads too: never rounded into infinity), every
+ *     infinities, NaN (one quiet NaN whatever the sign and payload, never
+ *     rounded into infinity), every
  *     one of the 65536 values back and forth; and, where the compiler has
  *     _Float16, a million random floats against its conversions;
  *   - bf16: the same kinds of cases, every value back and forth;
  *   - the 16-bit adds of the ring are those of widen, add, round;
+ *   - the array conversions and adds (F16C instructions where the CPU has
+ *     them) give the scalar code's bits, NaN included;
  *   - error feedback: over 2000 steps of random gradients (and of values
  *     that always round the same way) the widened sum of what was sent
  *     tracks the sum of the true values within one 16-bit rounding (and the
@@ -71,7 +74,8 @@ static void test_f16_cases(void **state)
     /* NaN stays NaN, even with a payload below the kept bits */
     assert_true(f16_nan(rt_f32_to_f16(NAN)));
     assert_true(f16_nan(rt_f32_to_f16(f_of(0x7f800001u))));
-    assert_true(f16_nan(rt_f32_to_f16(f_of(0xff800001u))));
+    assert_int_equal(rt_f32_to_f16(f_of(0xff800001u)), 0x7e00);
+    assert_int_equal(rt_f32_to_f16(f_of(0xffc00000u)), 0x7e00);
     assert_true(isnan(rt_f16_to_f32(0x7c01)));
     assert_true(isinf(rt_f16_to_f32(0x7c00)) && rt_f16_to_f32(0xfc00) < 0);
 }
@@ -135,8 +139,8 @@ static void test_bf16(void **state)
     assert_int_equal(rt_f32_to_bf16(f_of(0x00010000u)), 0x0001); /* a subnormal */
     assert_int_equal(rt_f32_to_bf16(f_of(0x00008000u)), 0x0000); /* its half: tie to even */
     assert_int_equal(rt_f32_to_bf16(f_of(0x00018000u)), 0x0002);
-    uint16_t n = rt_f32_to_bf16(f_of(0x7fffffffu)); /* would carry into the sign */
-    assert_true((n & 0x7f80u) == 0x7f80u && (n & 0x7fu) && !(n & 0x8000u));
+    assert_int_equal(rt_f32_to_bf16(f_of(0x7fffffffu)), 0x7fc0); /* would carry into the sign */
+    assert_int_equal(rt_f32_to_bf16(f_of(0xff800001u)), 0x7fc0);
     assert_true(isnan(rt_bf16_to_f32(rt_f32_to_bf16(f_of(0x7f800001u)))));
     for (uint32_t h = 0; h < 65536; h++) {
         float f = rt_bf16_to_f32((uint16_t)h);
@@ -159,6 +163,57 @@ static void test_adds(void **state)
     uint16_t c[1] = {rt_f32_to_bf16(3.0f)}, d[1] = {rt_f32_to_bf16(0.5f)};
     rt_bf16_add(c, d, 1);
     assert_true(rt_bf16_to_f32(c[0]) == 3.5f);
+}
+
+/* The array conversions and adds (F16C where the CPU has it) give the bits
+ * of the scalar code: every fp16 value widened, a million random floats and
+ * the special ones (NaN payloads, infinities, subnormals, ties) rounded,
+ * and random sums; lengths not a multiple of the vector width. */
+static void test_arrays_match_scalar(void **state)
+{
+    (void)state;
+    enum { N = 65536 + 5 };
+    static uint16_t h[N], h2[N], s16[N];
+    static float f[N], g[N];
+    for (uint32_t i = 0; i < N; i++)
+        h[i] = (uint16_t)(i * 40503u);
+    rt_f16_to_f32_n(f, h, N);
+    for (uint32_t i = 0; i < N; i++) {
+        float want = rt_f16_to_f32(h[i]);
+        if (u_of(f[i]) != u_of(want))
+            fail_msg("widen %#06x: array %a, scalar %a", h[i], (double)f[i], (double)want);
+    }
+    const uint32_t special[] = {0x7f800001u, 0xffc00123u, 0x7fbfffffu, 0x7f800000u, 0xff800000u,
+                                0x00000001u, 0x80000001u, 0x33000000u, 0x33000001u, 0x477ff000u,
+                                0x477fefffu, 0x38800000u, 0x387fffffu, 0x3f801000u, 0x3f803000u};
+    rt_rng rng;
+    rt_rng_seed(&rng, 3, 0);
+    for (int rep = 0; rep < 16; rep++) {
+        for (uint32_t i = 0; i < N; i++) {
+            uint32_t u = (uint32_t)rt_rng_next(&rng);
+            if (i % 3)
+                u = (u & 0x807fffffu) | ((uint32_t)(95 + rt_rng_below(&rng, 50)) << 23);
+            g[i] = f_of(i < sizeof special / sizeof special[0] ? special[i] : u);
+        }
+        rt_f32_to_f16_n(h2, g, N - (size_t)rep);
+        for (uint32_t i = 0; i < N - (uint32_t)rep; i++)
+            if (h2[i] != rt_f32_to_f16(g[i]))
+                fail_msg("round %a: array %#06x, scalar %#06x", (double)g[i], h2[i],
+                         rt_f32_to_f16(g[i]));
+        rt_f32_to_bf16_n(h2, g, N);
+        for (uint32_t i = 0; i < N; i++)
+            assert_int_equal(h2[i], rt_f32_to_bf16(g[i]));
+    }
+    /* sums: random fp16 values, some overflowing, some NaN */
+    for (uint32_t i = 0; i < N; i++) {
+        h[i] = (uint16_t)rt_rng_next(&rng);
+        s16[i] = (uint16_t)rt_rng_next(&rng);
+        h2[i] = rt_f32_to_f16(rt_f16_to_f32(h[i]) + rt_f16_to_f32(s16[i]));
+    }
+    rt_f16_add(h, s16, N);
+    for (uint32_t i = 0; i < N; i++)
+        if (h[i] != h2[i])
+            fail_msg("add %u: array %#06x, scalar %#06x", i, h[i], h2[i]);
 }
 
 static void feedback(enum rt_compress_kind kind, double ulp_rel)
@@ -229,7 +284,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_cases),          cmocka_unit_test(test_f16_round_trip),
         cmocka_unit_test(test_f16_against_compiler), cmocka_unit_test(test_bf16),
-        cmocka_unit_test(test_adds),               cmocka_unit_test(test_error_feedback_fp16),
+        cmocka_unit_test(test_adds),               cmocka_unit_test(test_arrays_match_scalar),
+        cmocka_unit_test(test_error_feedback_fp16),
         cmocka_unit_test(test_error_feedback_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
