@@ -15,7 +15,8 @@
 # Environment: BUILD (default .: the build directory with src/ragtag and
 # bench/bench_allreduce, `make bench` builds the latter), SHARED (default
 # ../shared), SIZES_MAX (default 67108864), REPS (training runs per cell,
-# the median kept; default 5; security keeps the best). Needs openmpi-bin libopenmpi-dev and python3-torch for the
+# the median kept; default 5; security keeps the best), MODELS (train:
+# default "lenet seedcnn"). Needs openmpi-bin libopenmpi-dev and python3-torch for the
 # peers (skipped when absent). Never fails on speed: it prints figures.
 set -eu
 BUILD=${BUILD:-.}
@@ -91,7 +92,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR
 # backward (--overlap, the default) and after it (--overlap=off).
 train() {
   ragtag="$BUILD/src/ragtag"
-  for model in lenet seedcnn; do
+  for model in ${MODELS:-lenet seedcnn}; do
     images=19200
     [ $model = seedcnn ] && images=6400
     : > "$tmp/one" ; : > "$tmp/on" ; : > "$tmp/off"

@@ -62,7 +62,7 @@ struct rt_train_config {
     float replan_change;  /* ... and when a speed moved by more than this fraction (0.2) */
     float min_share;      /* standby below this fraction of an equal share (0.1; 0: never) */
     bool overlap;         /* sync: reduce the gradient in buckets while backward runs */
-    int bucket_kb;        /* sync: the least KiB of gradient in one bucket (default 128) */
+    int bucket_kb;        /* sync: the least KiB of gradient in one bucket (default 1024) */
     enum rt_compress_kind compress; /* sync, average: 16-bit exchanges (default none) */
     /* NULL. Testing aids (throttling, a simulated interrupt) that tests and
      * `ragtag worker --throttle` set: src/train-testing.h, not installed. */
