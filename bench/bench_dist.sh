@@ -10,19 +10,21 @@
 #   bench/bench_dist.sh security    the same over TCP with CurveZMQ and --insecure (and
 #                                   training with --link-security token)
 #   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
-#                                   thread against 1 process x 2 threads
+#                                   thread (gradient reduced during backward, and after
+#                                   it: --overlap=off) against 1 process x 2 threads
 #
 # Environment: BUILD (default .: the build directory with src/ragtag,
 # bench/bench_allreduce and bench/tcp_stream, `make bench` builds them), SHARED (default
-# ../shared), SIZES_MAX (default 67108864), REPS (training runs per cell, best
-# kept; default 2). Needs openmpi-bin libopenmpi-dev and python3-torch for the
+# ../shared), SIZES_MAX (default 67108864), REPS (training runs per cell,
+# the median kept; default 5; security keeps the best), MODELS (train:
+# default "lenet seedcnn"). Needs openmpi-bin libopenmpi-dev and python3-torch for the
 # peers (skipped when absent). Never fails on speed: it prints figures.
 set -eu
 BUILD=${BUILD:-.}
 top=$(cd "$(dirname "$0")/.." && pwd)
 SHARED=${SHARED:-$top/../shared}
 SIZES_MAX=${SIZES_MAX:-67108864}
-REPS=${REPS:-2}
+REPS=${REPS:-5}
 mode=${1:-allreduce}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -91,26 +93,35 @@ allreduce() {
 ips() { grep '^{"epoch"' "$1" | sed -n 's/.*"images_per_s": \([0-9.e+]*\).*/\1/p' | tail -n 1; }
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# Interleaved cells, REPS runs each, medians: one process with 2 threads,
+# 2 workers with 1 thread each with the gradient reduced in buckets during
+# backward (--overlap, the default) and after it (--overlap=off).
 train() {
   ragtag="$BUILD/src/ragtag"
-  for model in lenet seedcnn; do
+  for model in ${MODELS:-lenet seedcnn}; do
     images=19200
     [ $model = seedcnn ] && images=6400
-    one=0 two=0
+    : > "$tmp/one" ; : > "$tmp/on" ; : > "$tmp/off"
     for _ in $(seq "$REPS"); do
-      for cell in one two; do
+      for cell in one on off; do
         rm -f "$tmp/m.jsonl"
-        if [ $cell = one ]; then flags="--threads 2"; else flags="--threads 1 --workers 2"; fi
+        case $cell in
+          one) flags="--threads 2" ;;
+          on) flags="--threads 1 --workers 2" ;;
+          off) flags="--threads 1 --workers 2 --overlap=off" ;;
+        esac
         "$ragtag" train "$top/examples/$model.cfg" --data fashion-mnist --val 0 --limit $images \
           --epochs 1 --batch 64 --lr 0.01 --momentum 0.9 --progress off --metrics "$tmp/m.jsonl" \
           $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; continue; }
-        v=$(ips "$tmp/m.jsonl")
-        if [ $cell = one ]; then one=$(max "$one" "$v"); else two=$(max "$two" "$v"); fi
+        ips "$tmp/m.jsonl" >> "$tmp/$cell"
       done
     done
-    awk -v m=$model -v a="$one" -v b="$two" 'BEGIN {
-      printf "%-8s 1 process x 2 threads %8.0f img/s | 2 workers x 1 thread %8.0f img/s | ratio %.2f\n",
-             m, a, b, (a > 0 ? b / a : 0) }'
+    one=$(median < "$tmp/one") on=$(median < "$tmp/on") off=$(median < "$tmp/off")
+    awk -v m=$model -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" 'BEGIN {
+      printf "%-8s medians of %d: 1 process x 2 threads %6.0f img/s | 2 workers x 1 thread: overlap %6.0f (ratio %.2f), overlap off %6.0f (ratio %.2f)\n",
+             m, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0) }'
   done
 }
 

@@ -43,6 +43,8 @@ struct cmd {
     int kind;
     void *buf;
     size_t n;
+    size_t lo, hi;   /* RT_COMM_ALLREDUCE_RANGE: the range of buf's n elements */
+    int elem;        /* and their type (enum rt_elem) */
     uint32_t flags;
     int root;
     int nframes;     /* CMD_SEND: the frames that follow */
@@ -66,12 +68,17 @@ struct rt_comm {
     void *ctrl;
     void *pipe_main, *pipe_thread;
     pthread_t thread;
-    bool started, busy;
+    bool started;
     /* training side: a reply was given up on or a command half sent, so the
      * next reply could not be matched to its command: the pipe is unusable */
     bool out_of_step;
-    int op_kind;        /* training side: the collective submitted */
-    double op_deadline; /* and its deadline */
+    /* training side: the collectives submitted and not yet waited for, oldest
+     * at q[head]; the thread answers them in order */
+    struct inflight {
+        int kind;
+        double deadline;
+    } q[RT_COLLECTIVE_MAX_INFLIGHT];
+    int head, inflight;
     int rank, world;
     char run[RT_RUN_ID_LEN + 1];
     double hb_interval, peer_timeout, op_timeout, coord_timeout;
@@ -131,6 +138,8 @@ static const char *kind_name(int kind)
         return "allreduce";
     case RT_COMM_ALLREDUCE_F64:
         return "float64 allreduce";
+    case RT_COMM_ALLREDUCE_RANGE:
+        return "allreduce of a range";
     case RT_COMM_BROADCAST:
         return "broadcast";
     case RT_COMM_REGROUP:
@@ -497,6 +506,9 @@ static int dispatch(rt_comm *c, const struct cmd *k, uint32_t *flags)
         return rt_ring_allreduce(c->ring, k->buf, k->n, flags);
     case RT_COMM_ALLREDUCE_F64:
         return rt_ring_allreduce_f64(c->ring, k->buf, k->n);
+    case RT_COMM_ALLREDUCE_RANGE:
+        return rt_ring_allreduce_range(c->ring, k->buf, (enum rt_elem)k->elem, k->n, k->lo,
+                                       k->hi, flags);
     case RT_COMM_BROADCAST:
         return rt_ring_broadcast(c->ring, k->buf, k->n, k->root);
     }
@@ -871,7 +883,7 @@ rt_comm *rt_comm_new_bare(rt_ring *ring)
 
 static void stop_thread(rt_comm *c)
 {
-    if (c->busy && !c->out_of_step) {
+    while (c->inflight > 0 && !c->out_of_step) {
         uint32_t fl;
         rt_comm_wait(c, &fl);
     }
@@ -936,22 +948,42 @@ static int usable(rt_comm *c)
     return RT_OK;
 }
 
+static int submit_cmd(rt_comm *c, struct cmd *k)
+{
+    check(c);
+    RT_ASSERT(c->inflight < RT_COLLECTIVE_MAX_INFLIGHT);
+    RT_TRY(usable(c));
+    k->deadline = rt_now() + c->op_timeout;
+    if (rt_zsend(c->pipe_main, k, sizeof *k, false) < 0)
+        return rt_error_wrap(RT_ERR_NET, "communication thread unreachable");
+    stamp(c, true);
+    struct inflight *f = &c->q[(c->head + c->inflight) % RT_COLLECTIVE_MAX_INFLIGHT];
+    f->kind = k->kind;
+    f->deadline = k->deadline;
+    c->inflight++;
+    return RT_OK;
+}
+
 int rt_comm_submit(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint32_t flags,
                    int root)
 {
+    struct cmd k = {.kind = (int)kind, .buf = buf, .n = n, .flags = flags, .root = root};
+    return submit_cmd(c, &k);
+}
+
+int rt_comm_submit_range(rt_comm *c, void *buf, enum rt_elem elem, size_t n, size_t lo,
+                         size_t hi, uint32_t flags)
+{
+    RT_ASSERT(lo <= hi && hi <= n);
+    struct cmd k = {.kind = RT_COMM_ALLREDUCE_RANGE, .buf = buf, .n = n, .lo = lo, .hi = hi,
+                    .elem = (int)elem, .flags = flags};
+    return submit_cmd(c, &k);
+}
+
+int rt_comm_inflight(const rt_comm *c)
+{
     check(c);
-    RT_ASSERT(!c->busy);
-    RT_TRY(usable(c));
-    struct cmd k = {.kind = (int)kind, .buf = buf, .n = n, .flags = flags, .root = root,
-                    .deadline = rt_now() + c->op_timeout};
-    if (rt_zsend(c->pipe_main, &k, sizeof k, false) < 0)
-        return rt_error_wrap(RT_ERR_NET, "communication thread unreachable");
-    stamp(c, true);
-    atomic_store(&c->train_waiting, 1);
-    c->busy = true;
-    c->op_kind = (int)kind;
-    c->op_deadline = k.deadline;
-    return RT_OK;
+    return c->inflight;
 }
 
 /* The thread answers every collective by its deadline (the ring asks it
@@ -960,8 +992,9 @@ int rt_comm_submit(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint
  * gone, no later reply could be matched to its command: out of step. */
 static int recv_reply(rt_comm *c, struct reply *rep)
 {
-    const char *what = kind_name(c->op_kind);
-    double limit = c->op_deadline + c->peer_timeout + REPLY_GRACE;
+    const struct inflight *f = &c->q[c->head];
+    const char *what = kind_name(f->kind);
+    double limit = f->deadline + c->peer_timeout + REPLY_GRACE;
     for (;;) {
         bool gone = atomic_load(&c->thread_gone);
         int n = zmq_recv(c->pipe_main, rep, sizeof *rep, gone ? ZMQ_DONTWAIT : 0);
@@ -990,9 +1023,14 @@ static int recv_reply(rt_comm *c, struct reply *rep)
 static int wait_reply(rt_comm *c, struct reply *rep)
 {
     check(c);
-    RT_ASSERT(c->busy);
-    c->busy = false;
+    RT_ASSERT(c->inflight > 0);
+    /* waiting on this thread, not stalled (its own work between a submit
+     * and this wait counts as work) */
+    stamp(c, true);
+    atomic_store(&c->train_waiting, 1);
     int rrc = recv_reply(c, rep);
+    c->head = (c->head + 1) % RT_COLLECTIVE_MAX_INFLIGHT;
+    c->inflight--;
     stamp(c, false);
     atomic_store(&c->train_waiting, 0);
     RT_TRY(rrc);
@@ -1013,6 +1051,7 @@ int rt_comm_wait(rt_comm *c, uint32_t *flags)
 int rt_comm_regroup(rt_comm *c, int *rank, int *world)
 {
     struct reply rep;
+    RT_ASSERT(c->inflight == 0); /* every range waited for: the pipe holds no reply */
     RT_TRY(rt_comm_submit(c, RT_COMM_REGROUP, NULL, 0, 0, 0));
     RT_TRY(wait_reply(c, &rep));
     *rank = rep.rank;
@@ -1034,6 +1073,7 @@ bool rt_comm_expelled(rt_comm *c)
 
 static int call(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint32_t *flags, int root)
 {
+    RT_ASSERT(c->inflight == 0); /* its reply is the next one */
     RT_TRY(rt_comm_submit(c, kind, buf, n, flags ? *flags : 0, root));
     return rt_comm_wait(c, flags);
 }

@@ -56,13 +56,21 @@ enum rt_comm_kind {
     RT_COMM_ALLREDUCE_F64,
     RT_COMM_BROADCAST,
     RT_COMM_REGROUP, /* form the ring of the pending generation (rt_comm_regroup) */
+    RT_COMM_ALLREDUCE_RANGE, /* rt_comm_submit_range */
 };
 
 /* Start a collective on the thread; buf must stay untouched until
- * rt_comm_wait returns. One collective at a time. */
+ * rt_comm_wait returns. Up to RT_COLLECTIVE_MAX_INFLIGHT may be submitted
+ * before the first wait (the thread runs them one after the other, in
+ * order); the blocking calls below and rt_comm_regroup need none in flight. */
 int rt_comm_submit(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint32_t flags,
                    int root);
-/* Wait for it: its status (with the thread's error detail) and flags.
+/* An allreduce of elements [lo, hi) of buf (rt_ring_allreduce_range). */
+int rt_comm_submit_range(rt_comm *c, void *buf, enum rt_elem elem, size_t n, size_t lo,
+                         size_t hi, uint32_t flags);
+/* Collectives submitted and not yet waited for. */
+int rt_comm_inflight(const rt_comm *c);
+/* Wait for the oldest: its status (with the thread's error detail) and flags.
  * Never longer than the collective's deadline (op_timeout) and a margin:
  * then RT_ERR_TIMEOUT, naming the collective. After a failure of the pipe
  * itself (a lost reply) every later call fails. */

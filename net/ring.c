@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "half.h"
 #include "shm.h"
 #include "status.h"
 #include "tcplink.h"
@@ -97,7 +98,8 @@ enum plan_kind { P_RS, P_AG, P_AR, P_BC };
 struct plan {
     enum plan_kind kind;
     char *buf;
-    size_t n;    /* elements */
+    size_t n;    /* elements of the whole buffer: the segments are cut from it */
+    size_t lo, hi; /* the range reduced ([0, n) but for rt_ring_allreduce_range) */
     size_t elem; /* bytes per element */
     int t0, t1;  /* steps [t0, t1) of the 2N-2 ring steps */
     size_t K;    /* sub-chunks per segment */
@@ -114,7 +116,8 @@ static void check(const rt_ring *r) { RT_ASSERT(r && r->tag == RING_TAG); }
  * ranks that run the same collective compute the same. */
 static uint32_t plan_sig(const struct plan *p, int root)
 {
-    uint64_t v[4] = {(uint64_t)p->kind, (uint64_t)p->elem, (uint64_t)p->n, (uint64_t)root};
+    uint64_t v[6] = {(uint64_t)p->kind, (uint64_t)p->elem, (uint64_t)p->n, (uint64_t)root,
+                     (uint64_t)p->lo, (uint64_t)p->hi};
     const unsigned char *b = (const unsigned char *)v;
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < sizeof v; i++)
@@ -151,6 +154,10 @@ static void add_f64(void *dst, const void *src, size_t count)
     for (size_t i = 0; i < count; i++)
         d[i] += s[i];
 }
+
+static void add_f16(void *dst, const void *src, size_t count) { rt_f16_add(dst, src, count); }
+
+static void add_bf16(void *dst, const void *src, size_t count) { rt_bf16_add(dst, src, count); }
 
 static void zc_released(void *data, void *hint)
 {
@@ -396,6 +403,8 @@ static void region(const struct plan *p, int world, int q, size_t j, char **ptr,
         hi = p->n;
     } else {
         rt_slice(p->n, world, q, &lo, &hi);
+        lo = lo < p->lo ? p->lo : lo > p->hi ? p->hi : lo;
+        hi = hi > p->hi ? p->hi : hi < p->lo ? p->lo : hi;
     }
     size_t len = hi - lo;
     size_t a = lo + (size_t)((unsigned __int128)len * j / p->K);
@@ -935,6 +944,21 @@ static size_t subchunks(const rt_ring *r, size_t max_bytes)
     return k ? k : 1;
 }
 
+/* The longest of the segments, cut to [p->lo, p->hi), in elements. */
+static size_t longest_segment(const struct plan *p, int world)
+{
+    size_t most = 0;
+    for (int q = 0; q < world; q++) {
+        size_t lo, hi;
+        rt_slice(p->n, world, q, &lo, &hi);
+        lo = lo < p->lo ? p->lo : lo;
+        hi = hi > p->hi ? p->hi : hi;
+        if (hi > lo && hi - lo > most)
+            most = hi - lo;
+    }
+    return most;
+}
+
 static void plan_ring(rt_ring *r, struct plan *p, enum plan_kind kind, void *buf, size_t n,
                       size_t elem, uint32_t flags)
 {
@@ -942,6 +966,8 @@ static void plan_ring(rt_ring *r, struct plan *p, enum plan_kind kind, void *buf
     p->kind = kind;
     p->buf = buf;
     p->n = n;
+    p->lo = 0;
+    p->hi = n;
     p->elem = elem;
     p->my_flags = flags;
     p->reduce = elem == 8 ? add_f64 : add_f32;
@@ -982,6 +1008,28 @@ int rt_ring_allreduce(rt_ring *r, float *buf, size_t n, uint32_t *flags)
     struct plan p;
     plan_ring(r, &p, P_AR, buf, n, sizeof(float), flags ? *flags : 0);
     int rc = run_plan(r, &p);
+    if (flags)
+        *flags = p.out_flags;
+    return rc;
+}
+
+int rt_ring_allreduce_range(rt_ring *r, void *buf, enum rt_elem elem, size_t n, size_t lo,
+                            size_t hi, uint32_t *flags)
+{
+    check(r);
+    RT_ASSERT(lo <= hi && hi <= n);
+    struct plan p;
+    size_t bytes = elem == RT_ELEM_F32 ? sizeof(float) : sizeof(uint16_t);
+    plan_ring(r, &p, P_AR, buf, n, bytes, flags ? *flags : 0);
+    p.lo = lo;
+    p.hi = hi;
+    p.reduce = elem == RT_ELEM_F16 ? add_f16 : elem == RT_ELEM_BF16 ? add_bf16 : add_f32;
+    p.K = subchunks(r, longest_segment(&p, r->world) * bytes);
+    p.nsend = p.nrecv = (size_t)(p.t1 - p.t0) * p.K;
+    /* the element type is part of what the ranks must agree on */
+    p.sig = plan_sig(&p, -2 - (int)elem);
+    p.out_flags = p.my_flags;
+    int rc = lo == hi ? RT_OK : run_plan(r, &p); /* nothing to send, on every rank */
     if (flags)
         *flags = p.out_flags;
     return rc;

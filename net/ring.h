@@ -38,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "collective.h"
 #include "curve.h"
 #include "membership.h"
 
@@ -103,6 +104,17 @@ int rt_ring_reduce_scatter(rt_ring *r, float *buf, size_t n, uint32_t *flags);
 /* Each rank contributes buf[segment(rank)]; on return buf is complete. */
 int rt_ring_all_gather(rt_ring *r, float *buf, size_t n, uint32_t *flags);
 int rt_ring_allreduce(rt_ring *r, float *buf, size_t n, uint32_t *flags);
+/* The sum over ranks of elements [lo, hi) of buf, an array of n elements of
+ * type elem, on every rank; the rest of buf is untouched. The segments are
+ * those of the whole buffer (rt_slice(n, ...)) cut to [lo, hi), so each
+ * element is summed over the ranks in the same order whatever range it is
+ * reduced in: reducing a float buffer range by range gives the bits of one
+ * rt_ring_allreduce of all of it. fp16 and bf16 elements are added as
+ * half.h says (widened, added, rounded back: the same bits on every rank).
+ * A range inside one segment is a pipelined chain rather than a ring; over
+ * all the ranges of a buffer every link carries the same bytes. */
+int rt_ring_allreduce_range(rt_ring *r, void *buf, enum rt_elem elem, size_t n, size_t lo,
+                            size_t hi, uint32_t *flags);
 int rt_ring_allreduce_f64(rt_ring *r, double *buf, size_t n);
 /* bytes of root's buf to every rank (pipelined along the ring). */
 int rt_ring_broadcast(rt_ring *r, void *buf, size_t bytes, int root);

@@ -912,6 +912,22 @@ static int w_bcast(void *ctx, void *buf, size_t bytes, int root)
     return rt_comm_broadcast(((struct worker *)ctx)->comm, buf, bytes, root);
 }
 
+static int w_submit(void *ctx, void *buf, enum rt_elem elem, size_t n, size_t lo, size_t hi)
+{
+    struct worker *w = ctx;
+    return rt_comm_submit_range(w->comm, buf, elem, n, lo, hi, w->votes_out | w->votes_in);
+}
+
+static int w_wait(void *ctx)
+{
+    struct worker *w = ctx;
+    uint32_t fl = 0;
+    int rc = rt_comm_wait(w->comm, &fl);
+    if (rc >= 0)
+        w->votes_in |= fl;
+    return rc;
+}
+
 static void w_vote(void *ctx, uint32_t votes)
 {
     ((struct worker *)ctx)->votes_out |= votes;
@@ -931,6 +947,8 @@ static const struct rt_collective_ops worker_collectives = {
     .allreduce = w_ar,
     .allreduce_f64 = w_ar64,
     .broadcast = w_bcast,
+    .submit = w_submit,
+    .wait = w_wait,
     .vote = w_vote,
     .agreed = w_agreed,
     .regroup = w_regroup,

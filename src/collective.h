@@ -20,6 +20,13 @@ enum rt_vote {
     RT_VOTE_REPLAN = 1u << 1, /* a worker's speed moved: re-plan the shares */
 };
 
+/* Element types a range reduction carries (submit below): float32, or 16
+ * bits (base/half.h) when gradients travel compressed. */
+enum rt_elem { RT_ELEM_F32, RT_ELEM_F16, RT_ELEM_BF16 };
+
+/* Ranges reduced at once, submitted and not yet waited for. */
+#define RT_COLLECTIVE_MAX_INFLIGHT 32
+
 struct rt_collective_ops {
     /* The sum over ranks of buf (n floats); afterwards each rank holds its
      * own slice (rt_slice) of the sum, the rest of buf is scratch. */
@@ -31,6 +38,19 @@ struct rt_collective_ops {
     int (*allreduce_f64)(void *ctx, double *buf, size_t n);
     /* root's bytes to every rank. */
     int (*broadcast)(void *ctx, void *buf, size_t bytes, int root);
+    /* Asynchronous allreduce of a range, so that communication overlaps
+     * compute: start the sum over ranks of elements [lo, hi) of buf (n
+     * elements of type elem) and return; wait() completes the oldest range
+     * submitted and not yet waited for (at most RT_COLLECTIVE_MAX_INFLIGHT
+     * are). The range's segments are those of the whole n cut to [lo, hi),
+     * so each element is summed in one order of ranks whatever the ranges:
+     * float32 ranges give the bits of one allreduce of all of buf. The
+     * caller leaves [lo, hi) alone until its wait; votes ride along. After
+     * a failure (RT_ERR_REGROUP included) the caller still waits for every
+     * range submitted, then handles the first error. NULL (both): not
+     * offered; the caller uses allreduce. */
+    int (*submit)(void *ctx, void *buf, enum rt_elem elem, size_t n, size_t lo, size_t hi);
+    int (*wait)(void *ctx);
     /* Control travels beside the data, never in it: votes cast here ride on
      * the next float collectives at no extra message. agreed() returns the
      * OR of every rank's votes that reached this rank since the last call,

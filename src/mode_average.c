@@ -1,12 +1,21 @@
 /* mode_average.c — --mode average: local SGD. Every worker steps on its own
  * part of each batch with the whole optimiser state; every --sync-every H
  * steps the parameters and the optimiser state are averaged (CaffeOnSpark's
- * model averaging, for slow networks). */
+ * model averaging, for slow networks).
+ *
+ * With --compress fp16|bf16 what travels is each worker's change since the
+ * last averaging (parameters and optimiser state, weighted), rounded to 16
+ * bits with the worker's rounding error carried to the next averaging
+ * (compress.h); every rank adds the same widened sum to the same agreed
+ * state, so the replicas stay bitwise identical. Changes, not values: a
+ * weight rounded to 16 bits would lose its small updates for good, while a
+ * change is small and its rounding error is sent later. */
 #include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "compress.h"
 #include "dist.h"
 #include "status.h"
 #include "train-testing.h"
@@ -17,6 +26,8 @@ struct average {
     struct rt_commit agreed; /* the state at the last averaging (dist_commit.c) */
     bool commit_due;        /* an averaging completed: keep its state at the next step */
     bool exchanged;         /* the last step averaged */
+    struct rt_compress z;   /* --compress: the changes in 16 bits, the carried errors */
+    float *delta;           /* one buffer's weighted change, then the widened sum */
 };
 
 /* Any share of the batch: the plan gives a worker more when others leave. */
@@ -27,8 +38,62 @@ static int average_init(struct rt_trainer *t)
     struct average *a = calloc(1, sizeof *a);
     if (!a)
         return rt_error(RT_ERR_NOMEM, "out of memory");
-    return rt_dist_init(t, &a->d, t->c.partition == RT_PARTITION_BALANCED, true,
-                        t->c.batch);
+    RT_TRY(rt_dist_init(t, &a->d, t->c.partition == RT_PARTITION_BALANCED, true,
+                        t->c.batch));
+    if (t->c.compress == RT_COMPRESS_NONE)
+        return RT_OK;
+    const rt_collective *c = t->coll;
+    if (!c->ops->submit || !c->ops->wait)
+        return rt_error(RT_ERR_CONFIG, "--compress %s: these workers' collectives cannot "
+                        "reduce 16-bit ranges", rt_compress_name(t->c.compress));
+    size_t np = a->d.r.np, n = np * (size_t)(1 + rt_optim_state_count(t->opt));
+    RT_TRY(rt_compress_init(&a->z, t->c.compress, n, n));
+    if (!(a->delta = malloc((np ? np : 1) * sizeof(float))))
+        return rt_error(RT_ERR_NOMEM, "no memory for the parameters' change");
+    return RT_OK;
+}
+
+/* Buffer k of the averaged state: the parameters, then each optimiser
+ * buffer (the layout of the agreed copy, dist_commit.c). */
+static float *state_buf(struct rt_trainer *t, struct average *a, int k)
+{
+    return k == 0 ? a->d.r.p : rt_view_host(rt_optim_state(t->opt, k - 1));
+}
+
+/* X = agreed + sum over workers of round16(w (X - agreed) + carried), for
+ * the parameters and each optimiser buffer: the weighted average of
+ * average_params, with 16-bit changes on the wire (sum of w is 1). All
+ * buffers travel at once as ranges of one collective. */
+static int average_compressed(struct rt_trainer *t, struct average *a, float w)
+{
+    const rt_collective *c = t->coll;
+    size_t np = a->d.r.np;
+    int nb = 1 + rt_optim_state_count(t->opt), submitted = 0, rc = RT_OK;
+    if (!a->agreed.valid)
+        return rt_error(RT_ERR_ARG, "compressed averaging without an agreed state");
+    for (int k = 0; k < nb && rc >= 0; k++) {
+        const float *x = state_buf(t, a, k), *ref = a->agreed.buf + (size_t)k * np;
+        for (size_t i = 0; i < np; i++)
+            a->delta[i] = w * (x[i] - ref[i]);
+        rt_compress_put(&a->z, a->delta, (size_t)k * np, np);
+        rc = c->ops->submit(c->ctx, a->z.wire, a->z.elem, a->z.n, (size_t)k * np,
+                            (size_t)(k + 1) * np);
+        submitted += rc >= 0;
+    }
+    while (submitted-- > 0) {
+        int rw = c->ops->wait(c->ctx);
+        rc = rc < 0 ? rc : rw;
+    }
+    RT_TRY(rc);
+    for (int k = 0; k < nb; k++) {
+        float *x = state_buf(t, a, k);
+        const float *ref = a->agreed.buf + (size_t)k * np;
+        rt_compress_get(&a->z, a->delta, (size_t)k * np, np);
+        for (size_t i = 0; i < np; i++)
+            x[i] = ref[i] + a->delta[i];
+    }
+    rt_compress_commit(&a->z);
+    return RT_OK;
 }
 
 static int average_begin(struct rt_trainer *t)
@@ -85,7 +150,9 @@ static int average_params(struct rt_trainer *t, struct average *a, struct rt_tal
     rt_tally_to_f64(&a->since, sums);
     RT_TRY(c->ops->allreduce_f64(c->ctx, sums, RT_TALLY_FLOATS));
     rt_tally_from_f64(sums, all);
-    if (all->seen > 0) {
+    if (all->seen > 0 && a->delta) {
+        RT_TRY(average_compressed(t, a, (float)((double)a->since.seen / (double)all->seen)));
+    } else if (all->seen > 0) {
         float w = (float)((double)a->since.seen / (double)all->seen);
         /* frozen parameters below `lo` are the same bits everywhere */
         size_t lo = rt_model_trainable_from(t->m), no = rt_optim_size(t->opt);
@@ -191,6 +258,8 @@ static void average_destroy(struct rt_trainer *t)
     if (!t->ms)
         return;
     rt_commit_free(&a->agreed);
+    rt_compress_free(&a->z);
+    free(a->delta);
     rt_dist_free(&a->d);
     free(a);
     t->ms = NULL;

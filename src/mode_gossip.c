@@ -35,6 +35,12 @@ static int gossip_init(struct rt_trainer *t)
 {
     if (!t->pairwise)
         return rt_error(RT_ERR_CONFIG, "--mode gossip needs a transport for pairwise averaging");
+    /* A pair averages whole replicas that have no agreed state in common to
+     * send changes from, and values rounded to 16 bits would lose the small
+     * updates for good (docs/cluster.md). */
+    if (t->c.compress != RT_COMPRESS_NONE)
+        return rt_error(RT_ERR_CONFIG, "--compress works with --mode sync and average, not "
+                        "with gossip (pairs exchange whole parameters, not changes)");
     struct gossip *g = calloc(1, sizeof *g);
     if (!g)
         return rt_error(RT_ERR_NOMEM, "out of memory");

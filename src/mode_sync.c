@@ -15,12 +15,20 @@
  * reduce-scatter and an all-gather of the parameters (the same bytes on
  * the wire), left the optimiser state of a lost worker's slice nowhere.
  * The replicated update costs each worker the whole update instead of a
- * 1/N slice (bench/README.md has the figures). */
+ * 1/N slice (bench/README.md has the figures).
+ *
+ * With --overlap (the default) the gradient goes to the network in buckets
+ * as backward finishes them (buckets.h), the last layers' first, while the
+ * earlier layers still compute; the sums are the bits of the one allreduce
+ * (the ring cuts every bucket by the whole buffer's segments). --compress
+ * sends them as 16 bits with error feedback (compress.h). */
 #include "config.h"
 
 #include <math.h>
 #include <stdlib.h>
 
+#include "buckets.h"
+#include "compress.h"
 #include "dist.h"
 #include "tally.h"
 #include "status.h"
@@ -29,6 +37,9 @@
 struct sync {
     struct rt_dist d; /* first: the shared methods see a struct rt_dist */
     size_t lo;        /* the first trainable parameter: the exchange starts there */
+    bool buckets;     /* the gradient travels in buckets (else one allreduce) */
+    struct rt_buckets bk;
+    struct rt_compress z; /* --compress: the wire buffer and the carried error */
 };
 
 /* Any share up to the whole batch: the members, and so the shares, change. */
@@ -48,8 +59,25 @@ static int sync_init(struct rt_trainer *t)
     if (!s)
         return rt_error(RT_ERR_NOMEM, "out of memory");
     s->lo = rt_model_trainable_from(t->m);
-    return rt_dist_init(t, &s->d, t->c.partition == RT_PARTITION_BALANCED, true,
-                        t->c.batch);
+    RT_TRY(rt_dist_init(t, &s->d, t->c.partition == RT_PARTITION_BALANCED, true,
+                        t->c.batch));
+    const rt_collective *c = t->coll;
+    bool ranges = c->ops->submit && c->ops->wait;
+    bool compress = t->c.compress != RT_COMPRESS_NONE;
+    if (compress && !ranges)
+        return rt_error(RT_ERR_CONFIG, "--compress %s: these workers' collectives cannot "
+                        "reduce 16-bit ranges", rt_compress_name(t->c.compress));
+    s->buckets = ranges && (t->c.overlap || compress);
+    if (!s->buckets)
+        return RT_OK;
+    struct rt_replica *r = &s->d.r;
+    if (compress)
+        RT_TRY(rt_compress_init(&s->z, t->c.compress, r->np + RT_TALLY_FLOATS, r->np));
+    RT_TRY(rt_buckets_init(&s->bk, c, r, t->m, s->lo, (size_t)t->c.bucket_kb << 10,
+                           compress ? &s->z : NULL));
+    if (t->c.overlap)
+        rt_model_set_backward_hook(t->m, rt_buckets_hook, &s->bk);
+    return RT_OK;
 }
 
 /* The summary line says what a step sends when layers are frozen. */
@@ -81,6 +109,9 @@ static int sync_part(struct rt_trainer *t, struct rt_step *s)
     RT_TRY(rt_planner_check_leave(&d->pl));
     rt_planner_part(&d->pl, s->n, &s->a, &s->b);
     rt_planner_step_begin(&d->pl, s);
+    struct sync *sy = t->ms;
+    if (sy->buckets)
+        rt_buckets_arm(&sy->bk);
     return RT_OK;
 }
 
@@ -90,11 +121,16 @@ static int sync_update(struct rt_trainer *t, struct sync *sy, struct rt_step *s)
 {
     const rt_collective *c = t->coll;
     struct rt_replica *r = &sy->d.r;
-    RT_TRY(rt_replica_pull_grads(r));
-    rt_tally_encode(&s->tally, r->g + r->np);
     /* frozen layers below lo: their gradients never travel */
     size_t lo = sy->lo;
-    RT_TRY(c->ops->allreduce(c->ctx, r->g + lo, r->np - lo + RT_TALLY_FLOATS));
+    if (sy->buckets) {
+        rt_tally_encode(&s->tally, r->g + r->np);
+        RT_TRY(rt_buckets_finish(&sy->bk));
+    } else {
+        RT_TRY(rt_replica_pull_grads(r));
+        rt_tally_encode(&s->tally, r->g + r->np);
+        RT_TRY(c->ops->allreduce(c->ctx, r->g + lo, r->np - lo + RT_TALLY_FLOATS));
+    }
     rt_tally_decode(r->g + r->np, &s->tally);
     double norm = NAN;
     if (t->c.optim.clip_norm > 0.0f || s->log_now) {
@@ -111,7 +147,17 @@ static int sync_after_backward(struct rt_trainer *t, struct rt_step *s)
 {
     struct sync *sy = t->ms;
     const rt_collective *c = t->coll;
-    RT_TRY(rt_planner_step_end(&sy->d.pl, t, s));
+    if (sy->buckets) {
+        /* backward is over (a standby worker's speed probe runs one more,
+         * whose gradient is not the step's) */
+        rt_buckets_disarm(&sy->bk);
+        int rc = rt_planner_step_end(&sy->d.pl, t, s);
+        if (rc < 0)
+            rt_buckets_abandon(&sy->bk);
+        RT_TRY(rc);
+    } else {
+        RT_TRY(rt_planner_step_end(&sy->d.pl, t, s));
+    }
     c->ops->vote(c->ctx, (rt_trainer_stop_asked(t) ? RT_VOTE_STOP : 0u) |
                              rt_planner_vote(&sy->d.pl));
     RT_TRY(sync_update(t, sy, s));
@@ -145,6 +191,13 @@ static void sync_destroy(struct rt_trainer *t)
     struct sync *sy = t->ms;
     if (!t->ms)
         return;
+    if (sy->buckets) {
+        rt_buckets_abandon(&sy->bk);
+        if (t->m)
+            rt_model_set_backward_hook(t->m, NULL, NULL);
+    }
+    rt_buckets_free(&sy->bk);
+    rt_compress_free(&sy->z);
     rt_dist_free(&sy->d);
     free(sy);
     t->ms = NULL;

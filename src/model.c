@@ -71,6 +71,8 @@ struct rt_model {
     float *probs_host, *losses_host;
     int32_t *labels_host;
     bool *got_grad; /* per layer: its delta was written this backward */
+    rt_backward_hook hook; /* told of each layer's final gradients (NULL: nobody) */
+    void *hook_arg;
 
     int fwd_n; /* samples of the last forward, -1 before any */
     rt_view fwd_x; /* its input: the logits when [softmax] is the only layer */
@@ -727,6 +729,7 @@ int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_
      * pass stops there, and that layer computes no gradient of its input. */
     int low = rt_model_lowest_trainable(m);
     struct rt_pass p = base_pass(m, n, m->fwd_train);
+    size_t grads_hi = m->nparams; /* layers declare their parameters in order */
     for (int i = L - 2; i >= low; i--) {
         struct rt_layer *l = &m->layers[i];
         RT_ASSERT(m->got_grad[i]); /* every layer feeds the next one */
@@ -758,8 +761,19 @@ int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_
                 RT_TRY(rt_op_axpy(m->dev, (size_t)n * rt_shape_count(m->layers[src].out), 1.0f,
                                   rt_buf_view(m->scratch[k]), delta_view(m, src)));
         }
+        if (l->params && m->hook)
+            RT_TRY(m->hook(m->hook_arg, grads_hi - l->params, grads_hi));
+        grads_hi -= l->params;
     }
+    RT_ASSERT(grads_hi == 0 || low > 0); /* frozen layers below low hold the rest */
     return RT_OK;
+}
+
+void rt_model_set_backward_hook(rt_model *m, rt_backward_hook fn, void *arg)
+{
+    RT_ASSERT(m);
+    m->hook = fn;
+    m->hook_arg = arg;
 }
 
 /* ---- summary ------------------------------------------------------------------ */

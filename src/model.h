@@ -141,6 +141,18 @@ int rt_model_trainable_spans(const rt_model *m, struct rt_span *spans, int cap);
 /* "conv1, conv3 (2,572 parameters)" or "none", for log lines. */
 void rt_model_frozen_text(const rt_model *m, char *buf, size_t n);
 
+/* Called by rt_model_backward as soon as a layer's backward is done, with
+ * the range [lo, hi) of the gradient buffer its parameters own: those
+ * gradients are final, and so is everything from lo on (parameters lie in
+ * the order of the layers, and backward walks them from the last). A
+ * data-parallel step starts reducing them while earlier layers still
+ * compute. Not called for layers without parameters, nor when backward has
+ * no samples (it zero-fills the whole buffer). A negative return fails the
+ * backward with that status. */
+typedef int (*rt_backward_hook)(void *arg, size_t lo, size_t hi);
+/* Install (fn) or remove (NULL) the hook. */
+void rt_model_set_backward_hook(rt_model *m, rt_backward_hook fn, void *arg);
+
 /* Keras-style table: layer, type, output shape, parameters; then totals. */
 int rt_model_summary(const rt_model *m, FILE *out);
 

@@ -69,6 +69,15 @@ int rt_replica_pull_grads(struct rt_replica *r)
     return rt_download(rt_model_dev(r->m), r->g, rt_model_grads(r->m), r->np * sizeof(float));
 }
 
+int rt_replica_pull_grads_range(struct rt_replica *r, size_t lo, size_t hi)
+{
+    RT_ASSERT(lo <= hi && hi <= r->np);
+    if (r->alias || lo == hi)
+        return RT_OK;
+    return rt_download(rt_model_dev(r->m), r->g + lo, rt_view_at(rt_model_grads(r->m), lo),
+                       (hi - lo) * sizeof(float));
+}
+
 int rt_replica_pull_state(struct rt_replica *r)
 {
     if (!r->ns)

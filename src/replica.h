@@ -36,6 +36,8 @@ void rt_replica_free(struct rt_replica *r);
 int rt_replica_pull(struct rt_replica *r);
 int rt_replica_push(struct rt_replica *r);
 int rt_replica_pull_grads(struct rt_replica *r);
+/* Only the gradients [lo, hi) (a bucket whose layers are done). */
+int rt_replica_pull_grads_range(struct rt_replica *r, size_t lo, size_t hi);
 /* The model's state to hstate, and back. */
 int rt_replica_pull_state(struct rt_replica *r);
 int rt_replica_push_state(struct rt_replica *r);

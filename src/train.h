@@ -20,6 +20,9 @@ enum rt_dist_mode {
     RT_MODE_GOSSIP,  /* local steps at each worker's pace, pairwise averaging, no barrier */
 };
 enum rt_partition { RT_PARTITION_BALANCED, RT_PARTITION_STATIC };
+/* How gradients (sync) or parameter changes (average) travel between
+ * workers: float32, or rounded to 16 bits with error feedback. */
+enum rt_compress_kind { RT_COMPRESS_NONE, RT_COMPRESS_FP16, RT_COMPRESS_BF16 };
 
 struct rt_train_testing;
 
@@ -63,6 +66,9 @@ struct rt_train_config {
     long replan_every;    /* balanced: re-plan the shares every K steps (default 200) */
     float replan_change;  /* ... and when a speed moved by more than this fraction (0.2) */
     float min_share;      /* standby below this fraction of an equal share (0.1; 0: never) */
+    bool overlap;         /* sync: reduce the gradient in buckets while backward runs */
+    int bucket_kb;        /* sync: the least KiB of gradient in one bucket (default 1024) */
+    enum rt_compress_kind compress; /* sync, average: 16-bit exchanges (default none) */
     /* NULL. Testing aids (throttling, a simulated interrupt) that tests and
      * `ragtag worker --throttle` set: src/train-testing.h, not installed. */
     const struct rt_train_testing *testing;

@@ -4,7 +4,8 @@
 # cpu,opencl`. The optimiser runs on the host on each worker's slice, so the
 # replicas stay bitwise identical (the coordinator compares their hashes and
 # fails the run otherwise), and the accuracy matches a cpu-only run within
-# 1 point. With a CUDA device present a cpu + cuda run is checked the same
+# 1 point; so does a run with --compress fp16 (16-bit gradients, rounded
+# on each worker's host copy). With a CUDA device present a cpu + cuda run is checked the same
 # way; without one that part is skipped and says so. Skipped as a whole when
 # the multi-machine layer or the opencl backend is absent.
 set -u
@@ -52,6 +53,15 @@ a=$(acc cpu)
 b=$(acc mixed)
 echo "test accuracy: cpu alone $a, cpu + opencl workers $b"
 close "$a" "$b" || fail "accuracies differ by more than 1 point"
+
+# 16-bit gradients: rounded on each worker's host copy, so the backends
+# mix as before and the replicas stay identical
+train mixed_z --workers 2 --backend cpu,opencl --compress fp16 ||
+  { cat "$tmp/mixed_z.err"; fail "the cpu + opencl run with --compress fp16 failed"; }
+grep -q "replicas identical" "$tmp/mixed_z.err" || fail "compressed replicas are not identical"
+z=$(acc mixed_z)
+echo "test accuracy: cpu alone $a, cpu + opencl workers with --compress fp16 $z"
+close "$a" "$z" || fail "--compress fp16 accuracy differs by more than 1 point"
 
 if grep -q '^cuda  *0 ' "$tmp/devices"; then
   train cuda --workers 2 --backend cpu,cuda || { cat "$tmp/cuda.err"; fail "the cpu + cuda run failed"; }

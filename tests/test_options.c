@@ -55,7 +55,8 @@ static int n_names(const struct opt *o)
 }
 
 /* A valid value other than the default, as text. */
-static void sample(const struct opt *o, const char *key, char *v, size_t n)
+static void sample(const struct opt *o, const char *key, char *v, size_t n,
+                   const struct rt_train_config *def)
 {
     switch (o->type) {
     case FLOAT:
@@ -70,7 +71,8 @@ static void sample(const struct opt *o, const char *key, char *v, size_t n)
         snprintf(v, n, "18446744073709551615");
         break;
     case BOOL:
-        snprintf(v, n, "yes"); /* every bool is off by default */
+        /* the other value than the default (--overlap is on) */
+        snprintf(v, n, "%s", *(const bool *)((const char *)def + o->off) ? "no" : "yes");
         break;
     case STR:
         snprintf(v, n, "/some/%s", key);
@@ -114,7 +116,7 @@ static void test_every_option_round_trips(void **state)
     rt_train_config_defaults(&a);
     char k[32], v[64];
     for (int i = 0; i < N_OPTS; i++) {
-        sample(&opts[i], key_of(&opts[i], k, sizeof k), v, sizeof v);
+        sample(&opts[i], key_of(&opts[i], k, sizeof k), v, sizeof v, &def);
         assert_int_equal(rt_train_config_set(&a, k, v, "test"), RT_OK);
         /* the value landed in the field the table names, and only there */
         assert_memory_not_equal((char *)&a + opts[i].off, (char *)&def + opts[i].off,

@@ -2,10 +2,12 @@
  * N = 1..5, shared memory, ZeroMQ over TCP and both in one ring, lengths
  * from 0 to well past one chunk and not divisible by N. Values are small
  * integers so every sum is exact; a second pass with arbitrary floats checks
- * that all ranks end with bitwise the same result. The TCP cases run over
- * raw TCP links (tcplink.h), and over ZeroMQ with CurveZMQ where a case
- * says so. The last cases run while another process sends garbage and
- * foreign messages to every rank, and with a rank SIGKILLed. */
+ * that all ranks end with bitwise the same result, also when reduced in
+ * ranges (the bits of the whole allreduce) and as fp16/bf16 elements (exact
+ * small sums; the same bits everywhere). The TCP cases run over raw TCP
+ * links (tcplink.h), and over ZeroMQ with CurveZMQ where a case says so.
+ * The last cases run while another process sends garbage and foreign
+ * messages to every rank, and with a rank SIGKILLed. */
 #include "config.h"
 
 #include "testutil.h"
@@ -15,6 +17,7 @@
 
 #include "junk.h"
 #include "clock.h"
+#include "half.h"
 #include "localring.h"
 #include "ring.h"
 #include "status.h"
@@ -72,6 +75,46 @@ static int battery(rt_ring *ring, int rank, int out_fd, void *arg)
     long dropped = rt_ring_dropped(ring);
     if (write(out_fd, &dropped, sizeof dropped) != (ssize_t)sizeof dropped)
         return 4;
+    return 0;
+}
+
+/* The arbitrary floats of one_pass again, reduced in three ranges from the
+ * top (as the sync mode's buckets go): bitwise the whole allreduce's sums
+ * (`whole`), and nothing outside a range touched. Then 16-bit elements:
+ * small integers summed exactly in fp16 over a range, and arbitrary bf16
+ * values, the same bits on every rank (into the hash). */
+static int ranges(rt_ring *ring, int rank, size_t n, const float *whole, uint64_t *hash)
+{
+    int N = rt_ring_size(ring);
+    static float y[MAXLEN];
+    static uint16_t h[MAXLEN];
+    size_t c1 = n / 3 + (n > 4), c2 = 2 * n / 3;
+    for (size_t i = 0; i < n; i++)
+        y[i] = sinf((float)(i + 1) * (float)(rank + 3) * 0.37f) * 1e-3f * (float)(rank + 1);
+    uint32_t fl = 1u << rank;
+    CALL(rt_ring_allreduce_range(ring, y, RT_ELEM_F32, n, c2, n, &fl));
+    /* flags travel with chunks: an empty range exchanges none */
+    CHECK(fl == (c2 < n ? (1u << N) - 1 : 1u << rank), "range allreduce flags %#x", fl);
+    for (size_t i = 0; i < c2; i++) /* below the range: this rank's own still */
+        CHECK(y[i] == sinf((float)(i + 1) * (float)(rank + 3) * 0.37f) * 1e-3f * (float)(rank + 1),
+              "range [%zu, %zu) of %zu touched y[%zu]", c2, n, n, i);
+    CALL(rt_ring_allreduce_range(ring, y, RT_ELEM_F32, n, c1, c2, NULL));
+    CALL(rt_ring_allreduce_range(ring, y, RT_ELEM_F32, n, 0, c1, NULL));
+    CHECK(memcmp(y, whole, n * sizeof(float)) == 0,
+          "n=%zu: three ranges summed to other bits than the whole allreduce", n);
+    float S = (float)N * (float)(N + 1) / 2.0f;
+    for (size_t i = 0; i < n; i++)
+        h[i] = rt_f32_to_f16((float)(rank + 1) * (float)(i % 7 + 1));
+    CALL(rt_ring_allreduce_range(ring, h, RT_ELEM_F16, n, c1, n, NULL));
+    for (size_t i = 0; i < n; i++) {
+        float want = (float)(i % 7 + 1) * (i < c1 ? (float)(rank + 1) : S);
+        CHECK(rt_f16_to_f32(h[i]) == want, "fp16 range n=%zu h[%zu]=%g, expected %g", n, i,
+              (double)rt_f16_to_f32(h[i]), (double)want);
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = rt_f32_to_bf16(cosf((float)(i + 1) * (float)(rank + 2) * 0.21f));
+    CALL(rt_ring_allreduce_range(ring, h, RT_ELEM_BF16, n, 0, n, NULL));
+    *hash ^= fnv(h, n * sizeof *h) * 31u;
     return 0;
 }
 
@@ -135,6 +178,7 @@ static int one_pass(rt_ring *ring, int rank, uint64_t *hash)
             x[i] = sinf((float)(i + 1) * (float)(rank + 3) * 0.37f) * 1e-3f * (float)(rank + 1);
         CALL(rt_ring_allreduce(ring, x, n, NULL));
         hashes ^= fnv(x, n * sizeof(float)) + li;
+        CALL(ranges(ring, rank, n, x, &hashes));
     }
     *hash = hashes;
     return 0;
