@@ -66,8 +66,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: adam_step takes the step's scalars (struct rt_adam_scalars) */
-#define RT_BACKEND_ABI_VERSION 2
+/* 2: adam_step takes the step's scalars (struct rt_adam_scalars)
+ * 3: the fused ops conv2d_fwd_bias_act, bias_act_fwd, act_bias_bwd */
+#define RT_BACKEND_ABI_VERSION 3
 
 typedef struct rt_dev rt_dev; /* an opened device context */
 typedef struct rt_buf rt_buf; /* a block of device memory */

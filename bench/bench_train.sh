@@ -16,7 +16,8 @@
 # best. Environment: RAGTAG (default ./src/ragtag), MODELS (default "lenet
 # seedcnn resnet8"), LENET_IMAGES / SEEDCNN_IMAGES / RESNET8_IMAGES (images
 # per timed run), REPS (rounds, default 3), TORCH_VENV, NO_PYPI=1 (skip the
-# PyPI column). Speed is never asserted: this prints figures, with the load
+# PyPI column), RAGTAG_BEFORE (another ragtag binary, e.g. a build of an
+# older commit, in its own column: before/after in the same run). Speed is never asserted: this prints figures, with the load
 # average before and after.
 set -eu
 RAGTAG=${RAGTAG:-./src/ragtag}
@@ -66,9 +67,11 @@ pypi_why_not() {
 json_field() { grep -v '"event"' | sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | tail -n 1; } # not the coordinator's event lines
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
-ragtag_ips() { # model threads images
+ragtag_ips() { # binary model threads images
+  bin=$1
+  shift
   rm -f "$tmp/m.jsonl"
-  "$RAGTAG" train "$top/examples/$1.cfg" --data fashion-mnist --val 0 --limit "$3" --epochs 1 \
+  "$bin" train "$top/examples/$1.cfg" --data fashion-mnist --val 0 --limit "$3" --epochs 1 \
     --batch 64 --lr 0.01 --momentum 0.9 --weight-decay 0 --optimizer sgd --threads "$2" \
     --progress off --metrics "$tmp/m.jsonl" >/dev/null 2>&1 || { echo "ragtag failed" >&2; echo 0; return; }
   json_field images_per_s <"$tmp/m.jsonl"
@@ -97,14 +100,17 @@ if [ "$mode" = speed ]; then
     case $model in lenet) imgs=$LENET_IMAGES ;; seedcnn) imgs=$SEEDCNN_IMAGES ;; *) imgs=$RESNET8_IMAGES ;; esac
     for _ in $(seq "$REPS"); do
       for t in 1 2; do
-        keep "r$t" "$(ragtag_ips "$model" "$t" "$imgs")"
-        [ -z "$why" ] && keep "p$t" "$(torch_ips pt_pypi "$model" "$t" "$imgs")"
-        [ "$deb" = yes ] && keep "d$t" "$(torch_ips pt "$model" "$t" "$imgs")"
+        keep "r$t" "$(ragtag_ips "$RAGTAG" "$model" "$t" "$imgs")"
+        if [ -n "${RAGTAG_BEFORE:-}" ]; then keep "b$t" "$(ragtag_ips "$RAGTAG_BEFORE" "$model" "$t" "$imgs")"; fi
+        if [ -z "$why" ]; then keep "p$t" "$(torch_ips pt_pypi "$model" "$t" "$imgs")"; fi
+        if [ "$deb" = yes ]; then keep "d$t" "$(torch_ips pt "$model" "$t" "$imgs")"; fi
       done
     done
-    printf '%-8s %-7s %10s %14s %16s\n' model threads ragtag "pytorch-pypi" "pytorch-debian"
+    printf '%-8s %-7s %10s %14s %16s %14s\n' model threads ragtag "pytorch-pypi" "pytorch-debian" \
+      "ragtag-before"
     for t in 1 2; do
-      printf '%-8s %-7s %10.0f %14.0f %16.0f\n' "$model" "$t" "$(cell r$t)" "$(cell p$t)" "$(cell d$t)"
+      printf '%-8s %-7s %10.0f %14.0f %16.0f %14.0f\n' "$model" "$t" "$(cell r$t)" "$(cell p$t)" \
+        "$(cell d$t)" "$(cell b$t)"
     done
     awk -v r1="$(cell r1)" -v r2="$(cell r2)" -v p1="$(cell p1)" -v p2="$(cell p2)" \
         -v d1="$(cell d1)" -v d2="$(cell d2)" -v m="$model" 'BEGIN {
@@ -112,7 +118,7 @@ if [ "$mode" = speed ]; then
       if (pb > 0) printf "%-8s ragtag best / pytorch-pypi best   = %.2fx\n", m, rb / pb
       if (db > 0) printf "%-8s ragtag best / pytorch-debian best = %.2fx\n", m, rb / db
       if (r1 > 0) printf "%-8s ragtag 2 threads / 1 thread       = %.2fx\n", m, r2 / r1 }'
-    rm -f "$tmp"/r? "$tmp"/p? "$tmp"/d?
+    rm -f "$tmp"/r? "$tmp"/p? "$tmp"/d? "$tmp"/b?
   done
   echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 elif [ "$mode" = accuracy ]; then
