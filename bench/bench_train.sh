@@ -17,8 +17,8 @@
 # seedcnn resnet8"), LENET_IMAGES / SEEDCNN_IMAGES / RESNET8_IMAGES (images
 # per timed run), REPS (rounds, default 3), TORCH_VENV, NO_PYPI=1 (skip the
 # PyPI column), RAGTAG_BEFORE (another ragtag binary, e.g. a build of an
-# older commit, in its own column: before/after in the same run). Speed is never asserted: this prints figures, with the load
-# average before and after.
+# older commit, in its own column: before/after in the same run). Speed is
+# never asserted: this prints figures, with the load average before and after.
 set -eu
 RAGTAG=${RAGTAG:-./src/ragtag}
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,6 +64,12 @@ pypi_why_not() {
   fi
 }
 
+torch_version() { # python: its torch's version and fast libraries
+  "$1" -c 'import torch; b = torch.backends
+print(torch.__version__, "MKL" if b.mkl.is_available() else "",
+      "oneDNN" if b.mkldnn.is_available() else "")' 2>/dev/null
+}
+
 json_field() { grep -v '"event"' | sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" | tail -n 1; } # not the coordinator's event lines
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
@@ -92,9 +98,9 @@ if [ "$mode" = speed ]; then
   have_torch && deb=yes || deb=no
   echo "# training images/s, batch 64, SGD lr 0.01 momentum 0.9; best of $REPS interleaved rounds"
   echo "# $(nproc) cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  [ "$deb" = yes ] && echo "# PyTorch (Debian): $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)" ||
+  [ "$deb" = yes ] && echo "# PyTorch (Debian): $(torch_version /usr/bin/python3)" ||
     echo "# PyTorch (Debian): skipped: python3-torch is not installed"
-  [ -z "$why" ] && echo "# PyTorch (PyPI): $("$TORCH_VENV/bin/python" -c 'import torch; print(torch.__version__, "MKL" if torch.backends.mkl.is_available() else "", "oneDNN" if torch.backends.mkldnn.is_available() else "")' 2>/dev/null)" ||
+  [ -z "$why" ] && echo "# PyTorch (PyPI): $(torch_version "$TORCH_VENV/bin/python")" ||
     echo "# PyTorch (PyPI): skipped: $why"
   for model in $MODELS; do
     case $model in lenet) imgs=$LENET_IMAGES ;; seedcnn) imgs=$SEEDCNN_IMAGES ;; *) imgs=$RESNET8_IMAGES ;; esac

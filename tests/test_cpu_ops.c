@@ -505,8 +505,9 @@ static void test_fused(void **state)
         rt_dev *d = open_dev(thread_counts[t]);
         for (int i = 0; i < ns; i++) {
             const struct rt_conv_shape *cs = &shapes[i];
-            const size_t xn = (size_t)cs->n * cs->c * cs->h * cs->w, hw = (size_t)cs->oh * cs->ow,
-                         yn = (size_t)cs->n * cs->k * hw, wn = (size_t)cs->k * cs->c * cs->r * cs->s;
+            const size_t xn = (size_t)cs->n * cs->c * cs->h * cs->w,
+                         hw = (size_t)cs->oh * cs->ow, yn = (size_t)cs->n * cs->k * hw,
+                         wn = (size_t)cs->k * cs->c * cs->r * cs->s;
             float *x = frand(xn, -1, 1, 40 + i), *w = frand(wn, -1, 1, 50 + i),
                   *b = frand(cs->k, -1, 1, 60 + i), *g = frand(yn, -1, 1, 70 + i);
             tb X = tb_new(d, xn), W = tb_new(d, wn), B = tb_new(d, cs->k),

@@ -95,7 +95,7 @@ def main():
                               **common)), flush=True)
         return
 
-    target = args.target if args.target is not None else (0.90 if args.model == "lenet" else 0.91)  # noqa: E501
+    target = args.target if args.target is not None else (0.90 if args.model == "lenet" else 0.91)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     gen = torch.Generator().manual_seed(args.seed)
     n = xtr.shape[0]
