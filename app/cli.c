@@ -61,9 +61,18 @@ static void print_main_help(FILE *out)
             "  worker --join tcp://HOST:PORT\n"
             "                              join a coordinator and train with it\n"
             "  keygen DIR                  credentials for a cluster: key pair and join token\n"
+            "  pack --data SPEC -o DIR     a data set as checksummed shards, trained from disk\n"
+            "                              with --data shards:DIR (larger than memory)\n"
             "  plot METRICS.jsonl -o F.png curves of --metrics files (.png, .svg or .pdf)\n"
             "  eval MODEL.cfg --weights F  loss, accuracy and confusion matrix of saved weights\n"
             "  summary MODEL.cfg           layer table with output shapes and parameter counts\n"
+            "  export MODEL.cfg --weights F -o M.onnx\n"
+            "                              the model and its weights as an ONNX file\n"
+            "  import M.onnx -o DIR        an ONNX model as DIR/model.cfg + weights\n"
+            "  import NET.prototxt -o DIR  a Caffe net (and --weights NET.caffemodel) as a ragtag\n"
+            "                              model file (and checkpoint)\n"
+            "  export MODEL.cfg --weights F -o NET.caffemodel\n"
+            "                              a model's weights in Caffe's layout (+ NET.prototxt)\n"
             "  devices                     compute backends and devices, with measured GEMM speed\n"
             "\n"
             "  ragtag --version            print the version\n"
@@ -585,13 +594,17 @@ static int cmd_eval(int argc, char **argv)
 {
     if (argc >= 2 && is_help(argv[1])) {
         printf("usage: ragtag eval MODEL.cfg --weights FILE [--data SPEC] [--backend NAME]\n"
-               "                  [--device N] [--threads N] [--batch N] [--limit N]\n\n"
+               "                  [--device N] [--threads N] [--batch N] [--limit N]\n"
+               "                  [--logits FILE]\n\n"
                "Loss, accuracy and confusion matrix (rows: true class, columns: predicted)\n"
                "of saved weights (a checkpoint or --save file) on the test set, or on the\n"
-               "training set when the data has no test set.\n");
+               "training set when the data has no test set.\n"
+               "--logits FILE writes each image's logits (the input of [softmax]) as one\n"
+               "CSV line of `classes` values, in data order (docs/onnx.md).\n");
         return 0;
     }
     const char *model = NULL, *weights = NULL, *data = "fashion-mnist", *backend = "cpu";
+    const char *logits = NULL;
     long device = 0, threads = 0, batch = 256, limit = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -610,6 +623,8 @@ static int cmd_eval(int argc, char **argv)
         char *end;
         if (!strcmp(key, "weights"))
             weights = v;
+        else if (!strcmp(key, "logits"))
+            logits = v;
         else if (!strcmp(key, "data"))
             data = v;
         else if (!strcmp(key, "backend"))
@@ -634,7 +649,7 @@ static int cmd_eval(int argc, char **argv)
         return usage_error("eval", "%s", "needs --weights FILE");
     struct rt_eval_result r;
     int rc = rt_eval_run(model, weights, data, backend, (int)device, (int)threads, (int)batch,
-                         limit, &r);
+                         limit, logits, &r);
     if (rc < 0) {
         free(r.confusion);
         return fail(rc);
@@ -866,8 +881,14 @@ int rt_cli_main(int argc, char **argv)
         return rt_cli_keygen(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot"))
         return cmd_plot(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export"))
+        return rt_cli_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "import"))
+        return rt_cli_import(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack"))
+        return rt_cli_pack(argc - 1, argv + 1);
     fprintf(stderr, "ragtag: unknown command '%s' (commands: train, eval, summary, devices, "
-                    "coord, worker, keygen, plot; "
+                    "coord, worker, keygen, plot, export, import, pack; "
                     "see ragtag --help)\n",
             cmd);
     return EXIT_USAGE;

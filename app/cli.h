@@ -6,5 +6,10 @@
 int rt_cli_main(int argc, char **argv);
 /* `ragtag keygen DIR` (keygen.c). */
 int rt_cli_keygen(int argc, char **argv);
+/* `ragtag export` and `ragtag import` (convert.c, docs/onnx.md, docs/caffe.md). */
+int rt_cli_export(int argc, char **argv);
+int rt_cli_import(int argc, char **argv);
+/* `ragtag pack` (pack.c). */
+int rt_cli_pack(int argc, char **argv);
 
 #endif

@@ -4,12 +4,14 @@
  * the median (p50) time of single operations.
  *
  *   bench/bench_allreduce [-n N] [--links shm|tcp] [--min BYTES] [--max BYTES]
- *                         [--chunk BYTES] [--actor] [--curve]
+ *                         [--chunk BYTES] [--actor] [--curve] [--zmq]
  *
  * --links shm (default): neighbours on one host share memory (what ragtag
  * uses between local workers); tcp: every rank pretends to be its own host,
- * so the ring runs over ZeroMQ on 127.0.0.x TCP, as between machines.
- * --curve: the TCP links use CurveZMQ, as a cluster with credentials does.
+ * so the ring runs over TCP on 127.0.0.x, as between machines: raw TCP
+ * links (tcplink.h), or ZeroMQ with --zmq (what ragtag used before them).
+ * --curve: the TCP links use CurveZMQ, as a cluster with credentials does
+ * (always through ZeroMQ).
  * --actor: call through the communication thread (rt_comm), as the trainer
  * does, instead of calling the ring directly.
  * In place (one buffer); each size is checked once, then warm-up and timed
@@ -123,9 +125,11 @@ int main(int argc, char **argv)
             use_actor = true;
         } else if (!strcmp(a, "--curve")) {
             o.curve = true;
+        } else if (!strcmp(a, "--zmq")) {
+            o.zmq_data = true;
         } else {
             fprintf(stderr, "usage: %s [-n N] [--links shm|tcp] [--min BYTES] [--max BYTES] "
-                            "[--chunk BYTES] [--actor] [--curve]\n", argv[0]);
+                            "[--chunk BYTES] [--actor] [--curve] [--zmq]\n", argv[0]);
             return 2;
         }
     }
@@ -139,7 +143,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("# ragtag ring allreduce float32 sum, ranks=%d, links=%s%s%s, in-place\n", o.n,
-           o.links == RT_LINKS_TCP ? "tcp (ZeroMQ, 127.0.0.x)" : "shm (shared memory)",
+           o.links != RT_LINKS_TCP       ? "shm (shared memory)"
+           : o.curve || o.zmq_data        ? "tcp (ZeroMQ, 127.0.0.x)"
+                                          : "tcp (raw TCP links, 127.0.0.x)",
            o.curve ? " with CurveZMQ" : "", use_actor ? ", through the comm thread" : "");
     printf("%12s %10s %12s %10s %10s %10s %s\n", "bytes", "count", "time_us", "p50_us",
            "algbw_GBs", "busbw_GBs", "check");

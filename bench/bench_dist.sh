@@ -3,16 +3,17 @@
 # (../shared/bench/README.md has what these machines showed before).
 #
 #   bench/bench_dist.sh allreduce   ring allreduce busbw and latency, 2 and 4 processes:
-#                                   ragtag over shared memory (local workers) and over
-#                                   ZeroMQ/TCP (as between hosts), OpenMPI over shared
-#                                   memory and over TCP, PyTorch's Gloo
+#                                   ragtag over shared memory (local workers), over raw
+#                                   TCP links and over ZeroMQ/TCP (as between hosts),
+#                                   OpenMPI over shared memory and over TCP, PyTorch's
+#                                   Gloo, and a plain TCP stream (bench/tcp_stream)
 #   bench/bench_dist.sh security    the same over TCP with CurveZMQ and --insecure (and
 #                                   training with --link-security token)
 #   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
 #                                   thread against 1 process x 2 threads
 #
-# Environment: BUILD (default .: the build directory with src/ragtag and
-# bench/bench_allreduce, `make bench` builds the latter), SHARED (default
+# Environment: BUILD (default .: the build directory with src/ragtag,
+# bench/bench_allreduce and bench/tcp_stream, `make bench` builds them), SHARED (default
 # ../shared), SIZES_MAX (default 67108864), REPS (training runs per cell, best
 # kept; default 2). Needs openmpi-bin libopenmpi-dev and python3-torch for the
 # peers (skipped when absent). Never fails on speed: it prints figures.
@@ -37,7 +38,7 @@ summary() { # file busbw-column time-column
 
 allreduce() {
   ar="$BUILD/bench/bench_allreduce"
-  [ -x "$ar" ] || { echo "build it first: make bench (in $BUILD)"; exit 1; }
+  [ -x "$ar" ] && [ -x "$BUILD/bench/tcp_stream" ] || { echo "build it first: make bench (in $BUILD)"; exit 1; }
   have_mpi=no
   if command -v mpicc >/dev/null 2>&1 && [ -f "$SHARED/bench/mpi_allreduce.c" ]; then
     mpicc -O2 -o "$tmp/mpi_allreduce" "$SHARED/bench/mpi_allreduce.c" && have_mpi=yes
@@ -52,7 +53,9 @@ allreduce() {
     echo "==== $n processes ===="
     "$ar" -n $n --max "$SIZES_MAX" --links shm | tee "$tmp/r_shm_$n"
     "$ar" -n $n --max "$SIZES_MAX" --links shm --actor > "$tmp/r_act_$n"
+    "$BUILD/bench/tcp_stream" | tee -a "$tmp/stream"
     "$ar" -n $n --max "$SIZES_MAX" --links tcp | tee "$tmp/r_tcp_$n"
+    "$ar" -n $n --max "$SIZES_MAX" --links tcp --zmq | tee "$tmp/r_zmq_$n"
     if [ $have_mpi = yes ]; then
       env $tun mpirun --allow-run-as-root --oversubscribe -np $n "$tmp/mpi_allreduce" 4096 "$SIZES_MAX" \
         | tee "$tmp/m_sm_$n"
@@ -71,12 +74,17 @@ allreduce() {
       "$(awk '$1 == 4096 { print $4 }' "$tmp/r_shm_$n")"
     printf "%d procs  ragtag shm (via comm thread)    %s, p50 %s us\n" $n "$(summary "$tmp/r_act_$n" 6 3)" \
       "$(awk '$1 == 4096 { print $4 }' "$tmp/r_act_$n")"
-    printf "%d procs  ragtag ZeroMQ/TCP 127.0.0.x     %s, p50 %s us\n" $n "$(summary "$tmp/r_tcp_$n" 6 3)" \
+    printf "%d procs  ragtag raw TCP 127.0.0.x        %s, p50 %s us\n" $n "$(summary "$tmp/r_tcp_$n" 6 3)" \
       "$(awk '$1 == 4096 { print $4 }' "$tmp/r_tcp_$n")"
+    printf "%d procs  ragtag ZeroMQ/TCP 127.0.0.x     %s, p50 %s us\n" $n "$(summary "$tmp/r_zmq_$n" 6 3)" \
+      "$(awk '$1 == 4096 { print $4 }' "$tmp/r_zmq_$n")"
     [ $have_mpi = yes ] && printf "%d procs  OpenMPI shared memory           %s\n" $n "$(summary "$tmp/m_sm_$n" 6 4)"
     [ $have_mpi = yes ] && printf "%d procs  OpenMPI TCP                     %s\n" $n "$(summary "$tmp/m_tcp_$n" 6 4)"
     [ $have_gloo = yes ] && printf "%d procs  PyTorch Gloo                    %s\n" $n "$(summary "$tmp/g_$n" 6 4)"
   done
+  # the ceiling of the raw links: a 2-process ring's busbw is what each
+  # direction moves while both run ("both ways")
+  sed 's/^raw TCP stream/         plain TCP stream/' "$tmp/stream"
   return 0
 }
 
@@ -107,8 +115,8 @@ train() {
 }
 
 # What CurveZMQ costs: the same TCP ring and the same 2-worker training
-# with credentials (the default), token links (training) and --insecure,
-# interleaved, best of REPS.
+# with credentials (the default: ZeroMQ, encrypted), token links and
+# --insecure (raw TCP links), interleaved, best of REPS.
 security() {
   ar="$BUILD/bench/bench_allreduce"
   ragtag="$BUILD/src/ragtag"
@@ -116,10 +124,10 @@ security() {
   for n in 2 4; do
     "$ar" -n $n --max "$SIZES_MAX" --links tcp >"$tmp/plain_$n"
     "$ar" -n $n --max "$SIZES_MAX" --links tcp --curve >"$tmp/curve_$n"
-    printf "%d procs  ZeroMQ/TCP plain      %s\n" $n "$(summary "$tmp/plain_$n" 6 3)"
-    printf "%d procs  ZeroMQ/TCP CurveZMQ   %s\n" $n "$(summary "$tmp/curve_$n" 6 3)"
+    printf "%d procs  raw TCP (--insecure, token)  %s\n" $n "$(summary "$tmp/plain_$n" 6 3)"
+    printf "%d procs  ZeroMQ/TCP CurveZMQ          %s\n" $n "$(summary "$tmp/curve_$n" 6 3)"
     paste "$tmp/plain_$n" "$tmp/curve_$n" | awk '/^ *[0-9]/ && $1 >= 65536 {
-      printf "    %9d bytes: busbw plain %6.3f GB/s, CurveZMQ %6.3f GB/s (%.2f)\n", $1, $6, $13, $13 / $6 }'
+      printf "    %9d bytes: busbw raw %6.3f GB/s, CurveZMQ %6.3f GB/s (%.2f)\n", $1, $6, $13, $13 / $6 }'
   done
   for model in lenet seedcnn; do
     images=19200

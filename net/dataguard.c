@@ -18,7 +18,7 @@
  * default data ("fashion-mnist"), -1 for an unknown spec. */
 static int spec_paths(const char *spec, char paths[MAX_PATHS][PATH_MAX])
 {
-    static const char *const dirs[] = {"fashion-mnist:", "mnist:", "idx:", "cifar10:"};
+    static const char *const dirs[] = {"fashion-mnist:", "mnist:", "idx:", "cifar10:", "shards:"};
     if (!strcmp(spec, "fashion-mnist"))
         return 0;
     for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++)

@@ -69,9 +69,10 @@ int rt_manifest_get(rt_wire_map root, struct rt_data_manifest *m)
     rt_wire_map d;
     RT_TRY(rt_wire_get_map(root, "data", &d));
     RT_TRY(rt_wire_get_str(d, "kind", 1, m->files.kind, sizeof m->files.kind));
-    static const char *const kinds[] = {"fashion-mnist", "mnist", "idx", "cifar10", "csv"};
+    static const char *const kinds[] = {"fashion-mnist", "mnist", "idx", "cifar10", "csv",
+                                        "shards"};
     bool known = false;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         known |= !strcmp(m->files.kind, kinds[i]);
     if (!known)
         return rt_error(RT_ERR_FORMAT, "data kind '%s' is not one ragtag reads", m->files.kind);

@@ -92,6 +92,7 @@ static int child(const struct rt_localring_opts *o, int rank, int to_parent, int
         .chunk_bytes = o->chunk_bytes,
         .stall_timeout = o->stall_timeout > 0 ? o->stall_timeout : 60.0,
         .curve = curve,
+        .zmq_data = o->zmq_data,
     };
     rt_ring *ring = rt_ring_new(&rc);
     if (!ring) {

@@ -25,6 +25,7 @@ struct rt_localring_opts {
     size_t chunk_bytes;   /* 0: default */
     double stall_timeout; /* 0: 60 s */
     bool curve;           /* CurveZMQ on the TCP links (curve.h) */
+    bool zmq_data;        /* ZeroMQ for the data where raw TCP links would do (ring.h) */
 };
 
 /* fn runs in each child; out_fd is a pipe to the parent. Its return value

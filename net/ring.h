@@ -16,11 +16,15 @@
  * to everybody: the result is bitwise the same on every rank.
  *
  * Links: to a neighbour on the same host (same rt_net_host_id), a shared
- * memory queue (shm.h); otherwise a ZeroMQ PUSH socket to the neighbour's
- * PULL inbox, two frames per sub-chunk: a MessagePack header {gen, op, t,
- * j, fl, n} and the raw little-endian bytes, sent zero-copy from the
- * caller's buffer (large frames) with a free callback that tells the ring
- * when libzmq is done with them.
+ * memory queue (shm.h). To one on another host, where the run's links are
+ * not encrypted (--insecure or token links), a raw TCP stream (tcplink.h:
+ * a fixed 40-byte header and the payload per sub-chunk, written from and
+ * read into the buffer by this thread); with CurveZMQ a ZeroMQ PUSH socket
+ * to the neighbour's PULL inbox, two frames per sub-chunk: a MessagePack
+ * header {gen, op, t, j, fl, n} and the raw little-endian bytes, sent
+ * zero-copy from the caller's buffer (large frames) with a free callback
+ * that tells the ring when libzmq is done with them. The inbox also
+ * carries the raw links' set-up offers.
  *
  * `flags`: each rank may pass 32 bits; what comes back is the OR over all
  * ranks (carried in the chunk headers, no extra message). The trainer uses
@@ -73,6 +77,9 @@ struct rt_ring_config {
      * checks its key (members->m[].key); chunks count only from the left
      * neighbour's key. NULL: plain links (--insecure). */
     rt_curve *curve;
+    /* Keep the data on ZeroMQ even where raw TCP links are allowed (the
+     * bench compares the two; every rank must agree). */
+    bool zmq_data;
 };
 
 /* Connect to the neighbours (shared memory set up with them, so all ranks
@@ -86,7 +93,8 @@ void *rt_ring_release_inbox(rt_ring *r);
 
 int rt_ring_rank(const rt_ring *r);
 int rt_ring_size(const rt_ring *r);
-/* "shm" or "tcp" for the links to the left / right neighbour ("-" alone). */
+/* The link to the left / right neighbour: "shm", "tcp" (a raw TCP link) or
+ * "zmq" (ZeroMQ over TCP: CurveZMQ); "-" alone. */
 const char *rt_ring_link(const rt_ring *r, bool right);
 
 /* On return buf[rt_slice(rank)] holds the sum over all ranks; the rest of

@@ -116,6 +116,16 @@ struct worker {
 };
 
 static void say(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* What reading its shares from shards cost this worker (shards:DIR). */
+static const char *shards_line(const struct rt_train_result *r)
+{
+    static _Thread_local char line[96];
+    line[0] = '\0';
+    if (r->records_read > 0)
+        snprintf(line, sizeof line, "; %ld training records read from shards", r->records_read);
+    return line;
+}
 static void say(struct worker *w, const char *fmt, ...)
 {
     if (w->o->quiet)
@@ -1276,8 +1286,8 @@ int rt_worker_run(const struct rt_worker_options *o)
     }
     if (rc == RT_OK)
         say(w, "done: %d epochs, %ld steps, parameters hash %016llx; %.2f s waiting for the "
-               "coordinator's acknowledgements", res.epochs_run, res.steps,
-            (unsigned long long)res.params_hash, w->paced);
+               "coordinator's acknowledgements%s", res.epochs_run, res.steps,
+            (unsigned long long)res.params_hash, w->paced, shards_line(&res));
 
 out:
     if (rc < 0 && w->finished) {

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct rt_shards;
+
 /* A labelled image set in host memory, NCHW, kept as the file stores it:
  * pixels that are bytes (IDX, CIFAR-10, CSV of integers 0..255) stay one
  * byte each, and `lut` says what each byte value becomes in a batch, so
@@ -14,14 +16,21 @@
  * bytes (a CSV with fractions) are kept as floats. Exactly one of u8 and
  * f32 is set. Either way the loader hands the model the very floats a
  * float copy scaled to [0,1] and normalised in place would hold:
- * lut[v] is computed with the same float expressions. */
+ * lut[v] is computed with the same float expressions.
+ * A set packed in shards (shards:DIR, shards.h) keeps neither: its
+ * records stay on disk and are read as batches need them (u8, f32 and y
+ * NULL, `shards` set); sample i is record map[i] of the shards, or record
+ * base + i without a map. */
 typedef struct rt_dataset {
     int n, c, h, w;
     int classes;     /* number of label values (max label + 1, at least) */
     uint8_t *u8;     /* n * c * h * w bytes, or NULL */
     float *f32;      /* n * c * h * w floats (already scaled), or NULL */
     float lut[256];  /* byte v in a batch: v / 255, then (. - mean) / std */
-    int32_t *y;      /* n */
+    int32_t *y;      /* n, or NULL for shards */
+    struct rt_shards *shards; /* owned, unless the set is a slice */
+    uint32_t *map;   /* n record numbers, or NULL */
+    long base;
     char name[256];
 } rt_dataset;
 
@@ -48,6 +57,8 @@ int rt_dataset_read_csv(const char *path, int c, int h, int w, rt_dataset **out)
  *   mnist:DIR | idx:DIR    train-/t10k- images/labels idx(.gz) files in DIR
  *   cifar10:DIR            data_batch_1..5.bin and test_batch.bin
  *   csv:TRAIN[,TEST]       CSV files (28x28x1 unless `shape` says otherwise)
+ *   shards:DIR             a set packed by `ragtag pack` (shards.h), read
+ *                          from disk a batch at a time
  * The train set is then split: the last-shuffled `val_frac` of it (seeded)
  * becomes `val`. `limit` > 0 keeps only the first `limit` training images
  * (before the split), for quick runs and tests. Normalises every set with
@@ -62,7 +73,7 @@ void rt_data_close(struct rt_data *d);
  * it is here, and `suffix` what the spec says after the files
  * (":shape=HxWxC"). rt_data_files_spec rebuilds a spec for the same files
  * gathered under their names in `dir`. */
-#define RT_DATA_MAX_FILES 8
+#define RT_DATA_MAX_FILES 64 /* shards: the index and 63 shards */
 struct rt_data_files {
     char kind[32];
     int n;
@@ -92,14 +103,18 @@ void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std);
 size_t rt_dataset_sample_values(const rt_dataset *ds);
 size_t rt_dataset_value_size(const rt_dataset *ds);
 size_t rt_dataset_bytes(const rt_dataset *ds);
-/* The floats the model sees: value i of the set (i < n*c*h*w), samples
- * first..first+n-1 into dst, and samples idx[0..n-1] into dst (batch
- * order). */
+/* The floats the model sees: value i of the set (i < n*c*h*w; not for
+ * shards), samples first..first+n-1 into dst, and samples idx[0..n-1]
+ * into dst (batch order), with their labels into y when y is not NULL.
+ * Reading shards can fail (a corrupt record: its shard and offset). */
 float rt_dataset_value(const rt_dataset *ds, size_t i);
-void rt_dataset_rows(const rt_dataset *ds, long first, long n, float *dst);
-void rt_dataset_gather(const rt_dataset *ds, const uint32_t *idx, long n, float *dst);
-/* A view of samples lo..hi-1 of ds: it shares ds's arrays and is never
- * destroyed. */
+int rt_dataset_rows(const rt_dataset *ds, long first, long n, float *dst, int32_t *y);
+int rt_dataset_gather(const rt_dataset *ds, const uint32_t *idx, long n, float *dst, int32_t *y);
+/* A set of the records of shards `sh` (taking it over): sample i is record
+ * map[i] (map taken over too, n entries), or record i without a map. */
+rt_dataset *rt_dataset_new_shards(struct rt_shards **sh, uint32_t **map, long n);
+/* A view of samples lo..hi-1 of ds: it shares ds's arrays (and shards)
+ * and is never destroyed. */
 void rt_dataset_slice(const rt_dataset *ds, long lo, long hi, rt_dataset *part);
 /* Bytes to floats (lut[v]), when a reader meets a value that is not a
  * byte; room (>= n) samples are allocated. */
@@ -116,10 +131,18 @@ void rt_loader_destroy(rt_loader **l);
 /* Start epoch `epoch` (0-based) at batch `first_batch` (for resume). */
 int rt_loader_start(rt_loader *l, long epoch, long first_batch);
 /* Next batch: 1 and fills x (n*c*h*w floats), y, n; 0 at the end of the
- * epoch (the last batch may be short). Pointers stay valid until the next
- * call. */
+ * epoch (the last batch may be short); negative when the batch could not
+ * be read (shards: the shard and offset of a bad record). Pointers stay
+ * valid until the next call. */
 int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n);
 long rt_loader_batches(const rt_loader *l); /* batches per epoch */
+/* A worker that trains on part of each batch reads only that part, from
+ * shards the records its share needs: after rt_loader_set_partial, the
+ * thread gathers the rows the last step used, and rt_loader_rows(a, b)
+ * says which rows of the batch rt_loader_next gave last the step uses (it
+ * reads them now if the part moved: a new plan). */
+void rt_loader_set_partial(rt_loader *l);
+int rt_loader_rows(rt_loader *l, long a, long b);
 /* The data-set indices of the samples of the batch rt_loader_next gave
  * last, in batch order (distributed runs count them: every sample once). */
 const uint32_t *rt_loader_indices(const rt_loader *l);

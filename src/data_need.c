@@ -3,6 +3,7 @@
  * worker in a small container can say it will not fit before it reads
  * 55 MB of images and is killed for it. */
 #include "data.h"
+#include "shards.h"
 #include "status.h"
 
 #include <string.h>
@@ -44,8 +45,27 @@ static int file_need(const struct rt_data_files *f, int i, uint64_t *n, uint64_t
     return RT_OK;
 }
 
+/* shards:DIR: the records stay on disk; memory holds the record maps of
+ * a split (4 bytes a sample, train and validation) and nothing else that
+ * grows with the set (the loader's permutation is the trainer's). */
+static int shards_need(const char *dir, float val_frac, long limit, uint64_t *peak,
+                       uint64_t *kept)
+{
+    long n;
+    uint64_t bytes;
+    RT_TRY(rt_shards_peek(dir, "train", &n, &bytes));
+    if (limit > 0 && limit < n)
+        n = limit;
+    uint64_t maps = val_frac > 0.0f ? (uint64_t)n * sizeof(uint32_t) : 0;
+    *peak = maps + (uint64_t)n; /* the split's marks, a byte a sample */
+    *kept = maps;
+    return RT_OK;
+}
+
 int rt_data_need(const char *spec, float val_frac, long limit, uint64_t *peak, uint64_t *kept)
 {
+    if (!strncmp(spec, "shards:", 7))
+        return shards_need(spec + 7, val_frac, limit, peak, kept);
     struct rt_data_files f;
     RT_TRY(rt_data_files(spec, &f));
     uint64_t train_n = 0, train_per = 0, test = 0;

@@ -4,6 +4,7 @@
  * live in idx.c, cifar.c and csv.c; the batch loader in loader.c. */
 #include "data.h"
 #include "rng.h"
+#include "shards.h"
 #include "status.h"
 
 #include <math.h>
@@ -70,6 +71,8 @@ static void keep_first(rt_dataset *ds, long limit)
     if (limit <= 0 || limit >= ds->n)
         return;
     ds->n = (int)limit;
+    if (ds->shards)
+        return; /* records past n are never read; a map keeps its first n */
     size_t bytes = (size_t)limit * rt_dataset_sample_values(ds) * rt_dataset_value_size(ds);
     if (ds->u8) {
         uint8_t *x = realloc(ds->u8, bytes);
@@ -106,6 +109,52 @@ static void keep_unmarked(rt_dataset *ds, const unsigned char *is_val)
     keep_first(ds, a);
 }
 
+/* Records of a set of shards marked (or not) in is_val, in file order:
+ * the same samples, in the same order, as the split of bytes in memory. */
+static uint32_t *marked_records(const rt_dataset *ds, const unsigned char *is_val, bool want,
+                                long count)
+{
+    uint32_t *map = malloc((size_t)(count ? count : 1) * sizeof *map);
+    if (!map)
+        return NULL;
+    long k = 0;
+    for (long i = 0; i < ds->n; i++)
+        if ((is_val[i] != 0) == want)
+            map[k++] = ds->map ? ds->map[i] : (uint32_t)(ds->base + i);
+    RT_ASSERT(k == count);
+    return map;
+}
+
+/* The split of a set kept in shards: two maps of record numbers instead
+ * of copies of bytes; both sets read the one set of files. */
+static int split_shards(rt_dataset *all, const unsigned char *is_val, long nval, rt_dataset **val)
+{
+    long ntrain = all->n - nval;
+    uint32_t *vmap = marked_records(all, is_val, true, nval);
+    uint32_t *tmap = marked_records(all, is_val, false, ntrain);
+    if (!vmap || !tmap) {
+        free(vmap);
+        free(tmap);
+        return rt_error(RT_ERR_NOMEM, "out of memory splitting %d records", all->n);
+    }
+    struct rt_shards *sh = rt_shards_ref(all->shards);
+    rt_dataset *va = rt_dataset_new_shards(&sh, &vmap, nval);
+    if (!va) {
+        rt_shards_close(&sh);
+        free(vmap);
+        free(tmap);
+        return RT_ERR_NOMEM;
+    }
+    memcpy(va->lut, all->lut, sizeof va->lut);
+    va->classes = all->classes;
+    free(all->map);
+    all->map = tmap;
+    all->base = 0;
+    all->n = (int)ntrain;
+    *val = va;
+    return RT_OK;
+}
+
 /* Split *train into train and val: the last nval samples of a seeded shuffle
  * go to val. Both keep file order, which keeps the copies sequential and the
  * result independent of how the shuffle happens to order them. */
@@ -123,9 +172,9 @@ static int split(rt_dataset **train, float val_frac, uint64_t seed, rt_dataset *
 
     int rc = RT_ERR_NOMEM;
     uint32_t *perm = malloc((size_t)n * sizeof *perm);
-    uint32_t *iva = malloc((size_t)nval * sizeof *iva);
+    uint32_t *iva = NULL;
     unsigned char *is_val = calloc((size_t)n, 1);
-    if (!perm || !iva || !is_val) {
+    if (!perm || !is_val) {
         rc = rt_error(RT_ERR_NOMEM, "out of memory splitting %ld images", n);
         goto out;
     }
@@ -134,6 +183,14 @@ static int split(rt_dataset **train, float val_frac, uint64_t seed, rt_dataset *
     shuffle(perm, n, &r);
     for (long i = n - nval; i < n; i++)
         is_val[perm[i]] = 1;
+    if (all->shards) {
+        rc = split_shards(all, is_val, nval, val);
+        goto out;
+    }
+    if (!(iva = malloc((size_t)nval * sizeof *iva))) {
+        rc = rt_error(RT_ERR_NOMEM, "out of memory splitting %ld images", n);
+        goto out;
+    }
     long b = 0;
     for (long i = 0; i < n; i++)
         if (is_val[i])
@@ -332,6 +389,30 @@ static const char *after_prefix(const char *spec, const char *prefix)
     return strncmp(spec, prefix, n) == 0 ? spec + n : NULL;
 }
 
+/* shards:DIR (shards.h): the train set, and the test set when packed. */
+static int open_shards_dir(const char *dir, rt_dataset **train, rt_dataset **test)
+{
+    rt_shards *sh = NULL, *th = NULL;
+    uint32_t *none = NULL;
+    RT_TRY(rt_shards_open(dir, "train", &sh));
+    if (!sh)
+        return rt_error(RT_ERR_FORMAT, "%s/index: no 'set train' line: nothing to train on", dir);
+    int rc = rt_shards_open(dir, "test", &th);
+    long n = rt_shards_info(sh)->n, nt = th ? rt_shards_info(th)->n : 0;
+    if (rc == RT_OK && n > INT32_MAX)
+        rc = rt_error(RT_ERR_FORMAT, "%s: %ld training records (ragtag counts up to 2^31-1)",
+                      dir, n);
+    if (rc == RT_OK && !(*train = rt_dataset_new_shards(&sh, &none, n)))
+        rc = RT_ERR_NOMEM;
+    if (rc == RT_OK && th && !(*test = rt_dataset_new_shards(&th, &none, nt))) {
+        rt_dataset_destroy(train);
+        rc = RT_ERR_NOMEM;
+    }
+    rt_shards_close(&sh);
+    rt_shards_close(&th);
+    return rc;
+}
+
 /* Read the sets a spec names; `kind` gets the name used for the sets. */
 static int open_sets(const char *spec, rt_dataset **train, rt_dataset **test, const char **kind)
 {
@@ -362,9 +443,13 @@ static int open_sets(const char *spec, rt_dataset **train, rt_dataset **test, co
         *kind = "csv";
         return open_csv(arg, train, test);
     }
+    if ((arg = after_prefix(spec, "shards:"))) {
+        *kind = "shards";
+        return open_shards_dir(arg, train, test);
+    }
     return rt_error(RT_ERR_CONFIG,
                     "unknown data spec '%s': expected fashion-mnist, mnist:DIR, idx:DIR, "
-                    "cifar10:DIR or csv:TRAIN[,TEST][:shape=HxWxC]",
+                    "cifar10:DIR, csv:TRAIN[,TEST][:shape=HxWxC] or shards:DIR",
                     spec);
 }
 
@@ -434,6 +519,17 @@ int rt_data_files(const char *spec, struct rt_data_files *f)
         snprintf(p, sizeof p, "%s/test_batch.bin", dir);
         if (is_file(p))
             RT_TRY(add_file(f, p, NULL));
+        return RT_OK;
+    }
+    if ((arg = after_prefix(spec, "shards:"))) {
+        char names[RT_DATA_MAX_FILES][64], p[4200];
+        int n = 0;
+        snprintf(f->kind, sizeof f->kind, "shards");
+        RT_TRY(rt_shards_files(arg, names, RT_DATA_MAX_FILES, &n));
+        for (int i = 0; i < n; i++) {
+            snprintf(p, sizeof p, "%s/%s", arg, names[i]);
+            RT_TRY(add_file(f, p, names[i]));
+        }
         return RT_OK;
     }
     if ((arg = after_prefix(spec, "csv:"))) {
@@ -526,9 +622,18 @@ int rt_data_open(const char *spec, float val_frac, long limit, uint64_t seed, st
         goto fail;
 
     /* Statistics of the data the model trains on: neither validation nor
-     * test images may leak into the normalisation. */
+     * test images may leak into the normalisation. Shards carry those of
+     * the whole packed training set, computed by pack with this same code
+     * (reading a set larger than memory twice to compute them again would
+     * cost an epoch of I/O): the same numbers as in memory without --val
+     * and --limit. */
     float mean, std;
-    rt_dataset_stats(train, &mean, &std);
+    if (train->shards) {
+        mean = rt_shards_info(train->shards)->mean;
+        std = rt_shards_info(train->shards)->std;
+    } else {
+        rt_dataset_stats(train, &mean, &std);
+    }
     if (!(std > 1e-12f))
         std = 1.0f; /* constant images: subtract the mean, never divide by 0 */
     rt_dataset *sets[3] = {train, val, test};

@@ -31,6 +31,7 @@ int rt_dist_init(struct rt_trainer *t, struct rt_dist *d, bool balanced, bool ro
         return RT_ERR_CONFIG; /* rt_optim_new left the reason in the detail */
     if (!(t->loader = rt_loader_new(t->data.train, loader_batch, true, t->c.seed)))
         return RT_ERR_NOMEM;
+    rt_loader_set_partial(t->loader); /* each worker reads its share of a batch */
     return RT_OK;
 }
 
@@ -57,13 +58,19 @@ static int measure_throughput(struct rt_trainer *t, struct rt_dist *d, double *i
     rt_view x = rt_buf_view(t->xb), y = rt_buf_view(t->yb);
     /* The set may hold bytes: the model takes the floats a batch has. */
     float *host = malloc((size_t)n * t->chw * sizeof(float));
-    if (!host)
-        return rt_error(RT_ERR_NOMEM, "out of memory for %d images to measure speed on", n);
-    rt_dataset_rows(ds, 0, n, host);
-    int rc = rt_upload(t->dev, x, host, (size_t)n * t->chw * sizeof(float));
+    int32_t *labels = malloc((size_t)n * sizeof(int32_t));
+    int rc = host && labels ? RT_OK
+                            : rt_error(RT_ERR_NOMEM, "out of memory for %d images to measure "
+                                                     "speed on", n);
+    if (rc == RT_OK)
+        rc = rt_dataset_rows(ds, 0, n, host, labels);
+    if (rc == RT_OK)
+        rc = rt_upload(t->dev, x, host, (size_t)n * t->chw * sizeof(float));
+    if (rc == RT_OK)
+        rc = rt_upload(t->dev, y, labels, (size_t)n * sizeof(int32_t));
+    free(labels);
     free(host);
     RT_TRY(rc);
-    RT_TRY(rt_upload(t->dev, y, ds->y, (size_t)n * sizeof(int32_t)));
     double best = INFINITY;
     for (int rep = 0; rep < 4; rep++) {
         double t0 = rt_now(), l = 0.0;

@@ -3,6 +3,7 @@
 
 #include "evaluate.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ struct rt_evaluator {
     int batch;
     rt_buf *x, *y;
     float *probs;
+    FILE *logits; /* --logits: one CSV line per image, or NULL */
     void (*tick)(void *arg); /* after each batch (liveness) */
     void *tick_arg;
 };
@@ -29,6 +31,20 @@ void rt_evaluator_set_tick(rt_evaluator *ev, void (*tick)(void *arg), void *arg)
 {
     ev->tick = tick;
     ev->tick_arg = arg;
+}
+
+void rt_evaluator_set_logits(rt_evaluator *ev, FILE *f) { ev->logits = f; }
+
+/* The logits of the n images just forwarded, as CSV lines. */
+static int write_logits(rt_evaluator *ev, int n)
+{
+    int classes = rt_model_classes(ev->m);
+    RT_TRY(rt_model_logits(ev->m, ev->probs, n));
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < classes; k++)
+            fprintf(ev->logits, "%.9g%c", (double)ev->probs[(size_t)i * classes + k],
+                    k + 1 < classes ? ',' : '\n');
+    return ferror(ev->logits) ? rt_error(RT_ERR_IO, "writing the logits failed") : RT_OK;
 }
 
 rt_evaluator *rt_evaluator_new(rt_model *m, rt_dev *dev, int batch, const rt_dataset *shape_of)
@@ -108,6 +124,8 @@ int rt_evaluator_sums(rt_evaluator *ev, const rt_dataset *ds, long lo, long hi, 
             rc = rt_model_forward(ev->m, rt_buf_view(ev->x), n, false, 0);
         if (ev->tick)
             ev->tick(ev->tick_arg);
+        if (rc >= 0 && ev->logits)
+            rc = write_logits(ev, n);
         if (rc >= 0)
             rc = rt_model_loss(ev->m, rt_buf_view(ev->y), n, &loss_sum, &correct,
                                confusion ? ev->probs : NULL);
@@ -145,8 +163,9 @@ int rt_model_check_data(const rt_model *m, const rt_dataset *ds, const char *mod
 
 int rt_eval_run(const char *model_path, const char *weights_path, const char *data_spec,
                 const char *backend, int device, int threads, int batch, long limit,
-                struct rt_eval_result *res)
+                const char *logits_path, struct rt_eval_result *res)
 {
+    FILE *logits = NULL;
     struct rt_data data = {0};
     rt_dev *dev = NULL;
     rt_model *m = NULL;
@@ -174,6 +193,11 @@ int rt_eval_run(const char *model_path, const char *weights_path, const char *da
         rc = RT_ERR_NOMEM;
         goto out;
     }
+    if (logits_path && !(logits = fopen(logits_path, "w"))) {
+        rc = rt_error(RT_ERR_IO, "cannot write logits file %s: %s", logits_path, strerror(errno));
+        goto out;
+    }
+    rt_evaluator_set_logits(ev, logits);
     res->classes = rt_model_classes(m);
     res->confusion = calloc((size_t)res->classes * res->classes, sizeof(long));
     if (!res->confusion) {
@@ -186,6 +210,8 @@ int rt_eval_run(const char *model_path, const char *weights_path, const char *da
     rt_evaluator_metrics(sums, &res->loss, &res->acc);
     res->n = set->n;
 out:
+    if (logits && fclose(logits) != 0 && rc >= 0)
+        rc = rt_error(RT_ERR_IO, "writing logits file %s: %s", logits_path, strerror(errno));
     rt_evaluator_destroy(&ev);
     rt_model_destroy(&m);
     rt_dev_close(&dev);

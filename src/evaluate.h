@@ -3,6 +3,8 @@
 #ifndef RT_EVALUATE_H
 #define RT_EVALUATE_H
 
+#include <stdio.h>
+
 #include "backend.h"
 #include "data.h"
 #include "model.h"
@@ -15,6 +17,10 @@ void rt_evaluator_destroy(rt_evaluator **ev);
 /* Call tick(arg) after each batch an evaluation computes (a worker's
  * liveness). */
 void rt_evaluator_set_tick(rt_evaluator *ev, void (*tick)(void *arg), void *arg);
+
+/* Write each evaluated image's logits to `f` as one CSV line of `classes`
+ * values (%.9g: float32 round-trips exactly), in data order; NULL stops. */
+void rt_evaluator_set_logits(rt_evaluator *ev, FILE *f);
 
 /* Summed loss, correct predictions and count of images [lo, hi) of ds in
  * sums[0..2]; fills `confusion` (classes^2, rows true) when given. */

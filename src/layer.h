@@ -65,6 +65,9 @@ struct rt_layer_ops {
     int (*forward)(struct rt_layer *l, const struct rt_pass *p);
     int (*backward)(struct rt_layer *l, const struct rt_pass *p);
     void (*release)(struct rt_layer *l);
+    /* (optional) its hyper-parameters into the fields of rt_layer_info
+     * that model.c cannot fill from struct rt_layer */
+    void (*describe)(const struct rt_layer *l, struct rt_layer_info *d);
 };
 
 struct rt_layer {

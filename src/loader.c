@@ -15,6 +15,7 @@
 #include "status.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,11 @@ struct rt_loader {
     float *x[2];
     int32_t *y[2];
     int count[2];
+    int rc[2];         /* a gather that failed (shards: a corrupt record) */
+    char why[2][512];  /* its message: the error detail is the thread's own */
+    long got_a[2], got_b[2]; /* the rows of its batch a slot holds */
+    bool partial;      /* gather the hinted rows only (rt_loader_rows) */
+    long hint_a, hint_b; /* under mu: the rows the last step used */
 
     /* Trainer side only. */
     bool started;
@@ -43,7 +49,7 @@ struct rt_loader {
     pthread_cond_t cv;
     bool job;         /* a gather was asked for and is not done */
     int job_slot;
-    long job_batch;
+    long job_batch, job_a, job_b;
     long ready[2];    /* the batch a slot holds, -1 for none */
     bool quit;
     pthread_t thread;
@@ -51,18 +57,24 @@ struct rt_loader {
 
 static void check(const rt_loader *l) { RT_ASSERT(l && l->tag == LOADER_TAG); }
 
-/* Batch b's samples into slot s, as the floats the model sees: a set kept
- * as bytes is normalised here, on the fly (samples.c). perm is only
- * written by rt_loader_start while no gather is outstanding, and the
- * mutex orders that write before this read. */
-static void gather(rt_loader *l, int s, long b)
+/* Rows a..b-1 (clipped to the batch) of batch b's samples into slot s,
+ * as the floats the model sees: a set kept as bytes is normalised here, on
+ * the fly (samples.c). perm is only written by rt_loader_start while no
+ * gather is outstanding, and the mutex orders that write before this
+ * read. */
+static void gather(rt_loader *l, int s, long b, long a, long e)
 {
     const rt_dataset *ds = l->ds;
     long first = b * l->batch;
     long n = ds->n - first < l->batch ? ds->n - first : l->batch;
-    rt_dataset_gather(ds, l->perm + first, n, l->x[s]);
-    for (long i = 0; i < n; i++)
-        l->y[s][i] = ds->y[l->perm[first + i]];
+    e = e > n ? n : e;
+    a = a > e ? e : a;
+    l->rc[s] = rt_dataset_gather(ds, l->perm + first + a, e - a, l->x[s] + (size_t)a * l->per,
+                                 l->y[s] + a);
+    if (l->rc[s] < 0)
+        snprintf(l->why[s], sizeof l->why[s], "%s", rt_error_detail());
+    l->got_a[s] = a;
+    l->got_b[s] = e;
     l->count[s] = (int)n;
 }
 
@@ -76,9 +88,9 @@ static void *prefetch_main(void *arg)
         if (l->quit)
             break;
         int s = l->job_slot;
-        long b = l->job_batch;
+        long b = l->job_batch, a = l->job_a, e = l->job_b;
         pthread_mutex_unlock(&l->mu);
-        gather(l, s, b);
+        gather(l, s, b, a, e);
         pthread_mutex_lock(&l->mu);
         l->ready[s] = b;
         l->job = false;
@@ -96,6 +108,8 @@ static void request(rt_loader *l, long b)
     l->job = true;
     l->job_slot = (int)(b & 1);
     l->job_batch = b;
+    l->job_a = l->partial ? l->hint_a : 0;
+    l->job_b = l->partial ? l->hint_b : l->batch;
     l->ready[b & 1] = -1;
     pthread_cond_broadcast(&l->cv);
 }
@@ -124,6 +138,7 @@ rt_loader *rt_loader_new(const rt_dataset *ds, int batch, bool shuffle, uint64_t
     l->nbatches = ((long)ds->n + batch - 1) / batch;
     l->per = (size_t)ds->c * ds->h * ds->w;
     l->ready[0] = l->ready[1] = -1;
+    l->hint_b = batch;
     l->perm = malloc(((size_t)ds->n + 1) * sizeof *l->perm);
     if (!l->perm)
         goto fail_free;
@@ -225,6 +240,10 @@ int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n)
     pthread_mutex_lock(&l->mu);
     while (l->ready[s] != b)
         pthread_cond_wait(&l->cv, &l->mu);
+    if (l->rc[s] < 0) {
+        pthread_mutex_unlock(&l->mu);
+        return rt_error(l->rc[s], "%s", l->why[s]);
+    }
     /* Slot s^1 held batch b-1, which the caller has given back. */
     if (b + 1 < l->nbatches)
         request(l, b + 1);
@@ -234,6 +253,29 @@ int rt_loader_next(rt_loader *l, const float **x, const int32_t **y, int *n)
     *n = l->count[s];
     l->next = b + 1;
     return 1;
+}
+
+void rt_loader_set_partial(rt_loader *l)
+{
+    check(l);
+    l->partial = true;
+}
+
+int rt_loader_rows(rt_loader *l, long a, long b)
+{
+    check(l);
+    RT_ASSERT(l->started && l->next > 0 && 0 <= a && a <= b && b <= l->batch);
+    int s = (int)((l->next - 1) & 1);
+    pthread_mutex_lock(&l->mu);
+    l->hint_a = a;
+    l->hint_b = b;
+    pthread_mutex_unlock(&l->mu);
+    if (a == b || (l->got_a[s] <= a && b <= l->got_b[s]))
+        return RT_OK;
+    /* the part moved (a new plan): read it now; the thread works on the
+     * other slot meanwhile */
+    gather(l, s, l->next - 1, a, b);
+    return l->rc[s] < 0 ? rt_error(l->rc[s], "%s", l->why[s]) : RT_OK;
 }
 
 const uint32_t *rt_loader_indices(const rt_loader *l)

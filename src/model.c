@@ -511,6 +511,30 @@ int rt_model_tensor_info(const rt_model *m, int i, struct rt_tensor_info *out)
     return RT_OK;
 }
 
+int rt_model_layer_count(const rt_model *m) { return m->nlayers; }
+
+int rt_model_layer_info(const rt_model *m, int i, struct rt_layer_info *out)
+{
+    if (i < 0 || i >= m->nlayers)
+        return rt_error(RT_ERR_ARG, "layer %d does not exist (the model has %d)", i,
+                        m->nlayers);
+    const struct rt_layer *l = &m->layers[i];
+    memset(out, 0, sizeof *out);
+    out->type = l->ops->type;
+    snprintf(out->name, sizeof out->name, "%s", l->name);
+    out->line = l->line;
+    out->in = l->in;
+    out->out = l->out;
+    out->ninputs = l->ninputs;
+    out->inputs[0] = l->inputs[0];
+    out->inputs[1] = l->inputs[1];
+    out->act = l->act;
+    out->alpha = l->alpha;
+    if (l->ops->describe)
+        l->ops->describe(l, out);
+    return RT_OK;
+}
+
 int rt_model_train_option_count(const rt_model *m) { return m->train ? m->train->count : 0; }
 
 struct rt_train_option rt_model_train_option(const rt_model *m, int i)
@@ -537,6 +561,17 @@ static rt_view delta_view(const rt_model *m, int j)
 static rt_view logits_view(const rt_model *m, rt_view x)
 {
     return act_view(m, m->nlayers - 2, x);
+}
+
+int rt_model_logits(rt_model *m, float *host, int n)
+{
+    RT_ASSERT(m && host);
+    if (n != m->fwd_n || n < 0)
+        return rt_error(RT_ERR_ARG, "logits of %d samples after a forward of %d", n, m->fwd_n);
+    if (n == 0)
+        return RT_OK;
+    return rt_download(m->dev, host, logits_view(m, m->fwd_x),
+                       (size_t)n * (size_t)m->classes * sizeof(float));
 }
 
 /* Per-layer dropout seeds: splitmix64 of the step seed and layer index, so

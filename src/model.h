@@ -67,6 +67,32 @@ rt_view rt_model_state(const rt_model *m);  /* state_count floats (may be 0) */
 int rt_model_tensor_count(const rt_model *m);
 int rt_model_tensor_info(const rt_model *m, int i, struct rt_tensor_info *out);
 
+/* One layer as the model built it, for converters (ONNX export): its type
+ * (the section name), name, shapes, inputs and hyper-parameters, with the
+ * defaults of the model file filled in. Fields a layer does not have are 0. */
+struct rt_layer_info {
+    const char *type;  /* "conv", "dense", ..., "softmax" (static string) */
+    char name[32];     /* "conv1": the prefix of its tensors' names */
+    int line;          /* of its section in the model file */
+    struct rt_shape in, out;
+    int ninputs;
+    int inputs[2];     /* layer indices; -1 is the network input */
+    enum rt_act act;   /* its nonlinearity (a standalone activation's own) */
+    float alpha;       /* leaky slope */
+    int size, stride, pad;   /* [conv], [maxpool], [avgpool] */
+    bool batch_normalize;    /* [conv] */
+    float eps, momentum;     /* [batchnorm], [conv] batch_normalize = 1 */
+    float rate;              /* [dropout] */
+};
+
+/* Layers in file order, [softmax] last; `i` from 0 to count - 1. */
+int rt_model_layer_count(const rt_model *m);
+int rt_model_layer_info(const rt_model *m, int i, struct rt_layer_info *out);
+
+/* After rt_model_forward of n samples: their logits (the input of [softmax]),
+ * n x classes floats, copied to host memory. */
+int rt_model_logits(rt_model *m, float *host, int n);
+
 int rt_model_train_option_count(const rt_model *m);
 struct rt_train_option rt_model_train_option(const rt_model *m, int i);
 

@@ -8,6 +8,7 @@
  * the numbers reaching the model are the same bits either way: the
  * compact storage changes the memory, never the training. */
 #include "data.h"
+#include "shards.h"
 #include "status.h"
 
 #include <math.h>
@@ -75,10 +76,34 @@ rt_dataset *rt_dataset_new_u8(int n, int c, int h, int w)
     return dataset_alloc(n, c, h, w, 1);
 }
 
+rt_dataset *rt_dataset_new_shards(struct rt_shards **sh, uint32_t **map, long n)
+{
+    RT_ASSERT(sh && *sh && map && n >= 0 && n <= rt_shards_info(*sh)->n);
+    const struct rt_shards_info *in = rt_shards_info(*sh);
+    rt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) {
+        rt_error(RT_ERR_NOMEM, "out of memory for a set of shards");
+        return NULL;
+    }
+    ds->n = (int)n;
+    ds->c = in->c;
+    ds->h = in->h;
+    ds->w = in->w;
+    ds->classes = in->classes;
+    ds->shards = *sh;
+    ds->map = *map;
+    *sh = NULL;
+    *map = NULL;
+    lut_scaled(ds);
+    return ds;
+}
+
 void rt_dataset_destroy(rt_dataset **ds)
 {
     if (!ds || !*ds)
         return;
+    rt_shards_close(&(*ds)->shards);
+    free((*ds)->map);
     free((*ds)->u8);
     free((*ds)->f32);
     free((*ds)->y);
@@ -93,19 +118,21 @@ size_t rt_dataset_sample_values(const rt_dataset *ds)
 
 size_t rt_dataset_value_size(const rt_dataset *ds)
 {
-    RT_ASSERT(ds && (ds->u8 != NULL) != (ds->f32 != NULL));
-    return ds->u8 ? 1 : sizeof(float);
+    RT_ASSERT(ds && (ds->u8 != NULL) + (ds->f32 != NULL) + (ds->shards != NULL) == 1);
+    return ds->f32 ? sizeof(float) : 1;
 }
 
 size_t rt_dataset_bytes(const rt_dataset *ds)
 {
+    if (ds->shards) /* on disk: in memory only its map */
+        return ds->map ? (size_t)ds->n * sizeof(uint32_t) : 0;
     return (size_t)ds->n * (rt_dataset_sample_values(ds) * rt_dataset_value_size(ds) +
                             sizeof(int32_t));
 }
 
 float rt_dataset_value(const rt_dataset *ds, size_t i)
 {
-    RT_ASSERT(i < (size_t)ds->n * rt_dataset_sample_values(ds));
+    RT_ASSERT(!ds->shards && i < (size_t)ds->n * rt_dataset_sample_values(ds));
     return ds->u8 ? ds->lut[ds->u8[i]] : ds->f32[i];
 }
 
@@ -121,22 +148,68 @@ static void sample_out(const rt_dataset *ds, size_t j, size_t per, float *dst)
     }
 }
 
-void rt_dataset_rows(const rt_dataset *ds, long first, long n, float *dst)
+/* The record of sample j of a set kept in shards. */
+static long record_of(const rt_dataset *ds, const uint32_t *idx, long first, long i)
+{
+    long j = idx ? (long)idx[i] : first + i;
+    RT_ASSERT(j >= 0 && j < ds->n);
+    return ds->map ? (long)ds->map[j] : ds->base + j;
+}
+
+/* Samples idx[i] (or first + i without idx) from shards: a record at a
+ * time, through the table like bytes in memory. The kernel is told of
+ * the batch's records first, so that reads from disk overlap. */
+static int shard_samples(const rt_dataset *ds, const uint32_t *idx, long first, long n,
+                         float *dst, int32_t *y)
+{
+    size_t per = rt_dataset_sample_values(ds);
+    uint8_t *buf = malloc(rt_shards_record_size(ds->shards));
+    if (!buf)
+        return rt_error(RT_ERR_NOMEM, "out of memory reading %s", ds->name);
+    for (long i = 0; i < n; i++)
+        rt_shards_prefetch(ds->shards, record_of(ds, idx, first, i));
+    int rc = RT_OK;
+    for (long i = 0; i < n; i++) {
+        const uint8_t *px;
+        int32_t label;
+        if ((rc = rt_shards_read(ds->shards, record_of(ds, idx, first, i), buf, &px, &label)) < 0)
+            break;
+        float *d = dst + (size_t)i * per;
+        for (size_t k = 0; k < per; k++)
+            d[k] = ds->lut[px[k]];
+        if (y)
+            y[i] = label;
+    }
+    free(buf);
+    return rc;
+}
+
+int rt_dataset_rows(const rt_dataset *ds, long first, long n, float *dst, int32_t *y)
 {
     RT_ASSERT(ds && first >= 0 && n >= 0 && first + n <= ds->n && (dst || n == 0));
+    if (ds->shards)
+        return shard_samples(ds, NULL, first, n, dst, y);
     size_t per = rt_dataset_sample_values(ds);
     for (long i = 0; i < n; i++)
         sample_out(ds, (size_t)(first + i), per, dst + (size_t)i * per);
+    if (y)
+        memcpy(y, ds->y + first, (size_t)n * sizeof *y);
+    return RT_OK;
 }
 
-void rt_dataset_gather(const rt_dataset *ds, const uint32_t *idx, long n, float *dst)
+int rt_dataset_gather(const rt_dataset *ds, const uint32_t *idx, long n, float *dst, int32_t *y)
 {
     RT_ASSERT(ds && n >= 0 && (dst || n == 0));
+    if (ds->shards)
+        return shard_samples(ds, idx, 0, n, dst, y);
     size_t per = rt_dataset_sample_values(ds);
     for (long i = 0; i < n; i++) {
         RT_ASSERT(idx[i] < (uint32_t)ds->n);
         sample_out(ds, idx[i], per, dst + (size_t)i * per);
+        if (y)
+            y[i] = ds->y[idx[i]];
     }
+    return RT_OK;
 }
 
 void rt_dataset_slice(const rt_dataset *ds, long lo, long hi, rt_dataset *part)
@@ -145,6 +218,11 @@ void rt_dataset_slice(const rt_dataset *ds, long lo, long hi, rt_dataset *part)
     size_t off = (size_t)lo * rt_dataset_sample_values(ds);
     *part = *ds;
     part->n = (int)(hi - lo);
+    if (ds->shards) {
+        part->map = ds->map ? ds->map + lo : NULL;
+        part->base = ds->base + lo;
+        return;
+    }
     if (ds->u8)
         part->u8 = ds->u8 + off;
     else
@@ -195,7 +273,7 @@ int rt_dataset_widen(rt_dataset *ds, long room)
 
 void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std)
 {
-    RT_ASSERT(ds && mean && std);
+    RT_ASSERT(ds && mean && std && !ds->shards); /* shards carry theirs (shards.h) */
     size_t n = (size_t)ds->n * rt_dataset_sample_values(ds);
     if (n == 0) {
         *mean = 0.0f;
@@ -228,7 +306,7 @@ void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std)
 void rt_dataset_normalize(rt_dataset *ds, float mean, float std)
 {
     RT_ASSERT(ds && std > 0.0f);
-    if (ds->u8) {
+    if (ds->u8 || ds->shards) {
         for (int v = 0; v < 256; v++)
             ds->lut[v] = (ds->lut[v] - mean) / std;
         return;

@@ -21,6 +21,7 @@
 #include "clock.h"
 #include "memory.h"
 #include "report_local.h"
+#include "shards.h"
 #include "status.h"
 #include "trainer.h"
 
@@ -56,6 +57,7 @@ int rt_trainer_compute(struct rt_trainer *t, struct rt_step *s, long a, int n, f
                        bool count)
 {
     rt_view x = rt_buf_view(t->xb), y = rt_buf_view(t->yb);
+    RT_TRY(rt_loader_rows(t->loader, a, a + n));
     RT_TRY(rt_upload(t->dev, x, s->x + (size_t)a * t->chw, (size_t)n * t->chw * sizeof(float)));
     RT_TRY(rt_upload(t->dev, y, s->y + a, (size_t)n * sizeof(int32_t)));
     RT_TRY(rt_model_forward(t->m, x, n, true, s->seed));
@@ -129,6 +131,8 @@ static int trainer_open(struct rt_trainer *t, const char *model_text)
 
 static void trainer_close(struct rt_trainer *t)
 {
+    if (t->data.train && t->data.train->shards)
+        t->res->records_read = rt_shards_reads(t->data.train->shards);
     free(t->best_host);
     rt_evaluator_destroy(&t->ev);
     rt_buf_destroy(&t->xb);

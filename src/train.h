@@ -104,6 +104,8 @@ struct rt_train_result {
     long plans;                 /* share plans made (balanced) */
     uint64_t max_rss;           /* peak resident memory in bytes (getrusage): this
                                    process's; a coordinator's, its largest worker's */
+    long records_read;          /* shards:DIR: training and validation records this
+                                   process read from disk (a worker: its shares) */
 };
 
 /* Run a whole training as configured. Prints progress to stderr. */
@@ -122,7 +124,7 @@ struct rt_eval_result {
 };
 int rt_eval_run(const char *model_path, const char *weights_path, const char *data_spec,
                 const char *backend, int device, int threads, int batch, long limit,
-                struct rt_eval_result *res);
+                const char *logits_path, struct rt_eval_result *res);
 
 /* Ask a running training to stop at the next step and checkpoint (SIGINT). */
 void rt_train_request_stop(void);

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "data.h"
+#include "shards.h"
 #include "status.h"
 
 static char tmp[256];
@@ -571,10 +572,10 @@ static void test_bytes_equal_floats(void **state)
     static float xb[N * PER], xf[N * PER];
     uint32_t idx[N];
     rt_permutation(idx, N, 5, 0);
-    rt_dataset_gather(b, idx, N, xb);
-    rt_dataset_gather(f, idx, N, xf);
+    assert_int_equal(rt_dataset_gather(b, idx, N, xb, NULL), RT_OK);
+    assert_int_equal(rt_dataset_gather(f, idx, N, xf, NULL), RT_OK);
     assert_memory_equal(xb, xf, sizeof xb);
-    rt_dataset_rows(b, 3, 7, xb);
+    assert_int_equal(rt_dataset_rows(b, 3, 7, xb, NULL), RT_OK);
     assert_memory_equal(xb, f->f32 + 3 * PER, 7 * PER * sizeof(float));
     rt_dataset part;
     rt_dataset_slice(b, 10, 20, &part);
@@ -1044,6 +1045,229 @@ static void test_fashion_real(void **state)
     }
 }
 
+/* ---- shards ---------------------------------------------------------------------- */
+
+/* The sets of spec `from` (train, and test) packed into dir as pack.c does. */
+static void pack_into(const char *from, const char *dir, int nshards)
+{
+    struct rt_data d;
+    assert_int_equal(rt_data_open(from, 0.0f, 0, 1, &d), RT_OK);
+    rt_shards_writer *wr = rt_shards_writer_new(dir, d.train->c, d.train->h, d.train->w,
+                                                d.train->classes);
+    assert_non_null(wr);
+    rt_dataset *sets[2] = {d.train, d.test};
+    const char *names[2] = {"train", "test"};
+    size_t per = rt_dataset_sample_values(d.train);
+    for (int s = 0; s < 2 && sets[s]; s++) {
+        assert_int_equal(rt_shards_writer_set(wr, names[s], sets[s]->n, nshards), RT_OK);
+        for (int i = 0; i < sets[s]->n; i++)
+            assert_int_equal(rt_shards_writer_add(wr, sets[s]->u8 + (size_t)i * per,
+                                                  sets[s]->y[i]), RT_OK);
+    }
+    assert_int_equal(rt_shards_writer_finish(wr, d.mean, d.std), RT_OK);
+    rt_shards_writer_destroy(&wr);
+    rt_data_close(&d);
+}
+
+/* Every sample of a (in memory) and b (shards), floats and labels. */
+static void assert_same_samples(const rt_dataset *a, const rt_dataset *b)
+{
+    assert_int_equal(a->n, b->n);
+    size_t per = rt_dataset_sample_values(a);
+    float *xa = malloc((size_t)a->n * per * sizeof(float));
+    float *xb = malloc((size_t)a->n * per * sizeof(float));
+    int32_t *ya = malloc((size_t)a->n * sizeof(int32_t)), *yb = malloc((size_t)a->n * sizeof(int32_t));
+    assert_int_equal(rt_dataset_rows(a, 0, a->n, xa, ya), RT_OK);
+    assert_int_equal(rt_dataset_rows(b, 0, b->n, xb, yb), RT_OK);
+    assert_memory_equal(xa, xb, (size_t)a->n * per * sizeof(float));
+    assert_memory_equal(ya, yb, (size_t)a->n * sizeof(int32_t));
+    free(xa);
+    free(xb);
+    free(ya);
+    free(yb);
+}
+
+static void test_shards_as_memory(void **state)
+{
+    const char *d = new_dir("shsrc"), *sh = new_dir("sh");
+    write_idx_set(d, "train", 203, 4, 4, false, ident);
+    write_idx_set(d, "t10k", 30, 4, 4, false, ident);
+    char spec[600], sspec[600];
+    snprintf(spec, sizeof spec, "idx:%s", d);
+    snprintf(sspec, sizeof sspec, "shards:%s", sh);
+    pack_into(spec, sh, 4);
+    /* 203 records in 4 shards: 51, 51, 51, 50 */
+    rt_shards *s = NULL;
+    assert_int_equal(rt_shards_open(sh, "train", &s), RT_OK);
+    assert_int_equal(rt_shards_info(s)->nshards, 4);
+    assert_int_equal(rt_shards_info(s)->n, 203);
+    uint64_t bytes = 0;
+    assert_int_equal(rt_shards_verify(s, &bytes), RT_OK);
+    assert_int_equal(bytes, 4 * 32 + 203 * (16 + 8));
+    rt_shards_close(&s);
+
+    /* without --val: the same floats and labels, test set too */
+    struct rt_data a, b;
+    assert_int_equal(rt_data_open(spec, 0.0f, 0, 5, &a), RT_OK);
+    assert_int_equal(rt_data_open(sspec, 0.0f, 0, 5, &b), RT_OK);
+    assert_true(b.train->shards && !b.train->u8 && !b.train->y);
+    assert_int_equal(b.train->classes, a.train->classes);
+    assert_true(a.mean == b.mean && a.std == b.std);
+    assert_same_samples(a.train, b.train);
+    assert_same_samples(a.test, b.test);
+    assert_string_equal(b.train->name, "shards/train");
+    rt_data_close(&a);
+    rt_data_close(&b);
+
+    /* --val and --limit: the same samples on each side of the split */
+    assert_int_equal(rt_data_open(spec, 0.25f, 150, 5, &a), RT_OK);
+    assert_int_equal(rt_data_open(sspec, 0.25f, 150, 5, &b), RT_OK);
+    assert_int_equal(b.val->n, a.val->n);
+    assert_int_equal(b.train->n, a.train->n);
+    int32_t *y = malloc(150 * sizeof(int32_t));
+    float *x = malloc(150 * 16 * sizeof(float));
+    assert_int_equal(rt_dataset_rows(b.val, 0, b.val->n, x, y), RT_OK);
+    assert_memory_equal(y, a.val->y, (size_t)a.val->n * sizeof(int32_t));
+    assert_int_equal(rt_dataset_rows(b.train, 0, b.train->n, x, y), RT_OK);
+    assert_memory_equal(y, a.train->y, (size_t)a.train->n * sizeof(int32_t));
+    /* a slice reads its own records */
+    rt_dataset part;
+    rt_dataset_slice(b.train, 10, 20, &part);
+    assert_int_equal(rt_dataset_rows(&part, 0, 10, x, y), RT_OK);
+    assert_memory_equal(y, a.train->y + 10, 10 * sizeof(int32_t));
+    free(x);
+    free(y);
+    rt_data_close(&a);
+    rt_data_close(&b);
+}
+
+/* Rewrite line `line` (1-based) of dir's index with `text` (NULL: drop it). */
+static void edit_index(const char *dir, int line, const char *text)
+{
+    char p[600], buf[8192] = "", l[512];
+    path_in(p, sizeof p, dir, "index");
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    for (int i = 1; fgets(l, sizeof l, f); i++) {
+        if (i != line)
+            strcat(buf, l);
+        else if (text)
+            strcat(strcat(buf, text), "\n");
+    }
+    fclose(f);
+    write_text(p, buf);
+}
+
+static void test_shards_errors(void **state)
+{
+    const char *d = new_dir("shsrc2"), *sh = new_dir("sh2");
+    write_idx_set(d, "train", 40, 4, 4, false, ident);
+    char spec[600], sspec[600], idx[600], keep[8192];
+    snprintf(spec, sizeof spec, "idx:%s", d);
+    snprintf(sspec, sizeof sspec, "shards:%s", sh);
+    pack_into(spec, sh, 2);
+    path_in(idx, sizeof idx, sh, "index");
+    FILE *f = fopen(idx, "r");
+    size_t klen = fread(keep, 1, sizeof keep - 1, f);
+    keep[klen] = '\0';
+    fclose(f);
+    static const struct {
+        int line;
+        const char *text, *says;
+    } cases[] = {
+        {1, "ragtag-shards 2", "index:1: index version not read"},
+        {2, "shape 0 4 4", "index:2: expected 'shape C H W'"},
+        {3, "label float32", "index:3: expected 'label int32'"},
+        {6, "std 0", "index:6: not a finite number"},
+        {8, "shard ../x.rts 20 0", "index:8: a shard name must be a plain file name"},
+        {8, "shard train-00000.rts twenty 0", "index:8: expected 'shard NAME COUNT CRC32'"},
+        {9, "shard train-00000.rts 20 0", "index:9: shard train-00000.rts is listed twice"},
+        {9, NULL, "index:7: set train declares 40 records in 2 shards, but its shard lines add "
+                  "up to 20 records in 1 shards"},
+        {7, "set train 40 1", "index:9: more shards than its 'set' line declares"},
+        {4, NULL, "expected 'classes K'"},
+    };
+    struct rt_data a;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_text(idx, keep);
+        edit_index(sh, cases[i].line, cases[i].text);
+        assert_int_equal(rt_data_open(sspec, 0.0f, 0, 5, &a), RT_ERR_FORMAT);
+        assert_detail_has(cases[i].says);
+        assert_detail_has(sh);
+    }
+    /* counts that add up but not to the shards' headers */
+    write_text(idx, keep);
+    char l8[128];
+    f = fopen(idx, "r");
+    for (int i = 0; i < 8; i++)
+        assert_non_null(fgets(l8, sizeof l8, f));
+    fclose(f);
+    unsigned crc;
+    assert_int_equal(sscanf(l8, "shard train-00000.rts 20 %x", &crc), 1);
+    snprintf(l8, sizeof l8, "shard train-00000.rts 21 %08x", crc);
+    edit_index(sh, 8, l8);
+    f = fopen(idx, "r");
+    char l9[128];
+    for (int i = 0; i < 9; i++)
+        assert_non_null(fgets(l9, sizeof l9, f));
+    fclose(f);
+    assert_int_equal(sscanf(l9, "shard train-00001.rts 20 %x", &crc), 1);
+    snprintf(l9, sizeof l9, "shard train-00001.rts 19 %08x", crc);
+    edit_index(sh, 9, l9);
+    assert_int_equal(rt_data_open(sspec, 0.0f, 0, 5, &a), RT_ERR_FORMAT);
+    assert_detail_has("train-00000.rts: offset 28: 20 records, the index says 21");
+    write_text(idx, "");
+    assert_int_equal(rt_data_open(sspec, 0.0f, 0, 5, &a), RT_ERR_FORMAT);
+    assert_detail_has("truncated after line 0");
+    unlink(idx);
+    assert_int_equal(rt_data_open(sspec, 0.0f, 0, 5, &a), RT_ERR_NOTFOUND);
+    assert_detail_has("index: No such file");
+    write_text(idx, keep);
+
+    /* a corrupt record: the loader's thread finds it, the caller hears it */
+    char p[600];
+    path_in(p, sizeof p, sh, "train-00001.rts");
+    f = fopen(p, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 32 + 7 * 24 + 9, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, 32 + 7 * 24 + 9, SEEK_SET), 0);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+    assert_int_equal(rt_data_open(sspec, 0.0f, 0, 5, &a), RT_OK);
+    rt_loader *l = rt_loader_new(a.train, 8, true, 3);
+    assert_non_null(l);
+    assert_int_equal(rt_loader_start(l, 0, 0), RT_OK);
+    const float *x;
+    const int32_t *y;
+    int n, rc;
+    rt_error_clear();
+    while ((rc = rt_loader_next(l, &x, &y, &n)) > 0)
+        ;
+    assert_int_equal(rc, RT_ERR_FORMAT);
+    assert_detail_has("train-00001.rts: record 7 at offset 200: checksum mismatch");
+    rt_loader_destroy(&l);
+    rt_data_close(&a);
+
+    /* the files of a shard directory, for --serve-data: the index first */
+    struct rt_data_files *files = malloc(sizeof *files);
+    assert_int_equal(rt_data_files(sspec, files), RT_OK);
+    assert_string_equal(files->kind, "shards");
+    assert_int_equal(files->n, 3);
+    assert_string_equal(files->name[0], "index");
+    assert_string_equal(files->name[2], "train-00001.rts");
+    const char *many = new_dir("sh3");
+    pack_into(spec, many, 40); /* 40 shards fit; a test set would add more */
+    snprintf(sspec, sizeof sspec, "shards:%s", many);
+    assert_int_equal(rt_data_files(sspec, files), RT_OK);
+    assert_int_equal(files->n, 41);
+    write_idx_set(d, "train", 70, 4, 4, false, ident);
+    pack_into(spec, many, 70);
+    assert_int_equal(rt_data_files(sspec, files), RT_ERR_CONFIG);
+    assert_detail_has("holds 70 shards, and a data manifest (coord --serve-data) lists at most 63");
+    free(files);
+}
+
 int main(void)
 {
     /* A deadlocked loader should fail the test, not hang `make check`. */
@@ -1065,6 +1289,8 @@ int main(void)
         cmocka_unit_test(test_open_other_formats),
         cmocka_unit_test(test_fashion_finder),
         cmocka_unit_test(test_fashion_real),
+        cmocka_unit_test(test_shards_as_memory),
+        cmocka_unit_test(test_shards_errors),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];

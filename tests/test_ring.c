@@ -2,8 +2,10 @@
  * N = 1..5, shared memory, ZeroMQ over TCP and both in one ring, lengths
  * from 0 to well past one chunk and not divisible by N. Values are small
  * integers so every sum is exact; a second pass with arbitrary floats checks
- * that all ranks end with bitwise the same result. The last cases run while
- * another process sends garbage and foreign messages to every rank. */
+ * that all ranks end with bitwise the same result. The TCP cases run over
+ * raw TCP links (tcplink.h), and over ZeroMQ with CurveZMQ where a case
+ * says so. The last cases run while another process sends garbage and
+ * foreign messages to every rank, and with a rank SIGKILLed. */
 #include "config.h"
 
 #include "testutil.h"
@@ -252,9 +254,12 @@ static int diverge(rt_ring *ring, int rank, int out_fd, void *arg)
 static void test_diverged_ranks(void **state)
 {
     (void)state;
-    for (int links = RT_LINKS_SHM; links <= RT_LINKS_TCP; links++) {
-        struct rt_localring_opts o = {.n = 2, .links = (enum rt_localring_links)links,
-                                      .chunk_bytes = 4096, .stall_timeout = 5, .curve = true};
+    for (int links = RT_LINKS_SHM; links <= RT_LINKS_TCP + 1; links++) {
+        /* the last: raw TCP links (no CurveZMQ) */
+        bool raw = links > RT_LINKS_TCP;
+        struct rt_localring_opts o = {.n = 2,
+                                      .links = raw ? RT_LINKS_TCP : (enum rt_localring_links)links,
+                                      .chunk_bytes = 4096, .stall_timeout = 5, .curve = !raw};
         struct result res[2];
         memset(res, 0, sizeof res);
         double t0 = rt_now();
@@ -263,6 +268,41 @@ static void test_diverged_ranks(void **state)
         assert_true(res[0].hash != 2 && res[1].hash != 2); /* nobody completed */
         assert_true(res[0].hash == 1 || res[1].hash == 1); /* the cause was named */
     }
+}
+
+/* Rank 1 of 3 is SIGKILLed after one allreduce; over raw TCP links its
+ * neighbours' next collective fails at once, naming the lost link (no idle
+ * callback here: nobody would change the members), not after the 60 s
+ * stall timeout. Each survivor writes 1 when it did. */
+static int killed(rt_ring *ring, int rank, int out_fd, void *arg)
+{
+    (void)arg;
+    static float x[300000];
+    for (size_t i = 0; i < 300000; i++)
+        x[i] = 1.0f;
+    int rc = rt_ring_allreduce(ring, x, 300000, NULL);
+    if (rank == 1)
+        kill(getpid(), SIGKILL);
+    double t0 = rt_now();
+    if (rc == 0)
+        rc = rt_ring_allreduce(ring, x, 300000, NULL);
+    uint64_t what[2] = {rc < 0 && strstr(rt_error_detail(), "is lost"), 0};
+    printf("rank %d: %s after %.1f ms\n", rank, rc < 0 ? rt_error_detail() : "completed",
+           (rt_now() - t0) * 1e3);
+    fflush(stdout);
+    return write(out_fd, what, sizeof what) == (ssize_t)sizeof what ? 0 : 4;
+}
+
+static void test_killed_peer(void **state)
+{
+    (void)state;
+    struct rt_localring_opts o = {.n = 3, .links = RT_LINKS_TCP, .stall_timeout = 60};
+    struct result res[3];
+    memset(res, 0, sizeof res);
+    int rc = rt_localring_run(&o, killed, NULL, NULL, NULL, res, sizeof res[0]);
+    assert_true(rc < 0 && strstr(rt_error_detail(), "rank 1 of 3 was killed by signal 9"));
+    assert_int_equal(res[0].hash, 1);
+    assert_int_equal(res[2].hash, 1);
 }
 
 int main(void)
@@ -274,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_mixed),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_diverged_ranks),
+        cmocka_unit_test(test_killed_peer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

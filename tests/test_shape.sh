@@ -7,7 +7,9 @@
 limit=${SHAPE_LIMIT:-100}
 top=${top_srcdir:-$(dirname "$0")/..}
 cd "$top" || exit 1
-files=$(ls base/*.c backends/*.c backends/*/*.c src/*.c src/layers/*.c net/*.c app/*.c 2>/dev/null)
+# (not the C that protoc-c generates from a .proto: *.pb-c.c)
+files=$(ls base/*.c backends/*.c backends/*/*.c src/*.c src/layers/*.c net/*.c app/*.c 2>/dev/null |
+  grep -v '\.pb-c\.c$')
 [ -n "$files" ] || { echo "FAIL: no sources found under $top"; exit 1; }
 out=$(awk -v limit="$limit" '
 FNR == 1 { sig = ""; inside = 0 }

@@ -101,6 +101,13 @@ static int bn_backward(struct rt_layer *l, const struct rt_pass *p)
 
 static void bn_release(struct rt_layer *l) { rt_bn_part_release(l->priv); }
 
+static void bn_describe(const struct rt_layer *l, struct rt_layer_info *d)
+{
+    const struct rt_bn_part *b = l->priv;
+    d->eps = b->shape.eps;
+    d->momentum = b->shape.momentum;
+}
+
 const struct rt_layer_ops rt_layer_batchnorm = {
     .type = "batchnorm",
     .prefix = "bn",
@@ -111,4 +118,5 @@ const struct rt_layer_ops rt_layer_batchnorm = {
     .forward = bn_forward,
     .backward = bn_backward,
     .release = bn_release,
+    .describe = bn_describe,
 };

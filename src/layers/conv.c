@@ -153,6 +153,19 @@ static void conv_release(struct rt_layer *l)
     rt_bn_part_release(&cv->norm);
 }
 
+static void conv_describe(const struct rt_layer *l, struct rt_layer_info *d)
+{
+    const struct conv *cv = l->priv;
+    d->size = cv->cs.r;
+    d->stride = cv->cs.stride_h;
+    d->pad = cv->cs.pad_h;
+    d->batch_normalize = cv->bn;
+    if (cv->bn) {
+        d->eps = cv->norm.shape.eps;
+        d->momentum = cv->norm.shape.momentum;
+    }
+}
+
 const struct rt_layer_ops rt_layer_conv = {
     .type = "conv",
     .prefix = "conv",
@@ -164,4 +177,5 @@ const struct rt_layer_ops rt_layer_conv = {
     .forward = conv_forward,
     .backward = conv_backward,
     .release = conv_release,
+    .describe = conv_describe,
 };

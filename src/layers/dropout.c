@@ -57,6 +57,11 @@ static void dropout_release(struct rt_layer *l)
     rt_buf_destroy(&d->mask);
 }
 
+static void dropout_describe(const struct rt_layer *l, struct rt_layer_info *d)
+{
+    d->rate = ((const struct dropout *)l->priv)->rate;
+}
+
 const struct rt_layer_ops rt_layer_dropout = {
     .type = "dropout",
     .prefix = "dropout",
@@ -67,4 +72,5 @@ const struct rt_layer_ops rt_layer_dropout = {
     .forward = dropout_forward,
     .backward = dropout_backward,
     .release = dropout_release,
+    .describe = dropout_describe,
 };

@@ -76,6 +76,14 @@ static int pool_backward(struct rt_layer *l, const struct rt_pass *p)
     return rt_op_pool_bwd(p->dev, &s, p->x[0], p->y, p->dy, p->dx[0]);
 }
 
+static void window_describe(const struct rt_layer *l, struct rt_layer_info *d)
+{
+    const struct rt_pool_shape *s = &((const struct pool *)l->priv)->ps;
+    d->size = s->r;
+    d->stride = s->stride_h;
+    d->pad = s->pad_h;
+}
+
 const struct rt_layer_ops rt_layer_maxpool = {
     .type = "maxpool",
     .prefix = "maxpool",
@@ -84,6 +92,7 @@ const struct rt_layer_ops rt_layer_maxpool = {
     .setup = maxpool_setup,
     .forward = pool_forward,
     .backward = pool_backward,
+    .describe = window_describe,
 };
 
 const struct rt_layer_ops rt_layer_avgpool = {
@@ -94,6 +103,7 @@ const struct rt_layer_ops rt_layer_avgpool = {
     .setup = avgpool_setup,
     .forward = pool_forward,
     .backward = pool_backward,
+    .describe = window_describe,
 };
 
 const struct rt_layer_ops rt_layer_globalavgpool = {
