@@ -583,6 +583,42 @@ int rt_op_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x,
     return d->ops->conv2d_bwd_filter(d, s, x, dy, dw, ws);
 }
 
+int rt_op_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w,
+                              rt_view b, enum rt_act kind, float alpha, rt_view y, rt_view ws)
+{
+    check_conv(s);
+    if (s->n == 0)
+        return RT_OK;
+    CHECK(x, zu(s->n) * s->c * s->h * s->w);
+    CHECK(w, zu(s->k) * s->c * s->r * s->s);
+    CHECK(b, zu(s->k));
+    CHECK(y, zu(s->n) * s->k * s->oh * s->ow);
+    CHECK(ws, rt_conv2d_workspace(d, s));
+    return d->ops->conv2d_fwd_bias_act(d, s, x, w, b, kind, alpha, y, ws);
+}
+
+int rt_op_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw,
+                       rt_view b, rt_view y)
+{
+    CHECK(b, zu(c));
+    CHECK(y, zu(n) * zu(c) * zu(hw));
+    if (n == 0 || c == 0 || hw == 0)
+        return RT_OK;
+    return d->ops->bias_act_fwd(d, kind, alpha, n, c, hw, b, y);
+}
+
+int rt_op_act_bias_bwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw,
+                       rt_view y, rt_view dy, rt_view dx, rt_view db)
+{
+    CHECK(db, zu(c));
+    CHECK(y, zu(n) * zu(c) * zu(hw));
+    CHECK(dy, zu(n) * zu(c) * zu(hw));
+    CHECK(dx, zu(n) * zu(c) * zu(hw));
+    if (c == 0)
+        return RT_OK;
+    return d->ops->act_bias_bwd(d, kind, alpha, n, c, hw, y, dy, dx, db);
+}
+
 int rt_op_bias_add(rt_dev *d, int n, int c, int hw, rt_view b, rt_view y)
 {
     CHECK(b, zu(c));

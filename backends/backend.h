@@ -14,8 +14,17 @@
  *  conv2d_bwd_data   dx = d(y)/dx applied to dy.
  *  conv2d_bwd_filter dw = d(y)/dw applied to dy (summed over the batch).
  *                 All three may use `ws` of conv2d_workspace() floats.
+ *  conv2d_fwd_bias_act  y = act(conv2d_fwd(x, w) + b[k]): the three ops
+ *                 conv2d_fwd, bias_add, act_fwd fused, the same values
+ *                 (bias and activation applied while the output is in
+ *                 cache); ws as conv2d_fwd's.
  *  bias_add       y[n,c,i] += b[c] for i < hw.
  *  bias_grad      db[c] = sum_{n,i} dy[n,c,i].
+ *  bias_act_fwd   y = act(y + b[c]) in place: bias_add then act_fwd.
+ *  act_bias_bwd   dx = dy * f'(.) from the activation's OUTPUT y alone
+ *                 (relu/leaky: y>0, which is x>0 for alpha >= 0; sigmoid,
+ *                 tanh: y), then db[c] = sum_{n,i} dx[n,c,i]: act_bwd(y, y)
+ *                 then bias_grad(dx), fused. dx may alias dy.
  *  pool_fwd       max or average over windows; average divides by r*s
  *                 (padding counts as zeros, like PyTorch's default);
  *                 max ignores padding.
@@ -57,8 +66,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: adam_step takes the step's scalars (struct rt_adam_scalars) */
-#define RT_BACKEND_ABI_VERSION 2
+/* 2: adam_step takes the step's scalars (struct rt_adam_scalars)
+ * 3: the fused ops conv2d_fwd_bias_act, bias_act_fwd, act_bias_bwd */
+#define RT_BACKEND_ABI_VERSION 3
 
 typedef struct rt_dev rt_dev; /* an opened device context */
 typedef struct rt_buf rt_buf; /* a block of device memory */

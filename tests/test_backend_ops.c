@@ -370,26 +370,33 @@ static struct rt_conv_shape conv_fixed(int i)
 }
 #define CONV_FIXED 6
 
-enum conv_op { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER };
+enum conv_op { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER, CONV_FWD_BIAS_ACT };
+
+static const char *const act_names[] = {"identity", "relu", "leaky", "sigmoid", "tanh"};
 
 static void conv_case(struct column *col, enum conv_op op, const struct rt_conv_shape *s)
 {
-    static const char *const names[] = {"conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter"};
+    static const char *const names[] = {"conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter",
+                                        "conv2d_fwd_bias_act"};
+    const enum rt_act act = (enum rt_act)irand(RT_ACT_IDENTITY, RT_ACT_TANH);
     struct trial t;
     trial_begin(&t, col, names[op], 1e-4, 1.0);
-    trial_shape(&t, "n %d c %d %dx%d k %d %dx%d stride %d,%d pad %d,%d -> %dx%d", s->n, s->c,
+    trial_shape(&t, "n %d c %d %dx%d k %d %dx%d stride %d,%d pad %d,%d -> %dx%d%s%s", s->n, s->c,
                 s->h, s->w, s->k, s->r, s->s, s->stride_h, s->stride_w, s->pad_h, s->pad_w, s->oh,
-                s->ow);
+                s->ow, op == CONV_FWD_BIAS_ACT ? ", then bias and " : "",
+                op == CONV_FWD_BIAS_ACT ? act_names[act] : "");
     size_t xn = (size_t)s->n * s->c * s->h * s->w, yn = (size_t)s->n * s->k * s->oh * s->ow;
     size_t wn = (size_t)s->k * s->c * s->r * s->s;
     /* The workspace's size depends on the backend: one per side. */
     size_t wsn[2] = {rt_conv2d_workspace(ref, s), rt_conv2d_workspace(col->d, s)};
     struct arg *ws[2];
-    struct arg *x, *w, *y;
-    if (op == CONV_FWD) {
+    struct arg *x, *w, *y, *b = NULL;
+    if (op == CONV_FWD || op == CONV_FWD_BIAS_ACT) {
         x = arg_rand(&t, "x", IN, xn, -1, 1);
         w = arg_rand(&t, "w", IN, wn, -1, 1);
         y = arg_out(&t, "y", yn);
+        if (op == CONV_FWD_BIAS_ACT)
+            b = arg_rand(&t, "b", IN, (size_t)s->k, -1, 1);
     } else if (op == CONV_BWD_DATA) {
         x = arg_out(&t, "dx", xn);
         w = arg_rand(&t, "w", IN, wn, -1, 1);
@@ -409,6 +416,9 @@ static void conv_case(struct column *col, enum conv_op op, const struct rt_conv_
     case CONV_FWD: RUN(&t, rt_op_conv2d_fwd(D, s, V(x), V(w), V(y), V(ws[S]))); break;
     case CONV_BWD_DATA: RUN(&t, rt_op_conv2d_bwd_data(D, s, V(y), V(w), V(x), V(ws[S]))); break;
     case CONV_BWD_FILTER: RUN(&t, rt_op_conv2d_bwd_filter(D, s, V(x), V(y), V(w), V(ws[S]))); break;
+    case CONV_FWD_BIAS_ACT:
+        RUN(&t, rt_op_conv2d_fwd_bias_act(D, s, V(x), V(w), V(b), act, 0.1f, V(y), V(ws[S])));
+        break;
     }
     trial_check(&t);
 }
@@ -428,6 +438,7 @@ static void conv_test(struct column *col, enum conv_op op)
 static void test_conv2d_fwd(void **state) { conv_test(COL(state), CONV_FWD); }
 static void test_conv2d_bwd_data(void **state) { conv_test(COL(state), CONV_BWD_DATA); }
 static void test_conv2d_bwd_filter(void **state) { conv_test(COL(state), CONV_BWD_FILTER); }
+static void test_conv2d_fwd_bias_act(void **state) { conv_test(COL(state), CONV_FWD_BIAS_ACT); }
 
 /* ---- bias ---------------------------------------------------------------------------- */
 
@@ -467,6 +478,47 @@ static void test_bias_grad(void **state)
         struct arg *dy = arg_rand(&t, "dy", IN, (size_t)n * c * hw, -1, 1);
         struct arg *db = arg_out(&t, "db", (size_t)c);
         RUN(&t, rt_op_bias_grad(D, n, c, hw, V(dy), V(db)));
+        trial_check(&t);
+    }
+}
+
+/* bias_act_fwd: y = act(y + b), in place. */
+static void test_bias_act_fwd(void **state)
+{
+    for (int i = 0; i < 5 + TRIALS; i++) {
+        int n, c, hw;
+        bias_dims(i, &n, &c, &hw);
+        const enum rt_act k = (enum rt_act)(i % 5);
+        struct trial t;
+        trial_begin(&t, COL(state), "bias_act_fwd", k >= RT_ACT_SIGMOID ? 2e-6 : 1e-6, 1e-3);
+        trial_shape(&t, "%s n %d c %d hw %d", act_names[k], n, c, hw);
+        struct arg *b = arg_rand(&t, "b", IN, (size_t)c, -1, 1);
+        struct arg *y = arg_rand(&t, "y", INOUT, (size_t)n * c * hw, -3, 3);
+        RUN(&t, rt_op_bias_act_fwd(D, k, 0.1f, n, c, hw, V(b), V(y)));
+        trial_check(&t);
+    }
+}
+
+/* act_bias_bwd: dx from y alone, db = sum dx; also with dx aliasing dy. y is
+ * an activation's output: relu's has zeros, sigmoid's lies in (0, 1). */
+static void test_act_bias_bwd(void **state)
+{
+    for (int i = 0; i < 5 + TRIALS; i++) {
+        int n, c, hw;
+        bias_dims(i, &n, &c, &hw);
+        const enum rt_act k = (enum rt_act)(i % 5);
+        const bool alias = i % 3 == 1;
+        const size_t cnt = (size_t)n * c * hw;
+        struct trial t;
+        trial_begin(&t, COL(state), "act_bias_bwd", 1e-5, 1.0);
+        trial_shape(&t, "%s n %d c %d hw %d%s", act_names[k], n, c, hw, alias ? " in place" : "");
+        struct arg *y = k == RT_ACT_RELU ? arg_add(&t, "y", IN, cnt, fill_ties, NULL)
+                        : k == RT_ACT_SIGMOID ? arg_rand(&t, "y", IN, cnt, 0, 1)
+                                              : arg_rand(&t, "y", IN, cnt, -1, 1);
+        struct arg *dy = arg_rand(&t, "dy", alias ? INOUT : IN, cnt, -1, 1);
+        struct arg *dx = alias ? dy : arg_out(&t, "dx", cnt);
+        struct arg *db = arg_out(&t, "db", (size_t)c);
+        RUN(&t, rt_op_act_bias_bwd(D, k, 0.1f, n, c, hw, V(y), V(dy), V(dx), V(db)));
         trial_check(&t);
     }
 }
@@ -552,8 +604,6 @@ static void test_pool_bwd(void **state)
 }
 
 /* ---- activations ----------------------------------------------------------------------- */
-
-static const char *const act_names[] = {"identity", "relu", "leaky", "sigmoid", "tanh"};
 
 static size_t elem_count(int i)
 {

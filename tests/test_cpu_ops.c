@@ -467,6 +467,89 @@ static void test_bias(void **state)
     }
 }
 
+/* ---- fused ops: the same bits as the ops they fuse --------------------------- */
+
+/* Equal as bit patterns (NaN included). */
+static void expect_same_bits(tb *a, tb *b, const char *what, int act, int shape, int threads)
+{
+    float *x = fvec(a->n), *y = fvec(a->n);
+    tb_get(a, x);
+    tb_get(b, y);
+    for (size_t i = 0; i < a->n; i++)
+        if (memcmp(&x[i], &y[i], sizeof(float)) != 0)
+            fail_msg("%s (activation %d, shape %d, %d threads): element %zu: fused %.9g, "
+                     "separate ops %.9g", what, act, shape, threads, i, x[i], y[i]);
+    free(x);
+    free(y);
+    tb_check_guard(a);
+    tb_check_guard(b);
+}
+
+/* conv2d_fwd_bias_act against conv2d_fwd, bias_add, act_fwd on every path
+ * of the cpu convolution (wide im2col, exact im2col, Winograd, strided,
+ * pointwise, a batch smaller than the thread count); act_bias_bwd against
+ * act_bwd(y, y) and bias_grad, on conv planes and dense rows. */
+static void test_fused(void **state)
+{
+    (void)state;
+    const struct rt_conv_shape shapes[] = {
+        conv_make(5, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),   /* lenet conv1: wide */
+        conv_make(4, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0),  /* seedcnn conv1: exact im2col */
+        conv_make(3, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1), /* Winograd */
+        conv_make(3, 8, 9, 9, 16, 3, 3, 2, 2, 1, 1),    /* strided */
+        conv_make(2, 5, 7, 9, 3, 1, 1, 1, 1, 0, 0),     /* pointwise */
+        conv_make(1, 16, 10, 10, 8, 3, 3, 1, 1, 1, 1),  /* one image */
+    };
+    const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int t = 0; t < N_THREADS; t++) {
+        rt_dev *d = open_dev(thread_counts[t]);
+        for (int i = 0; i < ns; i++) {
+            const struct rt_conv_shape *cs = &shapes[i];
+            const size_t xn = (size_t)cs->n * cs->c * cs->h * cs->w,
+                         hw = (size_t)cs->oh * cs->ow, yn = (size_t)cs->n * cs->k * hw,
+                         wn = (size_t)cs->k * cs->c * cs->r * cs->s;
+            float *x = frand(xn, -1, 1, 40 + i), *w = frand(wn, -1, 1, 50 + i),
+                  *b = frand(cs->k, -1, 1, 60 + i), *g = frand(yn, -1, 1, 70 + i);
+            tb X = tb_new(d, xn), W = tb_new(d, wn), B = tb_new(d, cs->k),
+               WS = tb_new(d, rt_conv2d_workspace(d, cs)), Y1 = tb_new(d, yn), Y2 = tb_new(d, yn),
+               G = tb_new(d, yn), DX1 = tb_new(d, yn), DX2 = tb_new(d, yn), DB1 = tb_new(d, cs->k),
+               DB2 = tb_new(d, cs->k);
+            tb_set(&X, x);
+            tb_set(&W, w);
+            tb_set(&B, b);
+            tb_set(&G, g);
+            for (int k = RT_ACT_IDENTITY; k <= RT_ACT_TANH; k++) {
+                assert_int_equal(rt_op_conv2d_fwd_bias_act(d, cs, X.v, W.v, B.v, (enum rt_act)k,
+                                                           0.1f, Y1.v, WS.v), 0);
+                assert_int_equal(rt_op_conv2d_fwd(d, cs, X.v, W.v, Y2.v, WS.v), 0);
+                assert_int_equal(rt_op_bias_add(d, cs->n, cs->k, (int)hw, B.v, Y2.v), 0);
+                assert_int_equal(rt_op_act_fwd(d, (enum rt_act)k, 0.1f, yn, Y2.v, Y2.v), 0);
+                expect_same_bits(&Y1, &Y2, "conv2d_fwd_bias_act", k, i, thread_counts[t]);
+                /* backward from y; the dense-row form (hw 1) on the same numbers */
+                for (int rows = 0; rows < 2; rows++) {
+                    const int n = rows ? (int)(yn / cs->k) : cs->n, c = cs->k,
+                              h = rows ? 1 : (int)hw;
+                    assert_int_equal(rt_op_act_bias_bwd(d, (enum rt_act)k, 0.1f, n, c, h, Y1.v,
+                                                        G.v, DX1.v, DB1.v), 0);
+                    assert_int_equal(rt_op_act_bwd(d, (enum rt_act)k, 0.1f, yn, Y1.v, Y1.v, G.v,
+                                                   DX2.v), 0);
+                    assert_int_equal(rt_op_bias_grad(d, n, c, h, DX2.v, DB2.v), 0);
+                    expect_same_bits(&DX1, &DX2, "act_bias_bwd dx", k, i, thread_counts[t]);
+                    expect_same_bits(&DB1, &DB2, "act_bias_bwd db", k, i, thread_counts[t]);
+                }
+            }
+            tb *all[] = {&X, &W, &B, &WS, &Y1, &Y2, &G, &DX1, &DX2, &DB1, &DB2};
+            for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+                tb_free(all[j]);
+            free(x);
+            free(w);
+            free(b);
+            free(g);
+        }
+        rt_dev_close(&d);
+    }
+}
+
 /* ---- pooling ------------------------------------------------------------------------ */
 
 static struct rt_pool_shape pool_make(enum rt_pool_mode mode, int n, int c, int h, int w, int r,
@@ -1143,6 +1226,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device),        cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_conv),          cmocka_unit_test(test_bias),
+        cmocka_unit_test(test_fused),
         cmocka_unit_test(test_pool),          cmocka_unit_test(test_pool_ties),
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_bn),            cmocka_unit_test(test_dropout),

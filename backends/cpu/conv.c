@@ -88,6 +88,24 @@ static struct conv_layout conv_layout(const struct rt_conv_shape *s)
     return l;
 }
 
+/* The fused epilogue of conv2d_fwd_bias_act, y = act(y + b[k]), applied
+ * to each image's output while it is in cache; b NULL: none (conv2d_fwd). */
+struct conv_epi {
+    const float *b;
+    enum rt_act kind;
+    float alpha;
+};
+
+/* The epilogue on output plane k (hw floats) of one image, copied from src
+ * on the way (src may be y). */
+static void epi_plane(const struct conv_epi *e, int k, const float *src, float *y, size_t hw)
+{
+    if (e && e->b)
+        cpu_bias_act(e->kind, e->alpha, e->b + k, 0, src, y, hw);
+    else if (src != y)
+        memcpy(y, src, hw * sizeof(float));
+}
+
 static bool conv_batch_parallel(int nt, const struct rt_conv_shape *s)
 {
     return nt > 1 && s->n >= nt;
@@ -248,7 +266,8 @@ static void im2col_wide(const struct rt_conv_shape *s, const struct conv_layout 
 }
 
 static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
-                    const float *x, const float *w, float *y, float *sl)
+                    const struct conv_epi *e, const float *x, const float *w, float *y,
+                    float *sl)
 {
     const int crs = (int)conv_crs(s), len = (int)l->len;
     float *col = sl + l->off_col;
@@ -258,16 +277,19 @@ static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_lay
         else
             im2col(s, x, col);
         cpu_sgemm(nt, false, false, s->k, len, crs, 1.0f, w, crs, col, len, 0.0f, y, len);
+        if (e && e->b)
+            for (int k = 0; k < s->k; k++)
+                epi_plane(e, k, y + (size_t)k * len, y + (size_t)k * len, (size_t)len);
         return;
     }
     float *out = sl + l->off_out;
     pad_image(s, l, x, sl);
     im2col_wide(s, l, sl, col);
     cpu_sgemm(nt, false, false, s->k, len, crs, 1.0f, w, crs, col, len, 0.0f, out, len);
-    for (int k = 0; k < s->k; k++)
+    for (int k = 0; k < s->k; k++) /* the wide rows' first ow columns, through the epilogue */
         for (int oh = 0; oh < s->oh; oh++)
-            memcpy(y + ((size_t)k * s->oh + oh) * s->ow, out + (size_t)k * l->len + oh * l->wp,
-                   (size_t)s->ow * sizeof(float));
+            epi_plane(e, k, out + (size_t)k * l->len + oh * l->wp,
+                      y + ((size_t)k * s->oh + oh) * s->ow, (size_t)s->ow);
 }
 
 /* dyw = dy_n on the wide grid, zeros in the columns past ow (so they add
@@ -296,8 +318,10 @@ static void add_row(size_t n, const float *x, float *y)
 }
 
 static void bwd_data_one(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
-                         const float *dy, const float *w, float *dx, float *sl)
+                         const struct conv_epi *e, const float *dy, const float *w, float *dx,
+                         float *sl)
 {
+    (void)e;
     const int crs = (int)conv_crs(s), len = (int)l->len;
     float *col = sl + l->off_col;
     if (!l->wide) {
@@ -808,8 +832,8 @@ static void wino_dy_chunk(const struct rt_conv_shape *s, const struct wino_layou
  *   bwd-data   M = A dy A^T, V = U^T M  (U stored transposed), dx = the
  *              patches B V B^T added up (wino_scatter). */
 static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_layout *l, bool bwd,
-                            const float *in, const float *U, float *out, int i0, int i1,
-                            float *sl)
+                            const struct conv_epi *e, const float *in, const float *U,
+                            float *out, int i0, int i1, float *sl)
 {
     const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
     const int rows = bwd ? C : K, inner = bwd ? K : C;
@@ -830,8 +854,11 @@ static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_lay
             if (bwd)
                 wino_scatter(s, l, tiles, dst_xs, out + ((size_t)i * C + p) * xsz,
                              sl + l->off_pad, sl + l->off_tmp);
-            else
-                wino_out(s, l, tiles, dst_xs, out + ((size_t)i * K + p) * ysz, sl + l->off_tmp);
+            else {
+                float *yp = out + ((size_t)i * K + p) * ysz;
+                wino_out(s, l, tiles, dst_xs, yp, sl + l->off_tmp);
+                epi_plane(e, p, yp, yp, ysz);
+            }
         }
 }
 
@@ -856,8 +883,8 @@ static int wino_chunks(const struct rt_conv_shape *s, const struct wino_layout *
 
 /* Forward (x -> y) or backward-data (dy -> dx): U from the filters, then
  * the chunks of images spread over the threads. */
-static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const float *in,
-                      const float *w, float *out, float *ws)
+static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const struct conv_epi *e,
+                      const float *in, const float *w, float *out, float *ws)
 {
     const struct wino_layout l = wino_layout(s);
     float *U = ws, *slices = ws + align16(l.u);
@@ -875,7 +902,7 @@ static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const flo
 #endif
         for (int ch = 0; ch < chunks; ch++) {
             const int i0 = ch * l.ipc, i1 = i0 + l.ipc < s->n ? i0 + l.ipc : s->n;
-            wino_data_chunk(s, &l, bwd, in, U, out, i0, i1, slices + (size_t)t * l.slice);
+            wino_data_chunk(s, &l, bwd, e, in, U, out, i0, i1, slices + (size_t)t * l.slice);
         }
     }
 }
@@ -918,12 +945,13 @@ static void wino_bwd_filter(int nt, const struct rt_conv_shape *s, const float *
 
 /* fwd_one or bwd_data_one: one image's in (x or dy) to out (y or dx). */
 typedef void (*conv_one_fn)(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
-                            const float *in, const float *w, float *out, float *sl);
+                            const struct conv_epi *e, const float *in, const float *w,
+                            float *out, float *sl);
 
 /* Forward and backward-data share their driver: Winograd where it applies,
  * else im2col + GEMM an image at a time, over the batch or inside the BLAS. */
-static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd, rt_view inv, rt_view wv,
-                     rt_view outv, rt_view wsv)
+static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd,
+                     const struct conv_epi *e, rt_view inv, rt_view wv, rt_view outv, rt_view wsv)
 {
     const struct conv_layout l = conv_layout(s);
     const float *in = cpu_f(inv), *w = cpu_f(wv);
@@ -933,12 +961,12 @@ static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd, rt_view
     const conv_one_fn one = bwd ? bwd_data_one : fwd_one;
     int nt = cpu_nt(d);
     if (wino_ok(nt, s)) {
-        wino_data(nt, s, bwd, in, w, out, ws);
+        wino_data(nt, s, bwd, e, in, w, out, ws);
         return RT_OK;
     }
     if (!conv_batch_parallel(nt, s)) {
         for (int i = 0; i < s->n; i++)
-            one(nt, s, &l, in + i * is, w, out + i * os, ws);
+            one(nt, s, &l, e, in + i * is, w, out + i * os, ws);
         return RT_OK;
     }
     cpu_blas_before_parallel();
@@ -946,20 +974,30 @@ static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd, rt_view
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
 #endif
     for (int i = 0; i < s->n; i++) /* dynamic: a preempted thread holds up one image */
-        one(1, s, &l, in + i * is, w, out + i * os, ws + (size_t)cpu_thread_num() * l.slice);
+        one(1, s, &l, e, in + i * is, w, out + i * os, ws + (size_t)cpu_thread_num() * l.slice);
     return RT_OK;
 }
 
 int cpu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view wv, rt_view yv,
                    rt_view wsv)
 {
-    return conv_data(d, s, false, xv, wv, yv, wsv);
+    return conv_data(d, s, false, NULL, xv, wv, yv, wsv);
+}
+
+/* conv2d_fwd with bias and activation applied per image, in cache: one
+ * parallel region, one pass over y instead of three. */
+int cpu_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view wv,
+                            rt_view bv, enum rt_act kind, float alpha, rt_view yv, rt_view wsv)
+{
+    RT_TRY(cpu_check_act(kind));
+    const struct conv_epi e = {cpu_f(bv), kind, alpha};
+    return conv_data(d, s, false, &e, xv, wv, yv, wsv);
 }
 
 int cpu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dyv, rt_view wv,
                         rt_view dxv, rt_view wsv)
 {
-    return conv_data(d, s, true, dyv, wv, dxv, wsv);
+    return conv_data(d, s, true, NULL, dyv, wv, dxv, wsv);
 }
 
 int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view dyv,

@@ -9,6 +9,7 @@
 #define RT_CPU_IMPL_H
 
 #include <stdbool.h>
+#include <math.h>
 #include <stddef.h>
 
 #include "backend-impl.h"
@@ -55,6 +56,53 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
 
 /* Call before a parallel region whose threads call cpu_sgemm(1, ...). */
 void cpu_blas_before_parallel(void);
+
+#ifdef _OPENMP
+#define CPU_SIMD_LOOP _Pragma("omp simd")
+#else
+#define CPU_SIMD_LOOP
+#endif
+
+/* y[i] = act(x[i] + b[i * bstep]) over n floats (y may be x; bstep 0: one
+ * bias for the row, 1: a bias per element): the same float operations as
+ * bias_add then act_fwd, in one pass. kind must be valid (cpu_check_act).
+ * Inline, so that each constant bstep gets its own vector loop. */
+static inline void cpu_bias_act(enum rt_act kind, float alpha, const float *b, int bstep,
+                                const float *x, float *y, size_t n)
+{
+    switch (kind) {
+    case RT_ACT_IDENTITY:
+        CPU_SIMD_LOOP
+        for (size_t i = 0; i < n; i++)
+            y[i] = x[i] + b[i * bstep];
+        break;
+    case RT_ACT_RELU:
+        CPU_SIMD_LOOP
+        for (size_t i = 0; i < n; i++) {
+            const float t = x[i] + b[i * bstep];
+            y[i] = t > 0.0f ? t : 0.0f;
+        }
+        break;
+    case RT_ACT_LEAKY:
+        CPU_SIMD_LOOP
+        for (size_t i = 0; i < n; i++) {
+            const float t = x[i] + b[i * bstep];
+            y[i] = t > 0.0f ? t : alpha * t;
+        }
+        break;
+    case RT_ACT_SIGMOID: /* expf and tanhf: scalar, as act_fwd */
+        for (size_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + expf(-(x[i] + b[i * bstep])));
+        break;
+    case RT_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            y[i] = tanhf(x[i] + b[i * bstep]);
+        break;
+    }
+}
+
+/* nn.c: RT_OK for a known activation, else a readable error */
+int cpu_check_act(enum rt_act kind);
 
 /* conv.c: the workspace a convolution needs */
 size_t cpu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s);

@@ -94,6 +94,139 @@ int cpu_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dyv, rt_view dbv)
     return RT_OK;
 }
 
+/* ---- bias + activation, fused ------------------------------------------------------ */
+
+int cpu_check_act(enum rt_act kind)
+{
+    if ((unsigned)kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "cpu: unknown activation %d", (int)kind);
+    return RT_OK;
+}
+
+int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw,
+                     rt_view bv, rt_view yv)
+{
+    RT_TRY(cpu_check_act(kind));
+    const float *b = cpu_f(bv);
+    float *y = cpu_f(yv);
+    const size_t total = (size_t)n * c * hw;
+    int nt = cpu_nt(d);
+    (void)nt;
+    (void)total;
+    if (hw == 1) { /* dense layer: rows of c */
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+        for (int i = 0; i < n; i++) {
+            float *yr = y + (size_t)i * c;
+            cpu_bias_act(kind, alpha, b, 1, yr, yr, (size_t)c);
+        }
+        return RT_OK;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+    for (long p = 0; p < (long)n * c; p++)
+        cpu_bias_act(kind, alpha, b + p % c, 0, y + (size_t)p * hw, y + (size_t)p * hw,
+                     (size_t)hw);
+    return RT_OK;
+}
+
+/* dx = dy * f'(y) over n floats, returning their sum (float, in the order
+ * bias_grad sums a plane). */
+static float act_grad_row(enum rt_act kind, float alpha, const float *y, const float *dy,
+                          float *dx, size_t n)
+{
+    float s = 0.0f;
+    switch (kind) {
+    case RT_ACT_IDENTITY:
+        for (size_t i = 0; i < n; i++) {
+            dx[i] = dy[i];
+        }
+        break;
+    case RT_ACT_RELU:
+        CPU_SIMD
+        for (size_t i = 0; i < n; i++) {
+            const float g = dy[i];
+            dx[i] = y[i] > 0.0f ? g : 0.0f;
+        }
+        break;
+    case RT_ACT_LEAKY:
+        CPU_SIMD
+        for (size_t i = 0; i < n; i++) {
+            const float g = dy[i];
+            dx[i] = y[i] > 0.0f ? g : alpha * g;
+        }
+        break;
+    case RT_ACT_SIGMOID:
+        CPU_SIMD
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+        break;
+    case RT_ACT_TANH:
+        CPU_SIMD
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * ((1.0f - y[i]) * (1.0f + y[i]));
+        break;
+    }
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : s)
+#endif
+    for (size_t i = 0; i < n; i++) /* dx is in L1 still */
+        s += dx[i];
+    return s;
+}
+
+/* Rows of c (a dense layer): db summed over the rows in float, in row order,
+ * as bias_grad does. */
+static void act_bias_bwd_rows(enum rt_act kind, float alpha, int n, int c, const float *y,
+                              const float *dy, float *dx, float *db)
+{
+    memset(db, 0, (size_t)c * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        const size_t o = (size_t)i * c;
+        (void)act_grad_row(kind, alpha, y + o, dy + o, dx + o, (size_t)c);
+        const float *r = dx + o;
+        CPU_SIMD
+        for (int j = 0; j < c; j++)
+            db[j] += r[j];
+    }
+}
+
+/* Each channel by one thread, its planes in image order: bias_grad's order. */
+int cpu_act_bias_bwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw,
+                     rt_view yv, rt_view dyv, rt_view dxv, rt_view dbv)
+{
+    RT_TRY(cpu_check_act(kind));
+    float *db = cpu_f(dbv);
+    if (n == 0 || hw == 0) {
+        memset(db, 0, (size_t)c * sizeof(float));
+        return RT_OK;
+    }
+    const float *y = cpu_f(yv), *dy = cpu_f(dyv);
+    float *dx = cpu_f(dxv);
+    if (hw == 1) {
+        act_bias_bwd_rows(kind, alpha, n, c, y, dy, dx, db);
+        return RT_OK;
+    }
+    const size_t total = (size_t)n * c * hw;
+    int nt = cpu_nt(d);
+    (void)nt;
+    (void)total;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
+#endif
+    for (int j = 0; j < c; j++) {
+        double acc = 0.0;
+        for (int i = 0; i < n; i++) {
+            const size_t o = ((size_t)i * c + j) * hw;
+            acc += act_grad_row(kind, alpha, y + o, dy + o, dx + o, (size_t)hw);
+        }
+        db[j] = (float)acc;
+    }
+    return RT_OK;
+}
+
 /* ---- pooling -------------------------------------------------------------------------- */
 
 /* Window bounds of output (oh, ow) clipped to the input. */
@@ -419,7 +552,9 @@ int cpu_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view pv, rt_view labv, floa
 /* ---- batch norm ----------------------------------------------------------------------------- */
 
 /* Channel statistics in double, two passes (mean, then squared deviations),
- * so large means do not eat the variance. */
+ * so large means do not eat the variance. Each plane is summed by a vector
+ * loop (double lanes, then the lanes added), the planes in order: one chain
+ * of dependent double adds per element cost 4 cycles each. */
 int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view gv, rt_view bv,
                      rt_view yv, rt_view smv, rt_view siv, rt_view rmv, rt_view rvv)
 {
@@ -439,17 +574,27 @@ int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
         double sum = 0.0;
         for (int i = 0; i < N; i++) {
             const float *p = x + ((size_t)i * C + c) * HW;
+            double ps = 0.0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : ps)
+#endif
             for (int k = 0; k < HW; k++)
-                sum += p[k];
+                ps += p[k];
+            sum += ps;
         }
         const double mean = sum / cnt;
         double sq = 0.0;
         for (int i = 0; i < N; i++) {
             const float *p = x + ((size_t)i * C + c) * HW;
+            double pq = 0.0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : pq)
+#endif
             for (int k = 0; k < HW; k++) {
-                double e = p[k] - mean;
-                sq += e * e;
+                const double e = p[k] - mean;
+                pq += e * e;
             }
+            sq += pq;
         }
         const double var = sq / cnt;
         /* One value per channel has no unbiased variance; use the biased one. */
@@ -518,13 +663,19 @@ int cpu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view dyv, 
 #endif
     for (int c = 0; c < C; c++) {
         const float mean = save_mean[c], invstd = save_invstd[c];
-        double sdy = 0.0, sdyx = 0.0;
+        double sdy = 0.0, sdyx = 0.0; /* a vector loop per plane, as above */
         for (int i = 0; i < N; i++) {
             const float *xp = x + ((size_t)i * C + c) * HW, *gp = dy + ((size_t)i * C + c) * HW;
+            double pdy = 0.0, pdyx = 0.0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : pdy, pdyx)
+#endif
             for (int k = 0; k < HW; k++) {
-                sdy += gp[k];
-                sdyx += (double)gp[k] * ((xp[k] - mean) * invstd);
+                pdy += gp[k];
+                pdyx += (double)gp[k] * ((xp[k] - mean) * invstd);
             }
+            sdy += pdy;
+            sdyx += pdyx;
         }
         const float db = (float)sdy, dg = (float)sdyx;
         const float k1 = gamma[c] * invstd, mdb = db / (float)cnt, mdg = dg / (float)cnt;

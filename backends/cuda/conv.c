@@ -548,6 +548,17 @@ int cu_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w
     return conv_run(d, s, FWD, x, w, y, ws);
 }
 
+/* conv2d_fwd, bias_add, act_fwd in sequence: the same kernels, the same
+ * values. */
+int cu_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w,
+                           rt_view b, enum rt_act kind, float alpha, rt_view y, rt_view ws)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "cuda: unknown activation %d", (int)kind);
+    RT_TRY(cu_conv2d_fwd(d, s, x, w, y, ws));
+    return cu_bias_act_fwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, b, y);
+}
+
 int cu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
                        rt_view dx, rt_view ws)
 {

@@ -41,6 +41,29 @@ int cu_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db)
     CU_LAUNCH(d, "bias_grad", rtcu_bias_grad(cu(d)->stream, n, c, hw, p, cu_f(db)));
 }
 
+/* bias_add then act_fwd: the same kernels, so the same values. */
+int cu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw, rt_view b,
+                    rt_view y)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "cuda: unknown activation %d", (int)kind);
+    RT_TRY(cu_bias_add(d, n, c, hw, b, y));
+    return cu_act_fwd(d, kind, alpha, (size_t)n * c * hw, y, y);
+}
+
+/* act_bwd with y standing for x (y > 0 exactly where x > 0 for relu and
+ * leaky), then bias_grad of dx. */
+int cu_act_bias_bwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw, rt_view y,
+                    rt_view dy, rt_view dx, rt_view db)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "cuda: unknown activation %d", (int)kind);
+    const size_t count = (size_t)n * c * hw;
+    if (count)
+        RT_TRY(cu_act_bwd(d, kind, alpha, count, y, y, dy, dx));
+    return cu_bias_grad(d, n, c, hw, dx, db);
+}
+
 /* ---- pooling ---------------------------------------------------------------------- */
 
 static struct rtcu_pool pool_geom(const struct rt_pool_shape *s)

@@ -389,6 +389,17 @@ int ocl_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view 
     return rc;
 }
 
+/* conv2d_fwd, bias_add, act_fwd in sequence: the same kernels, the same
+ * values. */
+int ocl_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w,
+                            rt_view b, enum rt_act kind, float alpha, rt_view y, rt_view ws)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
+    RT_TRY(ocl_conv2d_fwd(d, s, x, w, y, ws));
+    return ocl_bias_act_fwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, b, y);
+}
+
 int ocl_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
                         rt_view dx, rt_view ws)
 {

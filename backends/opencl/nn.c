@@ -26,6 +26,38 @@ int ocl_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db)
     return ocl_run_groups(d, OCL_K_bias_grad, (size_t)c, "iiivv", n, c, hw, dy, db);
 }
 
+/* bias_add then act_fwd: one launch for relu, leaky and identity, else
+ * the two kernels (the same values either way). */
+int ocl_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw, rt_view b,
+                     rt_view y)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
+    size_t planes = (size_t)n * c;
+    if (kind <= RT_ACT_LEAKY) /* one launch, one pass */
+        return ocl_run_n(d, OCL_K_bias_act_lin, planes, "liiifvv", planes, c, hw, (int)kind,
+                         (double)alpha, b, y);
+    RT_TRY(ocl_bias_add(d, n, c, hw, b, y));
+    return ocl_act_fwd(d, kind, alpha, (size_t)n * c * hw, y, y);
+}
+
+/* act_bwd with y standing for x (y > 0 exactly where x > 0 for relu and
+ * leaky), then bias_grad of dx: one launch on a CPU device for the
+ * piecewise-linear activations. */
+int ocl_act_bias_bwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw, rt_view y,
+                     rt_view dy, rt_view dx, rt_view db)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
+    if (kind <= RT_ACT_LEAKY && ocl(d)->sh->is_cpu)
+        return ocl_run_n(d, OCL_K_act_bias_grad_cpu, (size_t)c, "ifiiivvvv", (int)kind,
+                         (double)alpha, n, c, hw, y, dy, dx, db);
+    const size_t count = (size_t)n * c * hw;
+    if (count)
+        RT_TRY(ocl_act_bwd(d, kind, alpha, count, y, y, dy, dx));
+    return ocl_bias_grad(d, n, c, hw, dx, db);
+}
+
 #define POOL_GEOM(s)                                                                         \
     (int)(s)->mode, (s)->h, (s)->w, (s)->r, (s)->s, (s)->stride_h, (s)->stride_w, (s)->pad_h, \
         (s)->pad_w, (s)->oh, (s)->ow

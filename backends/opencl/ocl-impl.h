@@ -46,6 +46,7 @@
     X(col2im, R) X(nkp_to_knp, R) X(knp_to_nkp, R) X(conv_pack, R) X(conv_wpack, E)         \
     X(conv_direct, T) X(conv_bwdf3, T) X(conv_bwdf5, T) X(conv_bwdf4, T) X(conv_bwdf_sum, E) \
     X(gemm_rows, T) X(gemm_dots, T) X(act_fwd_lin, E) X(act_bwd_lin, E) X(bias_grad_cpu, S)    \
+    X(bias_act_lin, R) X(act_bias_grad_cpu, S)                                               \
     X(maxpool2_fwd, S) X(maxpool2_bwd, S)
 
 enum ocl_kernel {

@@ -1,5 +1,7 @@
 /* conv.c — [conv]: 2-D convolution, bias (or batch norm), activation.
- * y = act(bn(conv(x, w)))  or  y = act(conv(x, w) + b). */
+ * y = act(bn(conv(x, w)))  or  y = act(conv(x, w) + b), the latter as one
+ * fused op (conv2d_fwd_bias_act) whose backward needs y alone
+ * (act_bias_bwd): no pre-activation copy is kept. */
 #include "config.h"
 
 #include "layer.h"
@@ -12,8 +14,8 @@ struct conv {
     struct rt_bn_part norm;
     enum rt_act act;
     float alpha;
-    rt_buf *z;  /* conv output, kept for bn / act backward (if either) */
-    rt_buf *zb; /* bn output, kept for act backward (if both) */
+    rt_buf *z;  /* conv output, kept for bn backward (with batch norm) */
+    rt_buf *zb; /* bn output, kept for act backward (with both) */
 };
 
 static int conv_setup(struct rt_layer *l, struct rt_layer_setup *su)
@@ -66,7 +68,7 @@ static int conv_alloc(struct rt_layer *l, rt_dev *dev, int max_batch)
 {
     struct conv *cv = l->priv;
     size_t bytes = (size_t)max_batch * rt_shape_count(l->out) * sizeof(float);
-    if (cv->bn || cv->act != RT_ACT_IDENTITY) {
+    if (cv->bn) {
         if (!(cv->z = rt_buf_new(dev, bytes)))
             return RT_ERR_NOMEM;
     }
@@ -98,15 +100,14 @@ static int conv_forward(struct rt_layer *l, const struct rt_pass *p)
     struct rt_conv_shape s = cv->cs;
     s.n = p->n;
     bool act = cv->act != RT_ACT_IDENTITY;
-    rt_view z = cv->z ? rt_buf_view(cv->z) : p->y;
-    RT_TRY(rt_op_conv2d_fwd(p->dev, &s, p->x[0], rt_view_at(p->params, cv->w), z, p->ws));
-    rt_view pre = z;
-    if (cv->bn) {
-        pre = act ? rt_buf_view(cv->zb) : p->y;
-        RT_TRY(rt_bn_part_forward(&cv->norm, p, z, pre));
-    } else {
-        RT_TRY(rt_op_bias_add(p->dev, s.n, s.k, s.oh * s.ow, rt_view_at(p->params, cv->b), z));
-    }
+    rt_view w = rt_view_at(p->params, cv->w);
+    if (!cv->bn)
+        return rt_op_conv2d_fwd_bias_act(p->dev, &s, p->x[0], w, rt_view_at(p->params, cv->b),
+                                         cv->act, cv->alpha, p->y, p->ws);
+    rt_view z = rt_buf_view(cv->z);
+    RT_TRY(rt_op_conv2d_fwd(p->dev, &s, p->x[0], w, z, p->ws));
+    rt_view pre = act ? rt_buf_view(cv->zb) : p->y;
+    RT_TRY(rt_bn_part_forward(&cv->norm, p, z, pre));
     if (act)
         RT_TRY(rt_op_act_fwd(p->dev, cv->act, cv->alpha, (size_t)s.n * rt_shape_count(l->out),
                              pre, p->y));
@@ -120,17 +121,20 @@ static int conv_backward(struct rt_layer *l, const struct rt_pass *p)
     s.n = p->n;
     size_t count = (size_t)s.n * rt_shape_count(l->out);
     rt_view g = p->dy;
-    bool g_in_tmp0 = false;
-    if (cv->act != RT_ACT_IDENTITY) {
-        rt_view pre = cv->bn ? rt_buf_view(cv->zb) : rt_buf_view(cv->z);
-        RT_TRY(rt_op_act_bwd(p->dev, cv->act, cv->alpha, count, pre, p->y, g, p->tmp[0]));
-        g = p->tmp[0];
-        g_in_tmp0 = true;
-    }
+    bool act = cv->act != RT_ACT_IDENTITY;
     if (cv->bn) {
-        rt_view out = g_in_tmp0 ? p->tmp[1] : p->tmp[0];
+        if (act) {
+            RT_TRY(rt_op_act_bwd(p->dev, cv->act, cv->alpha, count, rt_buf_view(cv->zb), p->y,
+                                 g, p->tmp[0]));
+            g = p->tmp[0];
+        }
+        rt_view out = act ? p->tmp[1] : p->tmp[0];
         RT_TRY(rt_bn_part_backward(&cv->norm, p, rt_buf_view(cv->z), g, out));
         g = out;
+    } else if (act) { /* the activation's gradient and the bias's in one pass */
+        RT_TRY(rt_op_act_bias_bwd(p->dev, cv->act, cv->alpha, s.n, s.k, s.oh * s.ow, p->y, g,
+                                  p->tmp[0], rt_view_at(p->grads, cv->b)));
+        g = p->tmp[0];
     } else {
         RT_TRY(rt_op_bias_grad(p->dev, s.n, s.k, s.oh * s.ow, g, rt_view_at(p->grads, cv->b)));
     }

@@ -10,7 +10,6 @@ struct dense {
     size_t w, b;
     enum rt_act act;
     float alpha;
-    rt_buf *z; /* pre-activation, kept for act backward (if any) */
 };
 
 static int dense_setup(struct rt_layer *l, struct rt_layer_setup *su)
@@ -34,52 +33,34 @@ static int dense_setup(struct rt_layer *l, struct rt_layer_setup *su)
     return d->w == RT_LAYER_BAD_OFFSET || d->b == RT_LAYER_BAD_OFFSET ? RT_ERR_NOMEM : RT_OK;
 }
 
-static int dense_alloc(struct rt_layer *l, rt_dev *dev, int max_batch)
-{
-    struct dense *d = l->priv;
-    if (d->act == RT_ACT_IDENTITY)
-        return RT_OK;
-    d->z = rt_buf_new(dev, (size_t)max_batch * (size_t)d->units * sizeof(float));
-    return d->z ? RT_OK : RT_ERR_NOMEM;
-}
-
 static int dense_forward(struct rt_layer *l, const struct rt_pass *p)
 {
     struct dense *d = l->priv;
-    rt_view z = d->z ? rt_buf_view(d->z) : p->y;
-    /* z[n, units] = x[n, in] * W[units, in]^T */
+    /* y[n, units] = x[n, in] * W[units, in]^T, then act(y + b) in place */
     RT_TRY(rt_op_gemm(p->dev, 0, 1, p->n, d->units, d->in, 1.0f, p->x[0], d->in,
-                      rt_view_at(p->params, d->w), d->in, 0.0f, z, d->units));
-    RT_TRY(rt_op_bias_add(p->dev, p->n, d->units, 1, rt_view_at(p->params, d->b), z));
-    if (d->z)
-        RT_TRY(rt_op_act_fwd(p->dev, d->act, d->alpha, (size_t)p->n * (size_t)d->units, z,
-                             p->y));
-    return RT_OK;
+                      rt_view_at(p->params, d->w), d->in, 0.0f, p->y, d->units));
+    return rt_op_bias_act_fwd(p->dev, d->act, d->alpha, p->n, d->units, 1,
+                              rt_view_at(p->params, d->b), p->y);
 }
 
 static int dense_backward(struct rt_layer *l, const struct rt_pass *p)
 {
     struct dense *d = l->priv;
     rt_view g = p->dy;
-    if (d->z) {
-        RT_TRY(rt_op_act_bwd(p->dev, d->act, d->alpha, (size_t)p->n * (size_t)d->units,
-                             rt_buf_view(d->z), p->y, g, p->tmp[0]));
+    if (d->act != RT_ACT_IDENTITY) { /* from y alone: no pre-activation kept */
+        RT_TRY(rt_op_act_bias_bwd(p->dev, d->act, d->alpha, p->n, d->units, 1, p->y, g,
+                                  p->tmp[0], rt_view_at(p->grads, d->b)));
         g = p->tmp[0];
+    } else {
+        RT_TRY(rt_op_bias_grad(p->dev, p->n, d->units, 1, g, rt_view_at(p->grads, d->b)));
     }
     /* dW[units, in] = g[n, units]^T * x[n, in] */
     RT_TRY(rt_op_gemm(p->dev, 1, 0, d->units, d->in, p->n, 1.0f, g, d->units, p->x[0], d->in,
                       0.0f, rt_view_at(p->grads, d->w), d->in));
-    RT_TRY(rt_op_bias_grad(p->dev, p->n, d->units, 1, g, rt_view_at(p->grads, d->b)));
     if (p->need_dx[0]) /* dx[n, in] = g[n, units] * W[units, in] */
         RT_TRY(rt_op_gemm(p->dev, 0, 0, p->n, d->in, d->units, 1.0f, g, d->units,
                           rt_view_at(p->params, d->w), d->in, 0.0f, p->dx[0], d->in));
     return RT_OK;
-}
-
-static void dense_release(struct rt_layer *l)
-{
-    struct dense *d = l->priv;
-    rt_buf_destroy(&d->z);
 }
 
 const struct rt_layer_ops rt_layer_dense = {
@@ -88,8 +69,6 @@ const struct rt_layer_ops rt_layer_dense = {
     .keys = "units, activation",
     .priv_size = sizeof(struct dense),
     .setup = dense_setup,
-    .alloc = dense_alloc,
     .forward = dense_forward,
     .backward = dense_backward,
-    .release = dense_release,
 };

@@ -78,6 +78,57 @@ kernel void rt_bias_grad_cpu(int n, int c, int hw, global const float *dy, ulong
     db[dbo + j] = (float)(s + t);
 }
 
+/* bias_add then rt_act_fwd_lin in one pass over each plane: relu, leaky
+ * and identity (the same values: t = y + b, then the same select). */
+kernel void rt_bias_act_lin(ulong planes, int c, int hw, int kind, float alpha,
+                            global const float *b, ulong bo, global float *y, ulong yo)
+{
+    RT_ELEM(p, planes);
+    const float v = b[bo + p % c];
+    global float *q = y + yo + p * hw;
+    for (int i = 0; i < hw; i++) {
+        const float t = q[i] + v;
+        const float neg = kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? alpha * t : t;
+        q[i] = t > 0.0f ? t : neg;
+    }
+}
+
+/* rt_act_bwd_lin with y for x, then rt_bias_grad_cpu of dx, in one pass:
+ * channel j's dx written and summed in rt_bias_grad_cpu's order. dx may
+ * be dy. CPU devices. */
+kernel void rt_act_bias_grad_cpu(int kind, float alpha, int n, int c, int hw,
+                                 global const float *y, ulong yo, global const float *dy,
+                                 ulong dyo, global float *dx, ulong dxo, global float *db,
+                                 ulong dbo)
+{
+    RT_ELEM(j, c);
+    acc8_t s8 = (acc8_t)0;
+    acc_t s = 0;
+    const float8 a8 = (float8)(kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? alpha : 1.0f);
+    const float a1 = kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? alpha : 1.0f;
+    for (int i = 0; i < n; i++) {
+        const ulong o = ((ulong)i * c + j) * hw;
+        global const float *yp = y + yo + o, *gp = dy + dyo + o;
+        global float *dp = dx + dxo + o;
+        int k = 0;
+        for (; k + 8 <= hw; k += 8) {
+            const float8 g = vload8(0, gp + k);
+            const float8 d = select(kind == RT_ACT_IDENTITY ? g : a8 * g, g,
+                                    vload8(0, yp + k) > (float8)0.0f);
+            vstore8(d, 0, dp + k);
+            s8 += rt_convert_acc8(d);
+        }
+        for (; k < hw; k++) {
+            const float g = gp[k];
+            const float d = yp[k] > 0.0f ? g : kind == RT_ACT_IDENTITY ? g : a1 * g;
+            dp[k] = d;
+            s += d;
+        }
+    }
+    const acc_t t = ((s8.s0 + s8.s1) + (s8.s2 + s8.s3)) + ((s8.s4 + s8.s5) + (s8.s6 + s8.s7));
+    db[dbo + j] = (float)(s + t);
+}
+
 /* 2x2 max pooling with stride 2 on planes that the windows tile exactly
  * (h = 2*oh, w = 2*ow), for CPU devices: one work-item per output row,
  * 8 windows per step as float16 vectors (even and odd lanes), the last
