@@ -45,13 +45,17 @@
  * sched_yield: on a node where other processes keep the cores busy, each
  * yield hands them a whole time slice (a 4-process ring slowed 20-fold). */
 #define SPIN_RELAX 200
-/* A ring whose links are all raw TCP spins far less: each turn is a
- * recvmsg, and on a node whose cores are busy (other processes, or the
- * compute threads a reduction overlaps with) a spinning rank takes the
- * core its neighbour needs to send: a 2-process 4 KiB allreduce took 300
- * us at 200 turns and 50 us at 5 with 20 runnable processes on 2 cores
- * (poll wakes a sleeper within microseconds). */
-#define SPIN_TCP 5
+/* A ring whose links are all raw TCP adapts how long it spins (each turn
+ * is a recvmsg): on a quiet node the neighbour's chunk arrives within a
+ * few microseconds, and spinning catches it without the wake-up of a
+ * sleep in poll (a 2-process 4 KiB allreduce: ~44 us p50 at 5 turns);
+ * on a node whose cores are busy (other processes, or the compute
+ * threads a reduction overlaps with), a spinning rank takes the core its
+ * neighbour needs to send (300 us at 200 turns, 50 us at 5, with 20
+ * runnable processes on 2 cores). So: twice the turns whenever spinning
+ * caught a chunk, half whenever it ran out, between these bounds. */
+#define SPIN_TCP_MIN 5
+#define SPIN_TCP_MAX 400
 #define IDLE_EVERY 0.05
 
 struct rt_ring {
@@ -90,6 +94,7 @@ struct rt_ring {
     rt_wire_droplog drops;
     char who[32];
     bool broken;
+    int spin_tcp;            /* turns a raw-TCP ring spins now (SPIN_TCP_*) */
     char left_key[RT_KEY_LEN + 1]; /* CURVE: the only key chunks may come from ("": plain) */
 };
 
@@ -871,7 +876,10 @@ static int run_plan(rt_ring *r, struct plan *p)
     RT_TRY(grow(r, p->nsend, p->nrecv));
     size_t ns = 0, nr = 0;
     double now = rt_now(), last_progress = now, last_idle = now;
-    int spins = 0, spin_max = (r->tx || r->rx) && !r->own ? SPIN_TCP : SPIN_RELAX;
+    bool adapt = (r->tx || r->rx) && !r->own;
+    if (adapt && r->spin_tcp < SPIN_TCP_MIN)
+        r->spin_tcp = SPIN_TCP_MIN;
+    int spins = 0, spin_max = adapt ? r->spin_tcp : SPIN_RELAX;
     int rc = RT_OK;
     while (ns < p->nsend || nr < p->nrecv || tx_busy(r)) {
         if (r->lost_at > 0) {
@@ -894,6 +902,8 @@ static int run_plan(rt_ring *r, struct plan *p)
                 progress = true;
         }
         if (progress) {
+            if (adapt && spins > 0 && spins < spin_max && spin_max < SPIN_TCP_MAX)
+                r->spin_tcp = spin_max = spin_max * 2 < SPIN_TCP_MAX ? spin_max * 2 : SPIN_TCP_MAX;
             spins = 0;
             continue;
         }
@@ -902,8 +912,11 @@ static int run_plan(rt_ring *r, struct plan *p)
             continue;
         }
         now = rt_now();
-        if (spins == spin_max)
+        if (spins == spin_max) {
             last_progress = now; /* the stall clock starts when spinning stops */
+            if (adapt && spin_max > SPIN_TCP_MIN)
+                r->spin_tcp = spin_max = spin_max / 2 > SPIN_TCP_MIN ? spin_max / 2 : SPIN_TCP_MIN;
+        }
         if (r->stall_timeout > 0 && now - last_progress > r->stall_timeout) {
             rc = rt_error(RT_ERR_TIMEOUT, "no data from rank %d for %.0f s", r->left,
                           r->stall_timeout);
