@@ -178,7 +178,10 @@ static int one_pass(rt_ring *ring, int rank, uint64_t *hash)
             x[i] = sinf((float)(i + 1) * (float)(rank + 3) * 0.37f) * 1e-3f * (float)(rank + 1);
         CALL(rt_ring_allreduce(ring, x, n, NULL));
         hashes ^= fnv(x, n * sizeof(float)) + li;
-        CALL(ranges(ring, rank, n, x, &hashes));
+        /* ranges() fails with CHECK's 1 or CALL's 2: not a negative status */
+        int rc = ranges(ring, rank, n, x, &hashes);
+        if (rc != 0)
+            return rc;
     }
     *hash = hashes;
     return 0;
