@@ -23,11 +23,6 @@
 #include "cpu-impl.h"
 #include "status.h"
 
-#ifdef _OPENMP
-#define CPU_SIMD _Pragma("omp simd")
-#else
-#define CPU_SIMD
-#endif
 
 /* Per-thread slices start on a 64-byte line so threads never share one. */
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }

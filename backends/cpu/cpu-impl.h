@@ -58,9 +58,9 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
 void cpu_blas_before_parallel(void);
 
 #ifdef _OPENMP
-#define CPU_SIMD_LOOP _Pragma("omp simd")
+#define CPU_SIMD _Pragma("omp simd")
 #else
-#define CPU_SIMD_LOOP
+#define CPU_SIMD
 #endif
 
 /* y[i] = act(x[i] + b[i * bstep]) over n floats (y may be x; bstep 0: one
@@ -72,19 +72,19 @@ static inline void cpu_bias_act(enum rt_act kind, float alpha, const float *b, i
 {
     switch (kind) {
     case RT_ACT_IDENTITY:
-        CPU_SIMD_LOOP
+        CPU_SIMD
         for (size_t i = 0; i < n; i++)
             y[i] = x[i] + b[i * bstep];
         break;
     case RT_ACT_RELU:
-        CPU_SIMD_LOOP
+        CPU_SIMD
         for (size_t i = 0; i < n; i++) {
             const float t = x[i] + b[i * bstep];
             y[i] = t > 0.0f ? t : 0.0f;
         }
         break;
     case RT_ACT_LEAKY:
-        CPU_SIMD_LOOP
+        CPU_SIMD
         for (size_t i = 0; i < n; i++) {
             const float t = x[i] + b[i * bstep];
             y[i] = t > 0.0f ? t : alpha * t;

@@ -12,11 +12,6 @@
 #include "cpu-impl.h"
 #include "status.h"
 
-#ifdef _OPENMP
-#define CPU_SIMD _Pragma("omp simd")
-#else
-#define CPU_SIMD
-#endif
 
 /* ---- bias ------------------------------------------------------------------------- */
 
@@ -132,30 +127,29 @@ int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int
     return RT_OK;
 }
 
-/* dx = dy * f'(y) over n floats, returning their sum (float, in the order
- * bias_grad sums a plane). */
-static float act_grad_row(enum rt_act kind, float alpha, const float *y, const float *dy,
-                          float *dx, size_t n)
+/* dx = dy * f'(.) over n floats, one thread: relu and leaky by the sign of
+ * ref (the input x, or the output y: the same sign), sigmoid and tanh from
+ * their output y. kind must be valid; dx may be dy. */
+static void act_grad_span(enum rt_act kind, float alpha, const float *ref, const float *y,
+                          const float *dy, float *dx, size_t n)
 {
-    float s = 0.0f;
     switch (kind) {
     case RT_ACT_IDENTITY:
-        for (size_t i = 0; i < n; i++) {
-            dx[i] = dy[i];
-        }
+        if (dx != dy)
+            memmove(dx, dy, n * sizeof(float));
         break;
     case RT_ACT_RELU:
         CPU_SIMD
         for (size_t i = 0; i < n; i++) {
-            const float g = dy[i];
-            dx[i] = y[i] > 0.0f ? g : 0.0f;
+            const float g = dy[i]; /* loaded either way: a select, not a branch */
+            dx[i] = ref[i] > 0.0f ? g : 0.0f;
         }
         break;
     case RT_ACT_LEAKY:
         CPU_SIMD
         for (size_t i = 0; i < n; i++) {
             const float g = dy[i];
-            dx[i] = y[i] > 0.0f ? g : alpha * g;
+            dx[i] = ref[i] > 0.0f ? g : alpha * g;
         }
         break;
     case RT_ACT_SIGMOID:
@@ -163,12 +157,21 @@ static float act_grad_row(enum rt_act kind, float alpha, const float *y, const f
         for (size_t i = 0; i < n; i++)
             dx[i] = dy[i] * y[i] * (1.0f - y[i]);
         break;
-    case RT_ACT_TANH:
+    case RT_ACT_TANH: /* (1-y)(1+y), not 1-y*y: no cancellation near |y| = 1 */
         CPU_SIMD
         for (size_t i = 0; i < n; i++)
             dx[i] = dy[i] * ((1.0f - y[i]) * (1.0f + y[i]));
         break;
     }
+}
+
+/* dx = dy * f'(y) over n floats, returning their sum (float, in the order
+ * bias_grad sums a plane). */
+static float act_grad_row(enum rt_act kind, float alpha, const float *y, const float *dy,
+                          float *dx, size_t n)
+{
+    act_grad_span(kind, alpha, y, y, dy, dx, n);
+    float s = 0.0f;
 #ifdef _OPENMP
 #pragma omp simd reduction(+ : s)
 #endif
@@ -456,41 +459,24 @@ int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, 
 int cpu_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, rt_view yv,
                 rt_view dyv, rt_view dxv)
 {
+    RT_TRY(cpu_check_act(kind));
     const float *x = cpu_f(xv), *y = cpu_f(yv), *dy = cpu_f(dyv);
     float *dx = cpu_f(dxv);
+    if (kind == RT_ACT_IDENTITY) { /* one memmove: dx and dy may overlap */
+        act_grad_span(kind, alpha, x, y, dy, dx, n);
+        return RT_OK;
+    }
     int nt = cpu_nt(d);
     (void)nt;
-    switch (kind) {
-    case RT_ACT_IDENTITY:
-        if (dx != dy)
-            memmove(dx, dy, n * sizeof(float));
-        break;
-    case RT_ACT_RELU:
-        CPU_PAR_SIMD
-        for (size_t i = 0; i < n; i++) {
-            const float g = dy[i]; /* loaded either way: a select, not a branch */
-            dx[i] = x[i] > 0.0f ? g : 0.0f;
-        }
-        break;
-    case RT_ACT_LEAKY:
-        CPU_PAR_SIMD
-        for (size_t i = 0; i < n; i++) {
-            const float g = dy[i];
-            dx[i] = x[i] > 0.0f ? g : alpha * g;
-        }
-        break;
-    case RT_ACT_SIGMOID:
-        CPU_PAR_SIMD
-        for (size_t i = 0; i < n; i++)
-            dx[i] = dy[i] * y[i] * (1.0f - y[i]);
-        break;
-    case RT_ACT_TANH: /* (1-y)(1+y), not 1-y*y: no cancellation near |y| = 1 */
-        CPU_PAR_SIMD
-        for (size_t i = 0; i < n; i++)
-            dx[i] = dy[i] * ((1.0f - y[i]) * (1.0f + y[i]));
-        break;
-    default:
-        return rt_error(RT_ERR_UNSUPPORTED, "cpu: unknown activation %d", (int)kind);
+    /* elementwise: blocks of whole cache lines, each on one thread */
+    const size_t block = 4096;
+    const long nblocks = (long)((n + block - 1) / block);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)
+#endif
+    for (long k = 0; k < nblocks; k++) {
+        size_t lo = (size_t)k * block, m = n - lo < block ? n - lo : block;
+        act_grad_span(kind, alpha, x + lo, y + lo, dy + lo, dx + lo, m);
     }
     return RT_OK;
 }
