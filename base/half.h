@@ -25,9 +25,9 @@ float rt_f16_to_f32(uint16_t h);
 uint16_t rt_f32_to_bf16(float f);
 float rt_bf16_to_f32(uint16_t h);
 
-/* The same over arrays, with the CPU's F16C instructions where it has them
- * (the same bits: IEEE rounding to nearest even, and the one NaN), so a
- * rank with them and one without agree. */
+/* The same over arrays, with the CPU's F16C (fp16) and AVX2 (bfloat16)
+ * instructions where it has them (the same bits: IEEE rounding to nearest
+ * even, and the one NaN), so a rank with them and one without agree. */
 void rt_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
 void rt_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 void rt_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
