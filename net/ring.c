@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -41,19 +42,32 @@
 #define RING_TAG 0x52494e47u /* "RING" */
 #define RING_DEAD 0xdeadbeefu
 #define ZC_MIN_BYTES (32u << 10) /* below this a copy is cheaper than a callback */
-/* Spin a few microseconds before sleeping on the doorbell. Never
- * sched_yield: on a node where other processes keep the cores busy, each
- * yield hands them a whole time slice (a 4-process ring slowed 20-fold). */
+/* How long a rank spins before it sleeps (on the doorbell, or in poll).
+ * Never sched_yield: on a node where other processes keep the cores busy,
+ * each yield hands them a whole time slice (a 4-process ring slowed
+ * 20-fold). A ring over ZeroMQ only spins SPIN_RELAX turns (a few us).
+ *
+ * Rings with shared-memory or raw TCP links adapt (spin_next): twice the
+ * turns whenever spinning caught a chunk or nearly did, half whenever the
+ * chunk came long after it ran out, between bounds per kind of link, and
+ * back to the least when the thread was preempted (contended). On a
+ * quiet node the neighbour's chunk arrives while this rank spins, and
+ * catching it saves a sleep and a wake-up of tens of microseconds a chunk
+ * (on a VM, a halted vCPU's). On a node whose cores are busy (other
+ * processes, or the compute threads a reduction overlaps with), a
+ * spinning rank takes the core its neighbour needs to send.
+ * - shared memory, a turn is a pause and a look at the segment (~25-75
+ *   ns): 2 local workers of lenet, each step's 247 KB allreduce after
+ *   ~1.8 ms of compute, trained 21,500 img/s at a fixed 200 turns, 27,800
+ *   at 2,000 and 31,100-32,300 at 20,000 (1 process x 2 threads: 19,000
+ *   in the same quiet minute); with a busy neighbour the fixed 20,000
+ *   lost 30% to 200.
+ * - raw TCP, a turn is a recvmsg (~1 us): a 2-process 4 KiB allreduce
+ *   took ~44 us p50 at 5 turns, and 300 us at 200 turns (50 us at 5) with
+ *   20 runnable processes on 2 cores. */
 #define SPIN_RELAX 200
-/* A ring whose links are all raw TCP adapts how long it spins (each turn
- * is a recvmsg): on a quiet node the neighbour's chunk arrives within a
- * few microseconds, and spinning catches it without the wake-up of a
- * sleep in poll (a 2-process 4 KiB allreduce: ~44 us p50 at 5 turns);
- * on a node whose cores are busy (other processes, or the compute
- * threads a reduction overlaps with), a spinning rank takes the core its
- * neighbour needs to send (300 us at 200 turns, 50 us at 5, with 20
- * runnable processes on 2 cores). So: twice the turns whenever spinning
- * caught a chunk, half whenever it ran out, between these bounds. */
+#define SPIN_SHM_MIN 200
+#define SPIN_SHM_MAX 20000
 #define SPIN_TCP_MIN 5
 #define SPIN_TCP_MAX 400
 #define IDLE_EVERY 0.05
@@ -94,7 +108,8 @@ struct rt_ring {
     rt_wire_droplog drops;
     char who[32];
     bool broken;
-    int spin_tcp;            /* turns a raw-TCP ring spins now (SPIN_TCP_*) */
+    int spin;                /* turns it spins now (adaptive rings, see SPIN_RELAX) */
+    long preempted;          /* the comm thread's involuntary context switches so far */
     char left_key[RT_KEY_LEN + 1]; /* CURVE: the only key chunks may come from ("": plain) */
 };
 
@@ -864,6 +879,57 @@ static int send_some(rt_ring *r, struct plan *p, size_t *ns, size_t nr, bool *pr
     return RT_OK;
 }
 
+/* The spin bounds of this ring's links (see SPIN_RELAX), by the link a
+ * rank mostly waits on, its left: shared memory's when the left neighbour
+ * writes into this rank's segment, raw TCP's when a link is raw; false
+ * over ZeroMQ alone (a fixed spin). */
+static bool spin_bounds(const rt_ring *r, int *lo, int *hi)
+{
+    *lo = *hi = SPIN_RELAX;
+    if (r->left_shm) {
+        *lo = SPIN_SHM_MIN;
+        *hi = SPIN_SHM_MAX;
+        return true;
+    }
+    if (r->tx || r->rx) {
+        *lo = SPIN_TCP_MIN;
+        *hi = SPIN_TCP_MAX;
+        return true;
+    }
+    return false;
+}
+
+/* After a wait: how many turns the next one spins. Caught while spinning,
+ * or soon after the spin ran out (within twice its time): twice as many;
+ * long after (8 times its time or more: the neighbour was far behind, or
+ * descheduled by a busy node): half as many. */
+static int spin_next(int cur, int lo, int hi, bool caught, double waited, double spun)
+{
+    if (caught || waited <= 2.0 * spun)
+        return cur * 2 < hi ? cur * 2 : hi;
+    if (waited >= 8.0 * spun)
+        return cur / 2 > lo ? cur / 2 : lo;
+    return cur;
+}
+
+/* Whether the scheduler took the core from this thread since the last
+ * collective: the node has more runnable threads than cores, and a
+ * spinning rank would take the core its neighbour (or this process's own
+ * compute) needs. Then the collective starts from the short spin. (Two
+ * local lenet workers on 2 cores beside two busy processes: 15% below the
+ * fixed spin when the spin adapted on waits alone, 7% with this check; a
+ * look at /proc/loadavg's runnable count instead cost the quiet case half
+ * its gain, as the coordinator's and the loaders' threads count too.) */
+static bool contended(rt_ring *r)
+{
+    struct rusage u;
+    if (getrusage(RUSAGE_THREAD, &u) != 0)
+        return true;
+    bool more = u.ru_nivcsw > r->preempted;
+    r->preempted = u.ru_nivcsw;
+    return more;
+}
+
 static int run_plan(rt_ring *r, struct plan *p)
 {
     if (r->broken)
@@ -876,10 +942,12 @@ static int run_plan(rt_ring *r, struct plan *p)
     RT_TRY(grow(r, p->nsend, p->nrecv));
     size_t ns = 0, nr = 0;
     double now = rt_now(), last_progress = now, last_idle = now;
-    bool adapt = (r->tx || r->rx) && !r->own;
-    if (adapt && r->spin_tcp < SPIN_TCP_MIN)
-        r->spin_tcp = SPIN_TCP_MIN;
-    int spins = 0, spin_max = adapt ? r->spin_tcp : SPIN_RELAX;
+    double stall_at = now, spun = 0.0; /* when this wait began; how long it spun */
+    int lo, hi;
+    bool adapt = spin_bounds(r, &lo, &hi);
+    if (adapt && (r->spin < lo || r->spin > hi || contended(r)))
+        r->spin = lo;
+    int spins = 0, spin_max = adapt ? r->spin : SPIN_RELAX;
     int rc = RT_OK;
     while (ns < p->nsend || nr < p->nrecv || tx_busy(r)) {
         if (r->lost_at > 0) {
@@ -902,20 +970,22 @@ static int run_plan(rt_ring *r, struct plan *p)
                 progress = true;
         }
         if (progress) {
-            if (adapt && spins > 0 && spins < spin_max && spin_max < SPIN_TCP_MAX)
-                r->spin_tcp = spin_max = spin_max * 2 < SPIN_TCP_MAX ? spin_max * 2 : SPIN_TCP_MAX;
+            if (adapt && spins > 0)
+                r->spin = spin_max = spin_next(spin_max, lo, hi, spins < spin_max,
+                                               rt_now() - stall_at, spun);
             spins = 0;
             continue;
         }
-        if (++spins < spin_max) {
+        if (++spins == 1 && adapt)
+            stall_at = rt_now();
+        if (spins < spin_max) {
             __builtin_ia32_pause();
             continue;
         }
         now = rt_now();
         if (spins == spin_max) {
             last_progress = now; /* the stall clock starts when spinning stops */
-            if (adapt && spin_max > SPIN_TCP_MIN)
-                r->spin_tcp = spin_max = spin_max / 2 > SPIN_TCP_MIN ? spin_max / 2 : SPIN_TCP_MIN;
+            spun = now - stall_at;
         }
         if (r->stall_timeout > 0 && now - last_progress > r->stall_timeout) {
             rc = rt_error(RT_ERR_TIMEOUT, "no data from rank %d for %.0f s", r->left,
