@@ -945,7 +945,8 @@ static int run_plan(rt_ring *r, struct plan *p)
     double stall_at = now, spun = 0.0; /* when this wait began; how long it spun */
     int lo, hi;
     bool adapt = spin_bounds(r, &lo, &hi);
-    if (adapt && (r->spin < lo || r->spin > hi || contended(r)))
+    /* (raw TCP: a syscall a turn already yields the core often enough) */
+    if (adapt && (r->spin < lo || r->spin > hi || (r->left_shm && contended(r))))
         r->spin = lo;
     int spins = 0, spin_max = adapt ? r->spin : SPIN_RELAX;
     int rc = RT_OK;
