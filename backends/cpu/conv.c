@@ -578,30 +578,16 @@ static void wino_filter_grad(const struct rt_conv_shape *s, const float *parts, 
 }
 
 /* The transforms run over the tiles of a row of tiles as vector loops, so
- * they get the widest vectors the CPU has: one clone per ISA level, picked
- * at load time (one binary still runs on any x86-64; 15% faster on AVX-512
- * than the SSE2 default). They only add and subtract (or multiply by 0 and
- * +-1), so every clone gives the same bits. */
-#if !defined(WG_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && \
-    defined(__has_attribute) /* ifunc */
-#if __has_attribute(target_clones)
-#if !defined(__clang__) && __GNUC__ >= 11
-#define WG_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define WG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#endif
-#ifndef WG_CLONES
-#define WG_CLONES
-#endif
+ * they get the widest vectors the CPU has (CPU_CLONES: 15% faster on
+ * AVX-512 than the SSE2 default). They only add and subtract (or multiply
+ * by 0 and +-1), so every clone gives the same bits. */
 
 /* xp = one input plane placed at (ph, pw) of a zeroed pr x pc grid, stored
  * split: the even columns of every row (pr x (tw + 1)), then the odd ones,
  * so that every tile reads its 4 columns at unit stride. An unpadded plane
  * that fills the grid exactly (seedcnn's 26 x 26 -> 24 x 24) is one long
  * deinterleaving loop. */
-WG_CLONES
+CPU_CLONES
 static void wino_pad(const struct rt_conv_shape *s, const struct wino_layout *l, const float *x,
                      float *xp)
 {
@@ -640,7 +626,7 @@ static void wino_pad(const struct rt_conv_shape *s, const struct wino_layout *l,
 
 /* V[xi][t] (xi stride xs) = B^T d B for the tiles of one padded plane: one
  * loop per row i of B^T d (few pointers: no spills in the vector loop). */
-WG_CLONES
+CPU_CLONES
 static void wino_in(const struct wino_layout *l, const float *xp, float *v, size_t xs)
 {
     const size_t hw = (size_t)l->tw + 1, od = l->pr * hw;
@@ -670,7 +656,7 @@ static void wino_in(const struct wino_layout *l, const float *xp, float *v, size
 }
 
 /* One output plane from M[xi][t] (xi stride xs): y_tile = A^T m A. */
-WG_CLONES
+CPU_CLONES
 static void wino_out(const struct rt_conv_shape *s, const struct wino_layout *l, const float *m,
                      size_t xs, float *y, float *tmp)
 {
@@ -705,7 +691,7 @@ static void wino_out(const struct rt_conv_shape *s, const struct wino_layout *l,
  * oh x ow. The plane is first split into its even and odd columns (one
  * long loop when ow is even), then one loop per row i of A dy: g0, g0 + g1,
  * g0 - g1, -g1. */
-WG_CLONES
+CPU_CLONES
 static void wino_dy(const struct rt_conv_shape *s, const struct wino_layout *l, const float *dy,
                     float *dm, size_t xs, float *tmp)
 {
@@ -758,7 +744,7 @@ static void wino_dy(const struct rt_conv_shape *s, const struct wino_layout *l, 
 /* One dx plane from dV[xi][t] (xi stride xs): the patches B dV B^T added up
  * on the padded grid xp (plain row-major rows of pcs here), whose inner
  * h x w is dx. tmp: 16 (twv + 1) floats and slack. */
-WG_CLONES
+CPU_CLONES
 static void wino_scatter(const struct rt_conv_shape *s, const struct wino_layout *l,
                          const float *dv, size_t xs, float *dx, float *xp, float *tmp)
 {
