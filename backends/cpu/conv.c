@@ -93,6 +93,7 @@ struct conv_epi {
 
 /* The epilogue on output plane k (hw floats) of one image, copied from src
  * on the way (src may be y). */
+CPU_CLONES
 static void epi_plane(const struct conv_epi *e, int k, const float *src, float *y, size_t hw)
 {
     if (e && e->b)
@@ -150,6 +151,7 @@ static void conv_valid_range(int out, int stride, int pad, int q, int in, int *l
     *hi = h;
 }
 
+CPU_CLONES
 static void im2col(const struct rt_conv_shape *s, const float *x, float *col)
 {
     const int H = s->h, W = s->w, OH = s->oh, OW = s->ow, R = s->r, S = s->s;
@@ -191,6 +193,7 @@ static void im2col(const struct rt_conv_shape *s, const float *x, float *col)
 }
 
 /* dx = col2im(col): dx is overwritten; overlapping windows add up. */
+CPU_CLONES
 static void col2im(const struct rt_conv_shape *s, const float *col, float *dx)
 {
     const int H = s->h, W = s->w, OH = s->oh, OW = s->ow, R = s->r, S = s->s;

@@ -129,7 +129,9 @@ int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int
 
 /* dx = dy * f'(.) over n floats, one thread: relu and leaky by the sign of
  * ref (the input x, or the output y: the same sign), sigmoid and tanh from
- * their output y. kind must be valid; dx may be dy. */
+ * their output y. kind must be valid; dx may be dy. Elementwise: every
+ * CPU_CLONES clone gives the same bits. */
+CPU_CLONES
 static void act_grad_span(enum rt_act kind, float alpha, const float *ref, const float *y,
                           const float *dy, float *dx, size_t n)
 {
@@ -271,6 +273,54 @@ static bool pool_is_max2x2(const struct rt_pool_shape *s)
            s->stride_w == 2 && s->pad_h == 0 && s->pad_w == 0;
 }
 
+/* 2x2 stride-2 max pooling of one plane: selects in vector loops, in
+ * CPU_CLONES (the stride-2 reads are shuffles the SSE2 default lacks). */
+CPU_CLONES
+static void pool_max2_fwd_plane(const struct rt_pool_shape *s, const float *xp, float *yp)
+{
+    for (int oh = 0; oh < s->oh; oh++) {
+        const float *r0 = xp + (size_t)(2 * oh) * s->w, *r1 = r0 + s->w;
+        float *yr = yp + (size_t)oh * s->ow;
+        CPU_SIMD
+        for (int ow = 0; ow < s->ow; ow++) {
+            float m = r0[2 * ow];
+            m = r0[2 * ow + 1] > m ? r0[2 * ow + 1] : m;
+            m = r1[2 * ow] > m ? r1[2 * ow] : m;
+            m = r1[2 * ow + 1] > m ? r1[2 * ow + 1] : m;
+            yr[ow] = m;
+        }
+    }
+}
+
+/* Its gradient when the windows tile the plane (h = 2 oh, w = 2 ow): each
+ * writes all four of its elements, so no zeroing pass (these planes outgrow
+ * the cache). The same comparisons as pool_bwd's scalar path, as selects. */
+CPU_CLONES
+static void pool_max2_bwd_plane(const struct rt_pool_shape *s, const float *xp, const float *dyp,
+                                float *dxp)
+{
+    const int W = s->w;
+    for (int oh = 0; oh < s->oh; oh++) {
+        const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
+        float *d0 = dxp + (size_t)(2 * oh) * W, *d1 = d0 + W;
+        const float *g = dyp + (size_t)oh * s->ow;
+        CPU_SIMD
+        for (int ow = 0; ow < s->ow; ow++) {
+            const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1],
+                        gg = g[ow];
+            const float mab = b > a ? b : a;
+            const float mc = c > mab ? c : mab;
+            const float ge = e > mc ? gg : 0.0f, r_e = e > mc ? 0.0f : gg;
+            const float gc = c > mab ? r_e : 0.0f, r_c = c > mab ? 0.0f : r_e;
+            const float gb = b > a ? r_c : 0.0f, ga = b > a ? 0.0f : r_c;
+            d0[2 * ow] = ga;
+            d0[2 * ow + 1] = gb;
+            d1[2 * ow] = gc;
+            d1[2 * ow + 1] = ge;
+        }
+    }
+}
+
 int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view yv)
 {
     const float *x = cpu_f(xv);
@@ -288,18 +338,7 @@ int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
         const float *xp = x + (size_t)p * xs;
         float *yp = y + (size_t)p * ys;
         if (max2) { /* the common case, without the window bookkeeping */
-            for (int oh = 0; oh < s->oh; oh++) {
-                const float *r0 = xp + (size_t)(2 * oh) * s->w, *r1 = r0 + s->w;
-                float *yr = yp + (size_t)oh * s->ow;
-                CPU_SIMD
-                for (int ow = 0; ow < s->ow; ow++) {
-                    float m = r0[2 * ow];
-                    m = r0[2 * ow + 1] > m ? r0[2 * ow + 1] : m;
-                    m = r1[2 * ow] > m ? r1[2 * ow] : m;
-                    m = r1[2 * ow + 1] > m ? r1[2 * ow + 1] : m;
-                    yr[ow] = m;
-                }
-            }
+            pool_max2_fwd_plane(s, xp, yp);
             continue;
         }
         for (int oh = 0; oh < s->oh; oh++)
@@ -341,29 +380,7 @@ int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
         const float *xp = x + (size_t)p * xs, *dyp = dy + (size_t)p * ys;
         float *dxp = dx + (size_t)p * xs;
         if (max2 && s->h == 2 * s->oh && s->w == 2 * s->ow) {
-            /* The windows tile the plane: each writes all four of its
-             * elements, so no zeroing pass (these planes outgrow the cache).
-             * The same comparisons as below, as selects, in a vector loop. */
-            const int W = s->w;
-            for (int oh = 0; oh < s->oh; oh++) {
-                const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
-                float *d0 = dxp + (size_t)(2 * oh) * W, *d1 = d0 + W;
-                const float *g = dyp + (size_t)oh * s->ow;
-                CPU_SIMD
-                for (int ow = 0; ow < s->ow; ow++) {
-                    const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow],
-                                e = r1[2 * ow + 1], gg = g[ow];
-                    const float mab = b > a ? b : a;
-                    const float mc = c > mab ? c : mab;
-                    const float ge = e > mc ? gg : 0.0f, r_e = e > mc ? 0.0f : gg;
-                    const float gc = c > mab ? r_e : 0.0f, r_c = c > mab ? 0.0f : r_e;
-                    const float gb = b > a ? r_c : 0.0f, ga = b > a ? 0.0f : r_c;
-                    d0[2 * ow] = ga;
-                    d0[2 * ow + 1] = gb;
-                    d1[2 * ow] = gc;
-                    d1[2 * ow + 1] = ge;
-                }
-            }
+            pool_max2_bwd_plane(s, xp, dyp, dxp);
             continue;
         }
         memset(dxp, 0, xs * sizeof(float));
@@ -412,12 +429,25 @@ int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
 /* ---- activations ------------------------------------------------------------------------- */
 
 #ifdef _OPENMP
-#define CPU_PAR_SIMD _Pragma("omp parallel for simd num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)")
 #define CPU_PAR _Pragma("omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN / 8)")
 #else
-#define CPU_PAR_SIMD
 #define CPU_PAR
 #endif
+
+/* relu (y = x > 0 ? x : 0) or leaky (x > 0 ? x : alpha x) over n floats */
+CPU_CLONES
+static void act_fwd_span(bool leaky, float alpha, const float *x, float *y, size_t n)
+{
+    if (!leaky) {
+        CPU_SIMD
+        for (size_t i = 0; i < n; i++)
+            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        return;
+    }
+    CPU_SIMD
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
+}
 
 int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, rt_view yv)
 {
@@ -431,15 +461,19 @@ int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, 
             memmove(y, x, n * sizeof(float));
         break;
     case RT_ACT_RELU:
-        CPU_PAR_SIMD
-        for (size_t i = 0; i < n; i++)
-            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    case RT_ACT_LEAKY: {
+        /* blocks of whole cache lines, each on one thread, as act_bwd */
+        const size_t block = 4096;
+        const long nblocks = (long)((n + block - 1) / block);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)
+#endif
+        for (long k = 0; k < nblocks; k++) {
+            size_t lo = (size_t)k * block, m = n - lo < block ? n - lo : block;
+            act_fwd_span(kind == RT_ACT_LEAKY, alpha, x + lo, y + lo, m);
+        }
         break;
-    case RT_ACT_LEAKY:
-        CPU_PAR_SIMD
-        for (size_t i = 0; i < n; i++)
-            y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
-        break;
+    }
     case RT_ACT_SIGMOID: /* expf is not vectorised here: more threads sooner */
         CPU_PAR
         for (size_t i = 0; i < n; i++)
