@@ -273,54 +273,6 @@ static bool pool_is_max2x2(const struct rt_pool_shape *s)
            s->stride_w == 2 && s->pad_h == 0 && s->pad_w == 0;
 }
 
-/* 2x2 stride-2 max pooling of one plane: selects in vector loops, in
- * CPU_CLONES (the stride-2 reads are shuffles the SSE2 default lacks). */
-CPU_CLONES
-static void pool_max2_fwd_plane(const struct rt_pool_shape *s, const float *xp, float *yp)
-{
-    for (int oh = 0; oh < s->oh; oh++) {
-        const float *r0 = xp + (size_t)(2 * oh) * s->w, *r1 = r0 + s->w;
-        float *yr = yp + (size_t)oh * s->ow;
-        CPU_SIMD
-        for (int ow = 0; ow < s->ow; ow++) {
-            float m = r0[2 * ow];
-            m = r0[2 * ow + 1] > m ? r0[2 * ow + 1] : m;
-            m = r1[2 * ow] > m ? r1[2 * ow] : m;
-            m = r1[2 * ow + 1] > m ? r1[2 * ow + 1] : m;
-            yr[ow] = m;
-        }
-    }
-}
-
-/* Its gradient when the windows tile the plane (h = 2 oh, w = 2 ow): each
- * writes all four of its elements, so no zeroing pass (these planes outgrow
- * the cache). The same comparisons as pool_bwd's scalar path, as selects. */
-CPU_CLONES
-static void pool_max2_bwd_plane(const struct rt_pool_shape *s, const float *xp, const float *dyp,
-                                float *dxp)
-{
-    const int W = s->w;
-    for (int oh = 0; oh < s->oh; oh++) {
-        const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
-        float *d0 = dxp + (size_t)(2 * oh) * W, *d1 = d0 + W;
-        const float *g = dyp + (size_t)oh * s->ow;
-        CPU_SIMD
-        for (int ow = 0; ow < s->ow; ow++) {
-            const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1],
-                        gg = g[ow];
-            const float mab = b > a ? b : a;
-            const float mc = c > mab ? c : mab;
-            const float ge = e > mc ? gg : 0.0f, r_e = e > mc ? 0.0f : gg;
-            const float gc = c > mab ? r_e : 0.0f, r_c = c > mab ? 0.0f : r_e;
-            const float gb = b > a ? r_c : 0.0f, ga = b > a ? 0.0f : r_c;
-            d0[2 * ow] = ga;
-            d0[2 * ow + 1] = gb;
-            d1[2 * ow] = gc;
-            d1[2 * ow + 1] = ge;
-        }
-    }
-}
-
 int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view yv)
 {
     const float *x = cpu_f(xv);
@@ -338,7 +290,18 @@ int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
         const float *xp = x + (size_t)p * xs;
         float *yp = y + (size_t)p * ys;
         if (max2) { /* the common case, without the window bookkeeping */
-            pool_max2_fwd_plane(s, xp, yp);
+            for (int oh = 0; oh < s->oh; oh++) {
+                const float *r0 = xp + (size_t)(2 * oh) * s->w, *r1 = r0 + s->w;
+                float *yr = yp + (size_t)oh * s->ow;
+                CPU_SIMD
+                for (int ow = 0; ow < s->ow; ow++) {
+                    float m = r0[2 * ow];
+                    m = r0[2 * ow + 1] > m ? r0[2 * ow + 1] : m;
+                    m = r1[2 * ow] > m ? r1[2 * ow] : m;
+                    m = r1[2 * ow + 1] > m ? r1[2 * ow + 1] : m;
+                    yr[ow] = m;
+                }
+            }
             continue;
         }
         for (int oh = 0; oh < s->oh; oh++)
@@ -380,7 +343,29 @@ int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
         const float *xp = x + (size_t)p * xs, *dyp = dy + (size_t)p * ys;
         float *dxp = dx + (size_t)p * xs;
         if (max2 && s->h == 2 * s->oh && s->w == 2 * s->ow) {
-            pool_max2_bwd_plane(s, xp, dyp, dxp);
+            /* The windows tile the plane: each writes all four of its
+             * elements, so no zeroing pass (these planes outgrow the cache).
+             * The same comparisons as below, as selects, in a vector loop. */
+            const int W = s->w;
+            for (int oh = 0; oh < s->oh; oh++) {
+                const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
+                float *d0 = dxp + (size_t)(2 * oh) * W, *d1 = d0 + W;
+                const float *g = dyp + (size_t)oh * s->ow;
+                CPU_SIMD
+                for (int ow = 0; ow < s->ow; ow++) {
+                    const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow],
+                                e = r1[2 * ow + 1], gg = g[ow];
+                    const float mab = b > a ? b : a;
+                    const float mc = c > mab ? c : mab;
+                    const float ge = e > mc ? gg : 0.0f, r_e = e > mc ? 0.0f : gg;
+                    const float gc = c > mab ? r_e : 0.0f, r_c = c > mab ? 0.0f : r_e;
+                    const float gb = b > a ? r_c : 0.0f, ga = b > a ? 0.0f : r_c;
+                    d0[2 * ow] = ga;
+                    d0[2 * ow + 1] = gb;
+                    d1[2 * ow] = gc;
+                    d1[2 * ow + 1] = ge;
+                }
+            }
             continue;
         }
         memset(dxp, 0, xs * sizeof(float));
