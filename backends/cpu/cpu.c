@@ -179,10 +179,11 @@ static int cpu_sync(rt_dev *d) { return RT_OK; }
  * (no shared state, no waiting), rather than let the BLAS thread it.
  * Always for OpenBLAS: its pthreads build would start a second pool, and
  * its OpenMP build threads a GEMM by sharing packed panels between threads
- * that wait for each other in sched_yield loops: on seedcnn's dense layer
- * (64x225x4608 and its two gradients) the two threads spent 8.2 ms of CPU
- * per step where one needs about 3, most of it in those loops. BLIS
- * threads its own way and is left to it. */
+ * that wait for each other in sched_yield loops, and every time slice the
+ * machine takes from one thread stalls the other (bench_ops on a loaded
+ * 2-core machine, 2 threads: 256^3 276 -> 195 us at best; seedcnn's
+ * 64x4608x225 median 3,428 -> 1,047 us, best 804 -> 880). BLIS threads
+ * its own way and is left to it. */
 #ifdef RT_HAVE_CBLAS
 static bool cpu_blas_split_here(void)
 {
