@@ -330,7 +330,8 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
         }
         return;
     }
-    cpu_blas_threads(nt);
+    /* too small to split: on one thread, when we would have split it */
+    cpu_blas_threads(cpu_blas_split_here() ? 1 : nt);
     cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #else
     cpu_scale_block(m, n, beta, c, ldc);
