@@ -169,7 +169,6 @@ static void conv_valid_range(int out, int stride, int pad, int q, int in, int *l
     *hi = h;
 }
 
-CPU_CLONES
 static void im2col(const struct rt_conv_shape *s, const float *x, float *col)
 {
     const int H = s->h, W = s->w, OH = s->oh, OW = s->ow, R = s->r, S = s->s;
@@ -211,7 +210,6 @@ static void im2col(const struct rt_conv_shape *s, const float *x, float *col)
 }
 
 /* dx = col2im(col): dx is overwritten; overlapping windows add up. */
-CPU_CLONES
 static void col2im(const struct rt_conv_shape *s, const float *col, float *dx)
 {
     const int H = s->h, W = s->w, OH = s->oh, OW = s->ow, R = s->r, S = s->s;
