@@ -421,9 +421,10 @@ static void reduce_dw(const struct rt_conv_shape *s, const float *parts, size_t 
  * GEMMs are wide enough while V and M stay in L2: per image for seedcnn's
  * 24 x 24 outputs), a multiple of 4 chunks with the images spread evenly
  * (wino_balance); the chunking depends on the shape only, so forward and
- * bwd-data repeat bit for bit at any thread count, and bwd-filter sums chunks in fixed groups (conv_groups) like the
- * im2col path. Workspace: U (16 k c), one slice per thread (V, M, and
- * scratch rows), then one partial dU per group. */
+ * bwd-data repeat bit for bit at any thread count, and bwd-filter sums
+ * chunks in fixed groups (conv_groups) like the im2col path. Workspace:
+ * U (16 k c), one slice per thread (V, M, and scratch rows), then one
+ * partial dU per group. */
 
 #ifndef WG_TILES
 #define WG_TILES 256
@@ -465,11 +466,12 @@ static size_t wg_round(size_t n) { return (n + WG_VW - 1) / WG_VW * WG_VW; }
 
 /* The chunk count rounded up to a multiple of WG_BALANCE, the images
  * spread evenly over the chunks: with 2 or 4 threads (and bwd-filter's
- * conv_groups) every thread gets the same number of images. A count that
- * does not divide evenly cost resnet8's 32- and 64-channel layers 10% at 2
- * threads: 13 chunks of up to 5 images (35 images against 29) and 6 of up
- * to 12 (36 against 28). It depends on the shape only, not on the thread count: forward
- * and bwd-data stay the same bits at any thread count. */
+ * conv_groups) every thread gets the same number of images. Before, at 2
+ * threads, resnet8's 32- and 64-channel layers had 13 chunks of up to 5
+ * images (35 images against 29) and 6 of up to 12 (36 against 28): one
+ * thread did 9-12% more than half. The cut depends on the shape only, not
+ * on the thread count: forward and bwd-data stay the same bits at any
+ * thread count. */
 #define WG_BALANCE 4
 static void wino_balance(int n, struct wino_layout *l)
 {

@@ -69,7 +69,8 @@ void cpu_blas_before_parallel(void);
  * default build is SSE2: 4 floats a vector). Only for loops whose bits do
  * not depend on the vector width: elementwise maths (C11 mode does not
  * contract a*b+c into an FMA) and sums with a fixed number of lanes
- * (cpu_sum8), never an `omp simd reduction`, whose lanes are the ISA's. */
+ * (batch norm's 8, nn.c), never an `omp simd reduction`, whose lanes are
+ * the ISA's. */
 #if !defined(CPU_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && \
     defined(__has_attribute) /* ifunc */
 #if __has_attribute(target_clones)
