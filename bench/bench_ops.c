@@ -7,6 +7,7 @@
  *   BENCH_ONLY=seedcnn bench/bench_ops        only the conv layers so named
  *                                             (also lenet, c64, resnet8)
  *   BENCH_ONLY=step bench/bench_ops           only whole training steps
+ *   BENCH_ONLY=bn bench/bench_ops             only batch norm and relu (resnet8)
  *   BENCH_ONLY=sgemm bench/bench_ops          only SGEMM
  *   BENCH_CLOCK=cpu bench/bench_ops cpu 1     CPU time, not wall time: for
  *                                             1-thread figures on a busy machine
@@ -242,6 +243,62 @@ static void bench_layers(rt_dev *d, int threads)
 }
 
 
+/* ---- batch norm at resnet8's three stages (BENCH_ONLY=bn) ---------------------------- */
+
+struct bn_ctx {
+    rt_dev *d;
+    struct rt_bn_shape s;
+    int which; /* 0 bn fwd (training), 1 bn bwd, 2 relu fwd */
+    rt_buf *x, *y, *dy, *dx, *ch; /* ch: gamma, beta, mean, invstd, run mean, run var, dg, db */
+};
+
+static void run_bn(void *p)
+{
+    struct bn_ctx *c = p;
+    rt_view x = rt_buf_view(c->x), y = rt_buf_view(c->y), dy = rt_buf_view(c->dy),
+            dx = rt_buf_view(c->dx), ch = rt_buf_view(c->ch);
+    const size_t C = (size_t)c->s.c;
+    rt_view g = rt_view_at(ch, 0), b = rt_view_at(ch, C), m = rt_view_at(ch, 2 * C),
+            is = rt_view_at(ch, 3 * C), rm = rt_view_at(ch, 4 * C), rv = rt_view_at(ch, 5 * C),
+            dg = rt_view_at(ch, 6 * C), db = rt_view_at(ch, 7 * C);
+    switch (c->which) {
+    case 0:
+        rt_op_bn_fwd_train(c->d, &c->s, x, g, b, y, m, is, rm, rv);
+        break;
+    case 1:
+        rt_op_bn_bwd(c->d, &c->s, x, dy, g, m, is, dx, dg, db);
+        break;
+    default:
+        rt_op_act_fwd(c->d, RT_ACT_RELU, 0, (size_t)c->s.n * C * c->s.hw, y, dx);
+    }
+    rt_sync(c->d);
+}
+
+static void bench_bn(rt_dev *d, int threads)
+{
+    static const int stages[][2] = {{16, 28 * 28}, {32, 14 * 14}, {64, 7 * 7}};
+    static const char *what[] = {"bn fwd", "bn bwd", "relu fwd"};
+    for (int i = 0; i < 3; i++) {
+        struct bn_ctx c = {d, {64, stages[i][0], stages[i][1], 1e-5f, 0.1f}, 0, NULL, NULL,
+                           NULL, NULL, NULL};
+        size_t xs = (size_t)64 * stages[i][0] * stages[i][1];
+        c.x = buf_rand(d, xs, 1);
+        c.y = buf_rand(d, xs, 2);
+        c.dy = buf_rand(d, xs, 3);
+        c.dx = buf_rand(d, xs, 4);
+        c.ch = buf_rand(d, 8 * (size_t)stages[i][0], 5);
+        run_bn(&c); /* mean and invstd for bn bwd */
+        for (c.which = 0; c.which < 3; c.which++) {
+            double t = time_per_call(run_bn, &c);
+            printf("  resnet8 %-8s 64x%dx%d  threads %d  %9.1f us\n", what[c.which], stages[i][0],
+                   stages[i][1], threads, t * 1e6);
+        }
+        rt_buf *all[] = {c.x, c.y, c.dy, c.dx, c.ch};
+        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+            rt_buf_destroy(&all[j]);
+    }
+}
+
 /* ---- whole training steps ------------------------------------------------------------
  * The op sequence a trainer runs for one SGD step of LeNet and of seedcnn at
  * batch 64 (forward, backward without the first layer's bwd-data, one fused
@@ -460,6 +517,8 @@ int main(int argc, char **argv)
             bench_gemm(d, threads[i]);
         if (!only || !strstr("sgemm step", only))
             bench_layers(d, threads[i]);
+        if (!only || strstr("bn", only))
+            bench_bn(d, threads[i]);
         if (!only || strstr("step", only))
             bench_nets(d, threads[i]);
         rt_dev_close(&d);

@@ -384,6 +384,8 @@ static void test_conv(void **state)
         conv_make(7, 10, 35, 33, 12, 3, 3, 1, 1, 1, 1), /* rows of more than 16 tiles */
         conv_make(2, 8, 5, 5, 8, 3, 3, 1, 1, 4, 3),     /* pad > kernel */
         conv_make(7, 8, 20, 20, 8, 3, 3, 1, 1, 0, 0),   /* 3-image chunks, last one short */
+        conv_make(13, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1), /* 4 chunks of 3-4 images */
+        conv_make(9, 16, 7, 7, 16, 3, 3, 1, 1, 1, 1),   /* resnet8's last stage, odd n */
     };
     for (int t = 0; t < N_THREADS; t++) {
         rt_dev *d = open_dev(thread_counts[t]);
@@ -417,6 +419,63 @@ static void test_conv(void **state)
         tb_free(&W);
         tb_free(&DW);
         rt_dev_close(&d);
+    }
+}
+
+/* Forward and bwd-data of one image do not depend on which thread took it
+ * nor on how many there are: the same bits at 1, 2 and 3 threads (the
+ * Winograd path's chunks are cut by the shape alone, wino_balance). */
+static void test_conv_thread_bits(void **state)
+{
+    (void)state;
+    const struct rt_conv_shape shapes[] = {
+        conv_make(64, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1), /* resnet8's three stages */
+        conv_make(64, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1),
+        conv_make(64, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),
+        conv_make(11, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1), /* uneven chunks */
+        conv_make(6, 4, 12, 12, 8, 3, 3, 1, 1, 1, 1),    /* im2col, wide */
+        conv_make(6, 8, 12, 12, 8, 3, 3, 2, 2, 1, 1),    /* im2col, strided */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const struct rt_conv_shape *s = &shapes[i];
+        size_t xs = (size_t)s->n * s->c * s->h * s->w, wsz = (size_t)s->k * s->c * s->r * s->s;
+        size_t ys = (size_t)s->n * s->k * s->oh * s->ow;
+        float *x = frand(xs, -1, 1, 70 + i), *w = frand(wsz, -1, 1, 80 + i);
+        float *dy = frand(ys, -1, 1, 90 + i);
+        float *y[N_THREADS], *dx[N_THREADS];
+        for (int t = 0; t < N_THREADS; t++) {
+            rt_dev *d = open_dev(thread_counts[t]);
+            tb X = tb_new(d, xs), W = tb_new(d, wsz), DY = tb_new(d, ys), Y = tb_new(d, ys);
+            tb DX = tb_new(d, xs), WS = tb_new(d, rt_conv2d_workspace(d, s));
+            tb_set(&X, x);
+            tb_set(&W, w);
+            tb_set(&DY, dy);
+            assert_int_equal(rt_op_conv2d_fwd(d, s, X.v, W.v, Y.v, WS.v), 0);
+            assert_int_equal(rt_op_conv2d_bwd_data(d, s, DY.v, W.v, DX.v, WS.v), 0);
+            y[t] = fvec(ys);
+            dx[t] = fvec(xs);
+            tb_get(&Y, y[t]);
+            tb_get(&DX, dx[t]);
+            tb *all[] = {&X, &W, &DY, &Y, &DX, &WS};
+            for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+                tb_free(all[j]);
+            rt_dev_close(&d);
+        }
+        for (int t = 1; t < N_THREADS; t++) {
+            if (memcmp(y[0], y[t], ys * sizeof(float)))
+                fail_msg("conv shape %zu: forward at %d threads differs from 1 thread", i,
+                         thread_counts[t]);
+            if (memcmp(dx[0], dx[t], xs * sizeof(float)))
+                fail_msg("conv shape %zu: bwd-data at %d threads differs from 1 thread", i,
+                         thread_counts[t]);
+        }
+        for (int t = 0; t < N_THREADS; t++) {
+            free(y[t]);
+            free(dx[t]);
+        }
+        free(x);
+        free(w);
+        free(dy);
     }
 }
 
@@ -1225,8 +1284,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device),        cmocka_unit_test(test_gemm),
-        cmocka_unit_test(test_conv),          cmocka_unit_test(test_bias),
-        cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_conv),          cmocka_unit_test(test_conv_thread_bits),
+        cmocka_unit_test(test_bias),          cmocka_unit_test(test_fused),
         cmocka_unit_test(test_pool),          cmocka_unit_test(test_pool_ties),
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_bn),            cmocka_unit_test(test_dropout),

@@ -93,12 +93,31 @@ struct conv_epi {
 
 /* The epilogue on output plane k (hw floats) of one image, copied from src
  * on the way (src may be y). */
+CPU_CLONES
 static void epi_plane(const struct conv_epi *e, int k, const float *src, float *y, size_t hw)
 {
     if (e && e->b)
         cpu_bias_act(e->kind, e->alpha, e->b + k, 0, src, y, hw);
     else if (src != y)
         memcpy(y, src, hw * sizeof(float));
+}
+
+/* The wide rows' first ow columns to y, through the epilogue: one clone
+ * call per image, not one per row of 10-30 floats. */
+CPU_CLONES
+static void epi_wide(const struct rt_conv_shape *s, const struct conv_layout *l,
+                     const struct conv_epi *e, const float *out, float *y)
+{
+    const size_t ow = (size_t)s->ow;
+    for (int k = 0; k < s->k; k++)
+        for (int oh = 0; oh < s->oh; oh++) {
+            const float *src = out + (size_t)k * l->len + oh * l->wp;
+            float *dst = y + ((size_t)k * s->oh + oh) * ow;
+            if (e && e->b)
+                cpu_bias_act(e->kind, e->alpha, e->b + k, 0, src, dst, ow);
+            else
+                memcpy(dst, src, ow * sizeof(float));
+        }
 }
 
 static bool conv_batch_parallel(int nt, const struct rt_conv_shape *s)
@@ -281,10 +300,7 @@ static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_lay
     pad_image(s, l, x, sl);
     im2col_wide(s, l, sl, col);
     cpu_sgemm(nt, false, false, s->k, len, crs, 1.0f, w, crs, col, len, 0.0f, out, len);
-    for (int k = 0; k < s->k; k++) /* the wide rows' first ow columns, through the epilogue */
-        for (int oh = 0; oh < s->oh; oh++)
-            epi_plane(e, k, out + (size_t)k * l->len + oh * l->wp,
-                      y + ((size_t)k * s->oh + oh) * s->ow, (size_t)s->ow);
+    epi_wide(s, l, e, out, y);
 }
 
 /* dyw = dy_n on the wide grid, zeros in the columns past ow (so they add
@@ -403,11 +419,12 @@ static void reduce_dw(const struct rt_conv_shape *s, const float *parts, size_t 
  *
  * Work is cut into chunks of whole images (about WG_TILES tiles, so the
  * GEMMs are wide enough while V and M stay in L2: per image for seedcnn's
- * 24 x 24 outputs); the chunking depends on
- * the shape only, so forward and bwd-data repeat bit for bit at any thread
- * count, and bwd-filter sums chunks in fixed groups (conv_groups) like the
- * im2col path. Workspace: U (16 k c), one slice per thread (V, M, and
- * scratch rows), then one partial dU per group. */
+ * 24 x 24 outputs), a multiple of 4 chunks with the images spread evenly
+ * (wino_balance); the chunking depends on the shape only, so forward and
+ * bwd-data repeat bit for bit at any thread count, and bwd-filter sums
+ * chunks in fixed groups (conv_groups) like the im2col path. Workspace:
+ * U (16 k c), one slice per thread (V, M, and scratch rows), then one
+ * partial dU per group. */
 
 #ifndef WG_TILES
 #define WG_TILES 256
@@ -428,7 +445,8 @@ static bool wino_ok(int nt, const struct rt_conv_shape *s)
 struct wino_layout {
     int th, tw;       /* tiles per image: ceil(oh/2) x ceil(ow/2) */
     size_t tpi;       /* tiles per image */
-    int ipc;          /* images per chunk */
+    int ipc;          /* images in the largest chunk */
+    int chunks;       /* chunk ch: images [n ch / chunks, n (ch + 1) / chunks) */
     size_t pr, pc;    /* padded tile-grid image: 2th+2 x 2tw+2 */
     int twv;          /* tw rounded up to WG_VW */
     size_t pcs;       /* row stride of the bwd-data grid */
@@ -445,6 +463,34 @@ struct wino_layout {
  * workspace, or in the row of tiles after, which is written later. */
 #define WG_VW 8
 static size_t wg_round(size_t n) { return (n + WG_VW - 1) / WG_VW * WG_VW; }
+
+/* The chunk count rounded up to a multiple of WG_BALANCE, the images
+ * spread evenly over the chunks: with 2 or 4 threads (and bwd-filter's
+ * conv_groups) every thread gets the same number of images. Before, at 2
+ * threads, resnet8's 32- and 64-channel layers had 13 chunks of up to 5
+ * images (35 images against 29) and 6 of up to 12 (36 against 28): one
+ * thread did 9-12% more than half. The cut depends on the shape only, not
+ * on the thread count: forward and bwd-data stay the same bits at any
+ * thread count. */
+#define WG_BALANCE 4
+static void wino_balance(int n, struct wino_layout *l)
+{
+    int chunks = (n + l->ipc - 1) / l->ipc;
+    chunks = (chunks + WG_BALANCE - 1) / WG_BALANCE * WG_BALANCE;
+    if (chunks > n)
+        chunks = n > 0 ? n : 1;
+    l->chunks = chunks;
+    l->ipc = (n + chunks - 1) / chunks; /* <= the ipc asked for: the workspace does not grow */
+    if (l->ipc < 1)
+        l->ipc = 1;
+}
+
+/* Images [*i0, *i1) of chunk ch. */
+static void wino_chunk_images(int n, const struct wino_layout *l, int ch, int *i0, int *i1)
+{
+    *i0 = (int)((long)n * ch / l->chunks);
+    *i1 = (int)((long)n * (ch + 1) / l->chunks);
+}
 
 static struct wino_layout wino_layout(const struct rt_conv_shape *s)
 {
@@ -463,6 +509,7 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
         l.ipc = (int)((WG_MIN_TILES + l.tpi - 1) / l.tpi);
     if (l.ipc > s->n)
         l.ipc = s->n > 0 ? s->n : 1;
+    wino_balance(s->n, &l);
     l.pr = 2 * (size_t)l.th + 2;
     l.pc = 2 * (size_t)l.tw + 2;
     l.twv = (int)wg_round((size_t)l.tw);
@@ -549,30 +596,16 @@ static void wino_filter_grad(const struct rt_conv_shape *s, const float *parts, 
 }
 
 /* The transforms run over the tiles of a row of tiles as vector loops, so
- * they get the widest vectors the CPU has: one clone per ISA level, picked
- * at load time (one binary still runs on any x86-64; 15% faster on AVX-512
- * than the SSE2 default). They only add and subtract (or multiply by 0 and
- * +-1), so every clone gives the same bits. */
-#if !defined(WG_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && \
-    defined(__has_attribute) /* ifunc */
-#if __has_attribute(target_clones)
-#if !defined(__clang__) && __GNUC__ >= 11
-#define WG_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define WG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#endif
-#ifndef WG_CLONES
-#define WG_CLONES
-#endif
+ * they get the widest vectors the CPU has (CPU_CLONES: 15% faster on
+ * AVX-512 than the SSE2 default). They only add and subtract (or multiply
+ * by 0 and +-1), so every clone gives the same bits. */
 
 /* xp = one input plane placed at (ph, pw) of a zeroed pr x pc grid, stored
  * split: the even columns of every row (pr x (tw + 1)), then the odd ones,
  * so that every tile reads its 4 columns at unit stride. An unpadded plane
  * that fills the grid exactly (seedcnn's 26 x 26 -> 24 x 24) is one long
  * deinterleaving loop. */
-WG_CLONES
+CPU_CLONES
 static void wino_pad(const struct rt_conv_shape *s, const struct wino_layout *l, const float *x,
                      float *xp)
 {
@@ -611,7 +644,7 @@ static void wino_pad(const struct rt_conv_shape *s, const struct wino_layout *l,
 
 /* V[xi][t] (xi stride xs) = B^T d B for the tiles of one padded plane: one
  * loop per row i of B^T d (few pointers: no spills in the vector loop). */
-WG_CLONES
+CPU_CLONES
 static void wino_in(const struct wino_layout *l, const float *xp, float *v, size_t xs)
 {
     const size_t hw = (size_t)l->tw + 1, od = l->pr * hw;
@@ -641,7 +674,7 @@ static void wino_in(const struct wino_layout *l, const float *xp, float *v, size
 }
 
 /* One output plane from M[xi][t] (xi stride xs): y_tile = A^T m A. */
-WG_CLONES
+CPU_CLONES
 static void wino_out(const struct rt_conv_shape *s, const struct wino_layout *l, const float *m,
                      size_t xs, float *y, float *tmp)
 {
@@ -676,7 +709,7 @@ static void wino_out(const struct rt_conv_shape *s, const struct wino_layout *l,
  * oh x ow. The plane is first split into its even and odd columns (one
  * long loop when ow is even), then one loop per row i of A dy: g0, g0 + g1,
  * g0 - g1, -g1. */
-WG_CLONES
+CPU_CLONES
 static void wino_dy(const struct rt_conv_shape *s, const struct wino_layout *l, const float *dy,
                     float *dm, size_t xs, float *tmp)
 {
@@ -729,7 +762,7 @@ static void wino_dy(const struct rt_conv_shape *s, const struct wino_layout *l, 
 /* One dx plane from dV[xi][t] (xi stride xs): the patches B dV B^T added up
  * on the padded grid xp (plain row-major rows of pcs here), whose inner
  * h x w is dx. tmp: 16 (twv + 1) floats and slack. */
-WG_CLONES
+CPU_CLONES
 static void wino_scatter(const struct rt_conv_shape *s, const struct wino_layout *l,
                          const float *dv, size_t xs, float *dx, float *xp, float *tmp)
 {
@@ -871,11 +904,6 @@ static void wino_bwd_filter_chunk(const struct rt_conv_shape *s, const struct wi
                   V + e * l->vxs, ld, beta, dU + (size_t)e * K * C, C);
 }
 
-static int wino_chunks(const struct rt_conv_shape *s, const struct wino_layout *l)
-{
-    return (s->n + l->ipc - 1) / l->ipc;
-}
-
 /* Forward (x -> y) or backward-data (dy -> dx): U from the filters, then
  * the chunks of images spread over the threads. */
 static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const struct conv_epi *e,
@@ -883,7 +911,7 @@ static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const str
 {
     const struct wino_layout l = wino_layout(s);
     float *U = ws, *slices = ws + align16(l.u);
-    const int chunks = wino_chunks(s, &l);
+    const int chunks = l.chunks;
     cpu_blas_before_parallel();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -896,7 +924,8 @@ static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const str
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (int ch = 0; ch < chunks; ch++) {
-            const int i0 = ch * l.ipc, i1 = i0 + l.ipc < s->n ? i0 + l.ipc : s->n;
+            int i0, i1;
+            wino_chunk_images(s->n, &l, ch, &i0, &i1);
             wino_data_chunk(s, &l, bwd, e, in, U, out, i0, i1, slices + (size_t)t * l.slice);
         }
     }
@@ -911,7 +940,7 @@ static void wino_bwd_filter(int nt, const struct rt_conv_shape *s, const float *
     float *slices = ws + align16(l.u);
     float *parts = slices + (size_t)nt * l.slice;
     const size_t pstride = align16(l.u), KC = (size_t)s->k * s->c;
-    const int chunks = wino_chunks(s, &l);
+    const int chunks = l.chunks;
     int groups = conv_groups(nt, s);
     if (groups > chunks)
         groups = chunks; /* <= the workspace's count */
@@ -930,7 +959,8 @@ static void wino_bwd_filter(int nt, const struct rt_conv_shape *s, const float *
                       hi = (int)((long)chunks * (g + 1) / groups);
             float *dU = parts + (size_t)g * pstride;
             for (int ch = lo; ch < hi; ch++) {
-                const int i0 = ch * l.ipc, i1 = i0 + l.ipc < s->n ? i0 + l.ipc : s->n;
+                int i0, i1;
+                wino_chunk_images(s->n, &l, ch, &i0, &i1);
                 wino_bwd_filter_chunk(s, &l, x, dy, dU, ch > lo ? 1.0f : 0.0f, i0, i1, sl);
             }
         }

@@ -63,6 +63,28 @@ void cpu_blas_before_parallel(void);
 #define CPU_SIMD
 #endif
 
+/* CPU_CLONES before a function with vector loops: one clone per x86-64 ISA
+ * level (AVX-512, AVX2, the SSE2 default), picked at load time, so one
+ * binary runs on any x86-64 and uses the widest vectors the CPU has (the
+ * default build is SSE2: 4 floats a vector). Only for loops whose bits do
+ * not depend on the vector width: elementwise maths (C11 mode does not
+ * contract a*b+c into an FMA) and sums with a fixed number of lanes
+ * (batch norm's 8, nn.c), never an `omp simd reduction`, whose lanes are
+ * the ISA's. */
+#if !defined(CPU_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && \
+    defined(__has_attribute) /* ifunc */
+#if __has_attribute(target_clones)
+#if !defined(__clang__) && __GNUC__ >= 11
+#define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#endif
+#ifndef CPU_CLONES
+#define CPU_CLONES
+#endif
+
 /* y[i] = act(x[i] + b[i * bstep]) over n floats (y may be x; bstep 0: one
  * bias for the row, 1: a bias per element): the same float operations as
  * bias_add then act_fwd, in one pass. kind must be valid (cpu_check_act).

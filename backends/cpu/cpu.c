@@ -170,16 +170,27 @@ static int cpu_sync(rt_dev *d) { return RT_OK; }
  * count of 2 it runs four threads on two cores, and its idle workers spin
  * (sched_yield) against OpenMP's. Which one is loaded is decided at run
  * time (Debian's alternatives pick the pthreads one for libopenblas.so.0
- * whatever the build linked), so ask. The pthreads build is kept at one
- * thread, always, and a big GEMM is split over OpenMP threads here instead
- * (cpu_sgemm): one thread pool in the process. */
+ * whatever the build linked). The pthreads build is kept at one thread,
+ * always, and a big GEMM is split over OpenMP threads here instead
+ * (cpu_sgemm), as with the OpenMP build: one thread pool in the process.
+ *
+ * cpu_blas_split_here: whether cpu_sgemm splits a big GEMM over our OpenMP
+ * threads itself, each a single-threaded BLAS call on its own block of C
+ * (no shared state, no waiting), rather than let the BLAS thread it.
+ * Always for OpenBLAS: its pthreads build would start a second pool, and
+ * its OpenMP build threads a GEMM by sharing packed panels between threads
+ * that wait for each other in sched_yield loops, and every time slice the
+ * machine takes from one thread stalls the other (bench_ops on a loaded
+ * 2-core machine, 2 threads: 256^3 276 -> 195 us at best; seedcnn's
+ * 64x4608x225 median 3,428 -> 1,047 us, best 804 -> 880). BLIS threads
+ * its own way and is left to it. */
 #ifdef RT_HAVE_CBLAS
-static bool cpu_blas_own_pool(void)
+static bool cpu_blas_split_here(void)
 {
-#if defined(RT_HAVE_CBLAS) && !defined(RT_BLAS_BLIS) && defined(_OPENMP)
-    return openblas_get_parallel() == 1;
-#else
+#if defined(RT_BLAS_BLIS) || !defined(_OPENMP)
     return false;
+#else
+    return true;
 #endif
 }
 #endif
@@ -211,7 +222,7 @@ static void cpu_blas_threads(int nt)
     }
 #else
     if (openblas_get_parallel() != 2) {
-        cpu_blas_before_parallel(); /* see cpu_blas_own_pool */
+        cpu_blas_before_parallel(); /* the pthreads build: see above */
         return;
     }
 #ifdef _OPENMP
@@ -296,7 +307,7 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
     int parts = nt;
     while (parts > 1 && (work / parts < 1e5 || (m < 16 * parts && n < 16 * parts)))
         parts--;
-    if (parts > 1 && cpu_blas_own_pool()) {
+    if (parts > 1 && cpu_blas_split_here()) {
         const bool by_rows = m >= n;
         cpu_blas_before_parallel();
 #ifdef _OPENMP
@@ -319,7 +330,8 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
         }
         return;
     }
-    cpu_blas_threads(nt);
+    /* too small to split: on one thread, when we would have split it */
+    cpu_blas_threads(cpu_blas_split_here() ? 1 : nt);
     cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #else
     cpu_scale_block(m, n, beta, c, ldc);

@@ -129,7 +129,9 @@ int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int
 
 /* dx = dy * f'(.) over n floats, one thread: relu and leaky by the sign of
  * ref (the input x, or the output y: the same sign), sigmoid and tanh from
- * their output y. kind must be valid; dx may be dy. */
+ * their output y. kind must be valid; dx may be dy. Elementwise: every
+ * CPU_CLONES clone gives the same bits. */
+CPU_CLONES
 static void act_grad_span(enum rt_act kind, float alpha, const float *ref, const float *y,
                           const float *dy, float *dx, size_t n)
 {
@@ -412,12 +414,25 @@ int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
 /* ---- activations ------------------------------------------------------------------------- */
 
 #ifdef _OPENMP
-#define CPU_PAR_SIMD _Pragma("omp parallel for simd num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)")
 #define CPU_PAR _Pragma("omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN / 8)")
 #else
-#define CPU_PAR_SIMD
 #define CPU_PAR
 #endif
+
+/* relu (y = x > 0 ? x : 0) or leaky (x > 0 ? x : alpha x) over n floats */
+CPU_CLONES
+static void act_fwd_span(bool leaky, float alpha, const float *x, float *y, size_t n)
+{
+    if (!leaky) {
+        CPU_SIMD
+        for (size_t i = 0; i < n; i++)
+            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        return;
+    }
+    CPU_SIMD
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
+}
 
 int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, rt_view yv)
 {
@@ -431,15 +446,19 @@ int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, 
             memmove(y, x, n * sizeof(float));
         break;
     case RT_ACT_RELU:
-        CPU_PAR_SIMD
-        for (size_t i = 0; i < n; i++)
-            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    case RT_ACT_LEAKY: {
+        /* blocks of whole cache lines, each on one thread, as act_bwd */
+        const size_t block = 4096;
+        const long nblocks = (long)((n + block - 1) / block);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)
+#endif
+        for (long k = 0; k < nblocks; k++) {
+            size_t lo = (size_t)k * block, m = n - lo < block ? n - lo : block;
+            act_fwd_span(kind == RT_ACT_LEAKY, alpha, x + lo, y + lo, m);
+        }
         break;
-    case RT_ACT_LEAKY:
-        CPU_PAR_SIMD
-        for (size_t i = 0; i < n; i++)
-            y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
-        break;
+    }
     case RT_ACT_SIGMOID: /* expf is not vectorised here: more threads sooner */
         CPU_PAR
         for (size_t i = 0; i < n; i++)
@@ -537,10 +556,98 @@ int cpu_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view pv, rt_view labv, floa
 
 /* ---- batch norm ----------------------------------------------------------------------------- */
 
+/* One plane's loops, in CPU_CLONES (AVX-512 where there is one; the SSE2
+ * default did 2 doubles a vector). Sums go into 8 double lanes, element k
+ * into lane k % 8, and the lanes are added in a fixed tree: the same bits
+ * on every ISA, where an `omp simd reduction` would take the ISA's width. */
+#define BN_LANES 8
+
+static double bn_lanes_sum(const double *l)
+{
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+/* sum of p[k]; the tail past the last 8 added last */
+CPU_CLONES
+static double bn_plane_sum(const float *p, int n)
+{
+    double l[BN_LANES] = {0}, t = 0.0;
+    int k = 0;
+    for (; k + BN_LANES <= n; k += BN_LANES) {
+        CPU_SIMD
+        for (int j = 0; j < BN_LANES; j++)
+            l[j] += p[k + j];
+    }
+    for (; k < n; k++)
+        t += p[k];
+    return bn_lanes_sum(l) + t;
+}
+
+/* sum of (p[k] - mean)^2, in the same order */
+CPU_CLONES
+static double bn_plane_sqdev(const float *p, int n, double mean)
+{
+    double l[BN_LANES] = {0}, t = 0.0;
+    int k = 0;
+    for (; k + BN_LANES <= n; k += BN_LANES) {
+        CPU_SIMD
+        for (int j = 0; j < BN_LANES; j++) {
+            const double e = p[k + j] - mean;
+            l[j] += e * e;
+        }
+    }
+    for (; k < n; k++) {
+        const double e = p[k] - mean;
+        t += e * e;
+    }
+    return bn_lanes_sum(l) + t;
+}
+
+/* q = a * (p - m) + b */
+CPU_CLONES
+static void bn_plane_affine(const float *p, float *q, int n, float a, float m, float b)
+{
+    CPU_SIMD
+    for (int k = 0; k < n; k++)
+        q[k] = a * (p[k] - m) + b;
+}
+
+/* *sdy += sum of dy, *sdyx += sum of dy * xhat over one plane */
+CPU_CLONES
+static void bn_plane_bwd_sums(const float *xp, const float *gp, int n, float mean, float invstd,
+                              double *sdy, double *sdyx)
+{
+    double ly[BN_LANES] = {0}, lx[BN_LANES] = {0}, ty = 0.0, tx = 0.0;
+    int k = 0;
+    for (; k + BN_LANES <= n; k += BN_LANES) {
+        CPU_SIMD
+        for (int j = 0; j < BN_LANES; j++) {
+            ly[j] += gp[k + j];
+            lx[j] += (double)gp[k + j] * ((xp[k + j] - mean) * invstd);
+        }
+    }
+    for (; k < n; k++) {
+        ty += gp[k];
+        tx += (double)gp[k] * ((xp[k] - mean) * invstd);
+    }
+    *sdy += bn_lanes_sum(ly) + ty;
+    *sdyx += bn_lanes_sum(lx) + tx;
+}
+
+/* dx = k1 * (dy - mdb - xhat * mdg) over one plane */
+CPU_CLONES
+static void bn_plane_bwd_dx(const float *xp, const float *gp, float *dp, int n, float mean,
+                            float invstd, float k1, float mdb, float mdg)
+{
+    CPU_SIMD
+    for (int k = 0; k < n; k++) {
+        const float xhat = (xp[k] - mean) * invstd;
+        dp[k] = k1 * (gp[k] - mdb - xhat * mdg);
+    }
+}
+
 /* Channel statistics in double, two passes (mean, then squared deviations),
- * so large means do not eat the variance. Each plane is summed by a vector
- * loop (double lanes, then the lanes added), the planes in order: one chain
- * of dependent double adds per element cost 4 cycles each. */
+ * so large means do not eat the variance; the planes in image order. */
 int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view gv, rt_view bv,
                      rt_view yv, rt_view smv, rt_view siv, rt_view rmv, rt_view rvv)
 {
@@ -558,41 +665,20 @@ int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
 #endif
     for (int c = 0; c < C; c++) {
         double sum = 0.0;
-        for (int i = 0; i < N; i++) {
-            const float *p = x + ((size_t)i * C + c) * HW;
-            double ps = 0.0;
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : ps)
-#endif
-            for (int k = 0; k < HW; k++)
-                ps += p[k];
-            sum += ps;
-        }
+        for (int i = 0; i < N; i++)
+            sum += bn_plane_sum(x + ((size_t)i * C + c) * HW, HW);
         const double mean = sum / cnt;
         double sq = 0.0;
-        for (int i = 0; i < N; i++) {
-            const float *p = x + ((size_t)i * C + c) * HW;
-            double pq = 0.0;
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : pq)
-#endif
-            for (int k = 0; k < HW; k++) {
-                const double e = p[k] - mean;
-                pq += e * e;
-            }
-            sq += pq;
-        }
+        for (int i = 0; i < N; i++)
+            sq += bn_plane_sqdev(x + ((size_t)i * C + c) * HW, HW, mean);
         const double var = sq / cnt;
         /* One value per channel has no unbiased variance; use the biased one. */
         const double uvar = cnt > 1.0 ? sq / (cnt - 1.0) : var;
         const float invstd = (float)(1.0 / sqrt(var + (double)s->eps));
         const float fm = (float)mean, a = gamma[c] * invstd, b = beta[c];
         for (int i = 0; i < N; i++) {
-            const float *p = x + ((size_t)i * C + c) * HW;
-            float *q = y + ((size_t)i * C + c) * HW;
-            CPU_SIMD
-            for (int k = 0; k < HW; k++)
-                q[k] = a * (p[k] - fm) + b;
+            const size_t o = ((size_t)i * C + c) * HW;
+            bn_plane_affine(x + o, y + o, HW, a, fm, b);
         }
         save_mean[c] = fm;
         save_invstd[c] = invstd;
@@ -620,12 +706,8 @@ int cpu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
     for (long p = 0; p < planes; p++) {
         const int c = (int)(p % C);
         const float invstd = 1.0f / sqrtf(run_var[c] + s->eps);
-        const float a = gamma[c] * invstd, m = run_mean[c], b = beta[c];
-        const float *xp = x + (size_t)p * HW;
-        float *yp = y + (size_t)p * HW;
-        CPU_SIMD
-        for (int k = 0; k < HW; k++)
-            yp[k] = a * (xp[k] - m) + b;
+        const float a = gamma[c] * invstd;
+        bn_plane_affine(x + (size_t)p * HW, y + (size_t)p * HW, HW, a, run_mean[c], beta[c]);
     }
     return RT_OK;
 }
@@ -649,30 +731,16 @@ int cpu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view dyv, 
 #endif
     for (int c = 0; c < C; c++) {
         const float mean = save_mean[c], invstd = save_invstd[c];
-        double sdy = 0.0, sdyx = 0.0; /* a vector loop per plane, as above */
+        double sdy = 0.0, sdyx = 0.0;
         for (int i = 0; i < N; i++) {
-            const float *xp = x + ((size_t)i * C + c) * HW, *gp = dy + ((size_t)i * C + c) * HW;
-            double pdy = 0.0, pdyx = 0.0;
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : pdy, pdyx)
-#endif
-            for (int k = 0; k < HW; k++) {
-                pdy += gp[k];
-                pdyx += (double)gp[k] * ((xp[k] - mean) * invstd);
-            }
-            sdy += pdy;
-            sdyx += pdyx;
+            const size_t o = ((size_t)i * C + c) * HW;
+            bn_plane_bwd_sums(x + o, dy + o, HW, mean, invstd, &sdy, &sdyx);
         }
         const float db = (float)sdy, dg = (float)sdyx;
         const float k1 = gamma[c] * invstd, mdb = db / (float)cnt, mdg = dg / (float)cnt;
         for (int i = 0; i < N; i++) {
-            const float *xp = x + ((size_t)i * C + c) * HW, *gp = dy + ((size_t)i * C + c) * HW;
-            float *dp = dx + ((size_t)i * C + c) * HW;
-            CPU_SIMD
-            for (int k = 0; k < HW; k++) {
-                float xhat = (xp[k] - mean) * invstd;
-                dp[k] = k1 * (gp[k] - mdb - xhat * mdg);
-            }
+            const size_t o = ((size_t)i * C + c) * HW;
+            bn_plane_bwd_dx(x + o, dy + o, dx + o, HW, mean, invstd, k1, mdb, mdg);
         }
         dgamma[c] = dg;
         dbeta[c] = db;
