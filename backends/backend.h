@@ -192,7 +192,9 @@ int rt_download(rt_dev *d, void *dst, rt_view src, size_t bytes);
 int rt_copy(rt_dev *d, rt_view dst, rt_view src, size_t n);
 int rt_sync(rt_dev *d);
 
-/* Floats of workspace a conv2d op needs on `d` for shape `s`. */
+/* Floats of workspace a conv2d op needs on `d` for shape `s`. A model
+ * sizes it for the larger of 1 image and its batch, so for any n up to a
+ * batch it must be at most that (tests/test_cpu_ops.c checks the cpu's). */
 size_t rt_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s);
 
 /* Host pointer of a view when the device shares host memory (cpu), else NULL. */

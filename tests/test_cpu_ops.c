@@ -425,6 +425,45 @@ static void test_conv(void **state)
 /* Forward and bwd-data of one image do not depend on which thread took it
  * nor on how many there are: the same bits at 1, 2 and 3 threads (the
  * Winograd path's chunks are cut by the shape alone, wino_balance). */
+/* A model sizes each conv layer's workspace for the larger of 1 image and
+ * its batch (src/layers/conv.c): every smaller batch (the epoch's last)
+ * must fit in that. */
+static void test_conv_workspace_grows(void **state)
+{
+    (void)state;
+    const struct rt_conv_shape shapes[] = {
+        conv_make(64, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1), /* resnet8's three stages */
+        conv_make(64, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1),
+        conv_make(64, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),
+        conv_make(64, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0),  /* seedcnn */
+        conv_make(64, 32, 26, 26, 32, 3, 3, 1, 1, 0, 0),
+        conv_make(64, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0),  /* lenet */
+        conv_make(64, 8, 12, 12, 8, 3, 3, 2, 2, 1, 1),   /* strided */
+    };
+    enum { MAXN = 64 };
+    for (int ti = 0; ti < N_THREADS; ti++) {
+        const int t = thread_counts[ti];
+        rt_dev *d = open_dev(t);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            struct rt_conv_shape s = shapes[i];
+            size_t ws[MAXN + 1];
+            for (int n = 1; n <= MAXN; n++) {
+                s.n = n;
+                ws[n] = rt_conv2d_workspace(d, &s);
+            }
+            for (int batch = 1; batch <= MAXN; batch++) {
+                size_t room = ws[1] > ws[batch] ? ws[1] : ws[batch];
+                for (int n = 1; n <= batch; n++)
+                    if (ws[n] > room)
+                        fail_msg("conv c%d %dx%d k%d at %d threads: %d images need %zu floats, "
+                                 "a batch of %d sizes %zu", s.c, s.h, s.w, s.k, t, n, ws[n],
+                                 batch, room);
+            }
+        }
+        rt_dev_close(&d);
+    }
+}
+
 static void test_conv_thread_bits(void **state)
 {
     (void)state;
@@ -1285,6 +1324,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device),        cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_conv),          cmocka_unit_test(test_conv_thread_bits),
+        cmocka_unit_test(test_conv_workspace_grows),
         cmocka_unit_test(test_bias),          cmocka_unit_test(test_fused),
         cmocka_unit_test(test_pool),          cmocka_unit_test(test_pool_ties),
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),

@@ -509,12 +509,17 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
         l.ipc = (int)((WG_MIN_TILES + l.tpi - 1) / l.tpi);
     if (l.ipc > s->n)
         l.ipc = s->n > 0 ? s->n : 1;
+    /* Room for this many images a chunk: it grows with n, and so must the
+     * workspace (the model sizes it for its largest batch). The balanced
+     * ipc is at most this, but not monotonic: 40 images fill fuller chunks
+     * than 50 (4 of 10 against 8 of 7). */
+    const int room = l.ipc;
     wino_balance(s->n, &l);
     l.pr = 2 * (size_t)l.th + 2;
     l.pc = 2 * (size_t)l.tw + 2;
     l.twv = (int)wg_round((size_t)l.tw);
     l.pcs = 2 * wg_round((size_t)l.tw + 1);
-    l.ldt = l.tpi * l.ipc + WG_VW;
+    l.ldt = l.tpi * (size_t)room + WG_VW;
     l.u = 16 * (size_t)s->k * s->c;
     /* a cache line more than c ldt: the 16 streams of a transform would
      * otherwise often sit a multiple of 4 KiB apart and fight for the same
