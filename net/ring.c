@@ -27,12 +27,14 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "half.h"
+#include "partition.h"
 #include "shm.h"
 #include "status.h"
 #include "tcplink.h"
@@ -50,7 +52,8 @@
  * Rings with shared-memory or raw TCP links adapt (spin_next): twice the
  * turns whenever spinning caught a chunk or nearly did, half whenever the
  * chunk came long after it ran out, between bounds per kind of link, and
- * back to the least when the thread was preempted (contended). On a
+ * back to the least while the thread keeps being preempted (contended);
+ * under a CPU quota shared memory keeps the short spin (under_quota). On a
  * quiet node the neighbour's chunk arrives while this rank spins, and
  * catching it saves a sleep and a wake-up of tens of microseconds a chunk
  * (on a VM, a halted vCPU's). On a node whose cores are busy (other
@@ -110,6 +113,8 @@ struct rt_ring {
     bool broken;
     int spin;                /* turns it spins now (adaptive rings, see SPIN_RELAX) */
     long preempted;          /* the comm thread's involuntary context switches so far */
+    double busy;             /* moving average of "preempted during a collective" */
+    bool quota;              /* under a CPU quota below its cores: no long spins */
     char left_key[RT_KEY_LEN + 1]; /* CURVE: the only key chunks may come from ("": plain) */
 };
 
@@ -221,6 +226,8 @@ static int setup_tcp(rt_ring *r, const struct rt_ring_config *c, double timeout_
     return RT_OK;
 }
 
+static bool under_quota(void);
+
 rt_ring *rt_ring_new(const struct rt_ring_config *c)
 {
     RT_ASSERT(c && c->members && c->inbox && *c->inbox && c->run);
@@ -240,6 +247,7 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
         return NULL;
     }
     r->tag = RING_TAG;
+    r->quota = under_quota();
     snprintf(r->run, sizeof r->run, "%s", c->run);
     r->gen = ms->gen;
     r->rank = c->rank;
@@ -879,6 +887,18 @@ static int send_some(rt_ring *r, struct plan *p, size_t *ns, size_t nr, bool *pr
     return RT_OK;
 }
 
+/* Whether this process's cgroup allows it fewer cores than it may run on
+ * (`docker run --cpus`, a Kubernetes limit): a spin there burns the quota
+ * its compute needs and gets it frozen sooner in each period, so shared
+ * memory keeps the short spin. */
+static bool under_quota(void)
+{
+    double q = rt_cpu_quota();
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return q > 0.0 && q < (double)cores;
+}
+
 /* The spin bounds of this ring's links (see SPIN_RELAX), by the link a
  * rank mostly waits on, its left: shared memory's when the left neighbour
  * writes into this rank's segment, raw TCP's when a link is raw; false
@@ -886,7 +906,7 @@ static int send_some(rt_ring *r, struct plan *p, size_t *ns, size_t nr, bool *pr
 static bool spin_bounds(const rt_ring *r, int *lo, int *hi)
 {
     *lo = *hi = SPIN_RELAX;
-    if (r->left_shm) {
+    if (r->left_shm && !r->quota) {
         *lo = SPIN_SHM_MIN;
         *hi = SPIN_SHM_MAX;
         return true;
@@ -912,14 +932,16 @@ static int spin_next(int cur, int lo, int hi, bool caught, double waited, double
     return cur;
 }
 
-/* Whether the scheduler took the core from this thread since the last
- * collective: the node has more runnable threads than cores, and a
- * spinning rank would take the core its neighbour (or this process's own
- * compute) needs. Then the collective starts from the short spin. (Two
- * local lenet workers on 2 cores beside two busy processes: 15% below the
- * fixed spin when the spin adapted on waits alone, 7% with this check; a
- * look at /proc/loadavg's runnable count instead cost the quiet case half
- * its gain, as the coordinator's and the loaders' threads count too.) */
+/* Whether the scheduler keeps taking the core from this thread: preempted
+ * since the last collective in most of the recent ones (a moving average),
+ * so the node has more runnable threads than cores and a spinning rank
+ * would take the core its neighbour, or this process's own compute,
+ * needs. Then the collective starts from the short spin. Now and then is
+ * not enough: on a quiet node the coordinator's and the loaders' threads
+ * preempt a spinning rank too. (Two local lenet workers on 2 cores beside
+ * two busy processes: 15% below the fixed spin when the spin adapted on
+ * waits alone; starting every collective after any preemption from the
+ * short spin cost the quiet case most of its gain.) */
 static bool contended(rt_ring *r)
 {
     struct rusage u;
@@ -927,7 +949,8 @@ static bool contended(rt_ring *r)
         return true;
     bool more = u.ru_nivcsw > r->preempted;
     r->preempted = u.ru_nivcsw;
-    return more;
+    r->busy = 0.8 * r->busy + (more ? 0.2 : 0.0);
+    return r->busy > 0.5;
 }
 
 static int run_plan(rt_ring *r, struct plan *p)
