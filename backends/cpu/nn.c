@@ -15,38 +15,10 @@
 
 /* ---- bias ------------------------------------------------------------------------- */
 
+/* y += b: the fused op with no activation (one loop for both). */
 int cpu_bias_add(rt_dev *d, int n, int c, int hw, rt_view bv, rt_view yv)
 {
-    const float *b = cpu_f(bv);
-    float *y = cpu_f(yv);
-    const long planes = (long)n * c;
-    const size_t total = (size_t)planes * hw;
-    int nt = cpu_nt(d);
-    (void)nt;
-    (void)total;
-    if (hw == 1) { /* dense layer: rows of c */
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
-#endif
-        for (int i = 0; i < n; i++) {
-            float *yr = y + (size_t)i * c;
-            CPU_SIMD
-            for (int j = 0; j < c; j++)
-                yr[j] += b[j];
-        }
-        return RT_OK;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
-#endif
-    for (long p = 0; p < planes; p++) {
-        float *yp = y + (size_t)p * hw;
-        const float bc = b[p % c];
-        CPU_SIMD
-        for (int i = 0; i < hw; i++)
-            yp[i] += bc;
-    }
-    return RT_OK;
+    return cpu_bias_act_fwd(d, RT_ACT_IDENTITY, 0.0f, n, c, hw, bv, yv);
 }
 
 /* db[c] = sum over images and positions. Each channel is summed by one
