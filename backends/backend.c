@@ -597,6 +597,27 @@ int rt_op_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view 
     return d->ops->conv2d_fwd_bias_act(d, s, x, w, b, kind, alpha, y, ws);
 }
 
+int rt_op_conv2d_bwd_act(rt_dev *d, const struct rt_conv_shape *s, enum rt_act kind,
+                         float alpha, rt_view x, rt_view y, rt_view dy, rt_view w, rt_view g,
+                         rt_view dx, rt_view dw, rt_view db, rt_view ws)
+{
+    check_conv(s);
+    CHECK(dw, zu(s->k) * s->c * s->r * s->s);
+    CHECK(db, zu(s->k));
+    if (s->n > 0) {
+        const size_t yn = zu(s->n) * s->k * s->oh * s->ow;
+        CHECK(x, zu(s->n) * s->c * s->h * s->w);
+        CHECK(y, yn);
+        CHECK(dy, yn);
+        CHECK(g, yn);
+        CHECK(w, zu(s->k) * s->c * s->r * s->s);
+        if (dx.buf)
+            CHECK(dx, zu(s->n) * s->c * s->h * s->w);
+        CHECK(ws, rt_conv2d_workspace(d, s));
+    }
+    return d->ops->conv2d_bwd_act(d, s, kind, alpha, x, y, dy, w, g, dx, dw, db, ws);
+}
+
 int rt_op_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw,
                        rt_view b, rt_view y)
 {

@@ -18,6 +18,13 @@
  *                 conv2d_fwd, bias_add, act_fwd fused, the same values
  *                 (bias and activation applied while the output is in
  *                 cache); ws as conv2d_fwd's.
+ *  conv2d_bwd_act the backward of conv2d_fwd_bias_act, fused: g =
+ *                 act_bias_bwd(y, dy) (db its sum per channel), dw =
+ *                 conv2d_bwd_filter(x, g), dx = conv2d_bwd_data(g, w) unless
+ *                 dx is absent (buf NULL); the same values as those ops.
+ *                 g (n k oh ow floats) is scratch: a backend may keep g
+ *                 there or never form it (the cpu backend's Winograd path
+ *                 applies f' while it transforms dy); ws as the others'.
  *  bias_add       y[n,c,i] += b[c] for i < hw.
  *  bias_grad      db[c] = sum_{n,i} dy[n,c,i].
  *  bias_act_fwd   y = act(y + b[c]) in place: bias_add then act_fwd.
@@ -67,8 +74,9 @@
 #include <stdint.h>
 
 /* 2: adam_step takes the step's scalars (struct rt_adam_scalars)
- * 3: the fused ops conv2d_fwd_bias_act, bias_act_fwd, act_bias_bwd */
-#define RT_BACKEND_ABI_VERSION 3
+ * 3: the fused ops conv2d_fwd_bias_act, bias_act_fwd, act_bias_bwd
+ * 4: conv2d_bwd_act */
+#define RT_BACKEND_ABI_VERSION 4
 
 typedef struct rt_dev rt_dev; /* an opened device context */
 typedef struct rt_buf rt_buf; /* a block of device memory */

@@ -440,6 +440,58 @@ static void test_conv2d_bwd_data(void **state) { conv_test(COL(state), CONV_BWD_
 static void test_conv2d_bwd_filter(void **state) { conv_test(COL(state), CONV_BWD_FILTER); }
 static void test_conv2d_fwd_bias_act(void **state) { conv_test(COL(state), CONV_FWD_BIAS_ACT); }
 
+/* conv2d_bwd_act: dx, dw and db of act(conv(x, w) + b) from y and dy; every
+ * third case without dx; g is scratch. */
+static void bwd_act_case(struct column *col, const struct rt_conv_shape *s, int i)
+{
+    const enum rt_act k = (enum rt_act)(i % 5);
+    const bool with_dx = i % 3 != 2;
+    struct trial t;
+    trial_begin(&t, col, "conv2d_bwd_act", 1e-4, 1.0);
+    trial_shape(&t, "%s n %d c %d %dx%d k %d %dx%d stride %d,%d pad %d,%d -> %dx%d%s",
+                act_names[k], s->n, s->c, s->h, s->w, s->k, s->r, s->s, s->stride_h,
+                s->stride_w, s->pad_h, s->pad_w, s->oh, s->ow, with_dx ? "" : ", no dx");
+    const size_t xn = (size_t)s->n * s->c * s->h * s->w, yn = (size_t)s->n * s->k * s->oh * s->ow;
+    const size_t wn = (size_t)s->k * s->c * s->r * s->s;
+    size_t wsn[2] = {rt_conv2d_workspace(ref, s), rt_conv2d_workspace(col->d, s)};
+    struct arg *x = arg_rand(&t, "x", IN, xn, -1, 1), *w = arg_rand(&t, "w", IN, wn, -1, 1);
+    struct arg *y = k == RT_ACT_RELU ? arg_add(&t, "y", IN, yn, fill_ties, NULL)
+                    : k == RT_ACT_SIGMOID ? arg_rand(&t, "y", IN, yn, 0, 1)
+                                          : arg_rand(&t, "y", IN, yn, -1, 1);
+    struct arg *dy = arg_rand(&t, "dy", IN, yn, -1, 1), *g = arg_out(&t, "g", yn);
+    g->role = SCRATCH;
+    struct arg *dx = with_dx ? arg_out(&t, "dx", xn) : NULL;
+    struct arg *dw = arg_out(&t, "dw", wn), *db = arg_out(&t, "db", (size_t)s->k);
+    dw->floor_ = db->floor_ = s->n > 1 ? sqrt((double)s->n) : 1.0;
+    struct arg *ws[2];
+    for (int j = 0; j < 2; j++) {
+        ws[j] = arg_out(&t, j ? "workspace (device)" : "workspace (reference)", wsn[j]);
+        ws[j]->role = SCRATCH;
+    }
+    RUN(&t, rt_op_conv2d_bwd_act(D, s, k, 0.1f, V(x), V(y), V(dy), V(w), V(g),
+                                 dx ? V(dx) : (rt_view){0}, V(dw), V(db), V(ws[S])));
+    trial_check(&t);
+}
+
+static void test_conv2d_bwd_act(void **state)
+{
+    int i = 0;
+    for (int f = 0; f < CONV_FIXED; f++) {
+        struct rt_conv_shape s = conv_fixed(f);
+        bwd_act_case(COL(state), &s, i++);
+    }
+    /* the cpu backend's Winograd shapes (3x3, stride 1, 8+ channels) */
+    const struct rt_conv_shape wino[] = {conv_shape(3, 16, 10, 10, 16, 3, 3, 1, 1, 1, 1),
+                                         conv_shape(2, 8, 9, 7, 12, 3, 3, 1, 1, 0, 0),
+                                         conv_shape(5, 9, 6, 6, 8, 3, 3, 1, 1, 1, 1)};
+    for (int j = 0; j < 3 * 3; j++)
+        bwd_act_case(COL(state), &wino[j % 3], i++);
+    for (int r = 0; r < TRIALS; r++) {
+        struct rt_conv_shape s = conv_random();
+        bwd_act_case(COL(state), &s, i++);
+    }
+}
+
 /* ---- bias ---------------------------------------------------------------------------- */
 
 static void bias_dims(int i, int *n, int *c, int *hw)

@@ -648,6 +648,71 @@ static void test_fused(void **state)
     }
 }
 
+/* conv2d_bwd_act against act_bias_bwd, conv2d_bwd_filter and
+ * conv2d_bwd_data, bit for bit, with and without dx: on Winograd's shapes
+ * (one pass, g never formed: its chunks of odd sizes, padding, odd planes,
+ * a batch of one) and on the others (the three ops). */
+static void test_fused_bwd(void **state)
+{
+    (void)state;
+    const struct rt_conv_shape shapes[] = {
+        conv_make(3, 32, 26, 26, 32, 3, 3, 1, 1, 0, 0), /* seedcnn conv2: Winograd */
+        conv_make(7, 8, 20, 20, 8, 3, 3, 1, 1, 0, 0),   /* 3-image chunks, last one short */
+        conv_make(9, 16, 7, 7, 16, 3, 3, 1, 1, 1, 1),   /* resnet8's last stage, odd n */
+        conv_make(1, 8, 7, 9, 8, 3, 3, 1, 1, 1, 1),     /* one image, odd oh and ow */
+        conv_make(4, 9, 5, 6, 11, 3, 3, 1, 1, 0, 0),    /* odd c, k */
+        conv_make(4, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0),  /* seedcnn conv1: im2col */
+        conv_make(3, 8, 9, 9, 16, 3, 3, 2, 2, 1, 1),    /* strided */
+        conv_make(2, 5, 7, 9, 3, 1, 1, 1, 1, 0, 0),     /* pointwise */
+    };
+    const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int t = 0; t < N_THREADS; t++) {
+        rt_dev *d = open_dev(thread_counts[t]);
+        for (int i = 0; i < ns; i++) {
+            const struct rt_conv_shape *cs = &shapes[i];
+            const size_t xn = (size_t)cs->n * cs->c * cs->h * cs->w,
+                         hw = (size_t)cs->oh * cs->ow, yn = (size_t)cs->n * cs->k * hw,
+                         wn = (size_t)cs->k * cs->c * cs->r * cs->s;
+            float *x = frand(xn, -1, 1, 80 + i), *w = frand(wn, -1, 1, 90 + i),
+                  *y = frand(yn, -1, 1, 100 + i), *dy = frand(yn, -1, 1, 110 + i);
+            for (size_t j = 0; j < yn; j += 5)
+                y[j] = 0.0f; /* relu's zeros */
+            tb X = tb_new(d, xn), W = tb_new(d, wn), Y = tb_new(d, yn), DY = tb_new(d, yn),
+               WS = tb_new(d, rt_conv2d_workspace(d, cs)), G = tb_new(d, yn), DX1 = tb_new(d, xn),
+               DX2 = tb_new(d, xn), DW1 = tb_new(d, wn), DW2 = tb_new(d, wn),
+               DB1 = tb_new(d, cs->k), DB2 = tb_new(d, cs->k);
+            tb_set(&X, x);
+            tb_set(&W, w);
+            tb_set(&Y, y);
+            tb_set(&DY, dy);
+            for (int k = RT_ACT_IDENTITY; k <= RT_ACT_TANH; k++) {
+                const enum rt_act a = (enum rt_act)k;
+                const bool with_dx = k != RT_ACT_LEAKY;
+                assert_int_equal(rt_op_conv2d_bwd_act(d, cs, a, 0.1f, X.v, Y.v, DY.v, W.v, G.v,
+                                                      with_dx ? DX1.v : (rt_view){0}, DW1.v,
+                                                      DB1.v, WS.v), 0);
+                assert_int_equal(rt_op_act_bias_bwd(d, a, 0.1f, cs->n, cs->k, (int)hw, Y.v, DY.v,
+                                                    G.v, DB2.v), 0);
+                assert_int_equal(rt_op_conv2d_bwd_filter(d, cs, X.v, G.v, DW2.v, WS.v), 0);
+                expect_same_bits(&DW1, &DW2, "conv2d_bwd_act dw", k, i, thread_counts[t]);
+                expect_same_bits(&DB1, &DB2, "conv2d_bwd_act db", k, i, thread_counts[t]);
+                if (with_dx) {
+                    assert_int_equal(rt_op_conv2d_bwd_data(d, cs, G.v, W.v, DX2.v, WS.v), 0);
+                    expect_same_bits(&DX1, &DX2, "conv2d_bwd_act dx", k, i, thread_counts[t]);
+                }
+            }
+            tb *all[] = {&X, &W, &Y, &DY, &WS, &G, &DX1, &DX2, &DW1, &DW2, &DB1, &DB2};
+            for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+                tb_free(all[j]);
+            free(x);
+            free(w);
+            free(y);
+            free(dy);
+        }
+        rt_dev_close(&d);
+    }
+}
+
 /* ---- pooling ------------------------------------------------------------------------ */
 
 static struct rt_pool_shape pool_make(enum rt_pool_mode mode, int n, int c, int h, int w, int r,
@@ -1326,6 +1391,7 @@ int main(void)
         cmocka_unit_test(test_conv),          cmocka_unit_test(test_conv_thread_bits),
         cmocka_unit_test(test_conv_workspace_grows),
         cmocka_unit_test(test_bias),          cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_fused_bwd),
         cmocka_unit_test(test_pool),          cmocka_unit_test(test_pool_ties),
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_bn),            cmocka_unit_test(test_dropout),

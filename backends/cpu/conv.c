@@ -454,7 +454,7 @@ struct wino_layout {
     size_t u;         /* 16 k c */
     size_t vxs, mxs;  /* V's and M's stride from one xi to the next */
     size_t v, m;      /* 16 vxs, 16 mxs */
-    size_t off_m, off_pad, off_tmp, slice;
+    size_t off_m, off_pad, off_tmp, off_g, slice;
 };
 
 /* The transforms' vector loops over a row of tiles run a multiple of WG_VW
@@ -536,14 +536,19 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
     size_t tmp = 16 * ((size_t)l.twv + 1);
     if (tmp < 2 * (2 * (size_t)l.th * l.tw + WG_VW))
         tmp = 2 * (2 * (size_t)l.th * l.tw + WG_VW);
-    l.slice = l.off_tmp + align16(tmp + 2 * WG_VW);
+    /* g: one plane of conv2d_bwd_act's act_bias_bwd(y, dy) */
+    l.off_g = l.off_tmp + align16(tmp + 2 * WG_VW);
+    l.slice = l.off_g + align16((size_t)s->oh * s->ow);
     return l;
 }
 
+/* U, a slice per thread, a partial dU per group, then conv2d_bwd_act's sums
+ * of g per image and channel (n k). */
 static size_t wino_workspace(int nt, const struct rt_conv_shape *s)
 {
     const struct wino_layout l = wino_layout(s);
-    return align16(l.u) + (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.u);
+    return align16(l.u) + (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.u) +
+           (size_t)s->n * s->k;
 }
 
 /* U[xi][k][c] = (G g G^T)[xi] for filters k in [k0, k1), or U[xi][c][k]
@@ -895,20 +900,6 @@ static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_lay
         }
 }
 
-/* dU (+)= dM V^T over the tiles of images [i0, i1). */
-static void wino_bwd_filter_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
-                                  const float *x, const float *dy, float *dU, float beta,
-                                  int i0, int i1, float *sl)
-{
-    const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
-    float *V = sl, *M = sl + l->off_m;
-    wino_in_chunk(s, l, x, i0, i1, V, sl);
-    wino_dy_chunk(s, l, dy, i0, i1, M, sl);
-    for (int e = 0; e < 16; e++)
-        cpu_sgemm(1, false, true, K, C, T, 1.0f, M + e * l->mxs, ld,
-                  V + e * l->vxs, ld, beta, dU + (size_t)e * K * C, C);
-}
-
 /* Forward (x -> y) or backward-data (dy -> dx): U from the filters, then
  * the chunks of images spread over the threads. */
 static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const struct conv_epi *e,
@@ -936,19 +927,71 @@ static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const str
     }
 }
 
-/* Groups of chunks (conv_groups of them, fixed by the thread count) each
- * sum into their own dU; the partials are added in group order. */
-static void wino_bwd_filter(int nt, const struct rt_conv_shape *s, const float *x,
-                            const float *dy, float *dw, float *ws)
+/* The backward's gradient: dy as it is (conv2d_bwd_filter), or g = dy *
+ * f'(y) of conv2d_bwd_act, with y. */
+struct act_grad {
+    bool act;
+    enum rt_act kind;
+    float alpha;
+    const float *y, *dy;
+};
+
+/* One chunk of the backward: dM from the gradient (g formed a plane at a
+ * time in the slice, its sum kept for db); dU (+)= dM V^T; then, with dx,
+ * dV = U^T dM and the patches as wino_data_chunk (V's room holds dV: the
+ * filter GEMMs are done with V). */
+static void wino_bwd_act_chunk(const struct rt_conv_shape *s, const struct wino_layout *l,
+                               const struct act_grad *ag, const float *x, const float *U,
+                               float *dx, float *dU, float beta, int i0, int i1, float *sl,
+                               float *sums)
+{
+    const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
+    const size_t ysz = (size_t)s->oh * s->ow, xsz = (size_t)s->h * s->w;
+    float *V = sl, *M = sl + l->off_m, *g = sl + l->off_g;
+    if (!ag->act)
+        wino_dy_chunk(s, l, ag->dy, i0, i1, M, sl);
+    for (int i = i0; i < i1 && ag->act; i++)
+        for (int k = 0; k < K; k++) {
+            const size_t o = ((size_t)i * K + k) * ysz;
+            sums[(size_t)i * K + k] = cpu_act_grad_row(ag->kind, ag->alpha, ag->y + o, ag->dy + o,
+                                                       g, ysz);
+            wino_dy(s, l, g, M + (size_t)k * l->ldt + (size_t)(i - i0) * l->tpi, l->mxs,
+                    sl + l->off_tmp);
+        }
+    wino_in_chunk(s, l, x, i0, i1, V, sl);
+    for (int e = 0; e < 16; e++)
+        cpu_sgemm(1, false, true, K, C, T, 1.0f, M + e * l->mxs, ld, V + e * l->vxs, ld, beta,
+                  dU + (size_t)e * K * C, C);
+    if (!dx)
+        return;
+    for (int e = 0; e < 16; e++)
+        cpu_sgemm(1, false, false, C, T, K, 1.0f, U + (size_t)e * K * C, K, M + e * l->mxs, ld,
+                  0.0f, V + e * l->vxs, ld);
+    for (int i = i0; i < i1; i++)
+        for (int c = 0; c < C; c++)
+            wino_scatter(s, l, V + (size_t)c * ld + (size_t)(i - i0) * l->tpi, l->vxs,
+                         dx + ((size_t)i * C + c) * xsz, sl + l->off_pad, sl + l->off_tmp);
+}
+
+/* The Winograd backward, conv2d_bwd_filter's or conv2d_bwd_act's: one pass
+ * over the chunks for both gradients, dy transformed once and g never
+ * written out. Groups of chunks (conv_groups of them, fixed by the thread
+ * count) each sum into their own dU; the partials are added in group
+ * order, db per channel in image order (act_bias_bwd's): the same bits as
+ * act_bias_bwd, conv2d_bwd_filter and conv2d_bwd_data in turn. */
+static void wino_bwd_act(int nt, const struct rt_conv_shape *s, const struct act_grad *ag,
+                         const float *x, const float *w, float *dx, float *dw, float *db,
+                         float *ws)
 {
     const struct wino_layout l = wino_layout(s);
-    float *slices = ws + align16(l.u);
+    float *U = ws, *slices = ws + align16(l.u);
     float *parts = slices + (size_t)nt * l.slice;
     const size_t pstride = align16(l.u), KC = (size_t)s->k * s->c;
-    const int chunks = l.chunks;
+    float *sums = parts + (size_t)conv_groups(nt, s) * pstride;
+    const int chunks = l.chunks, K = s->k;
     int groups = conv_groups(nt, s);
     if (groups > chunks)
-        groups = chunks; /* <= the workspace's count */
+        groups = chunks;
     cpu_blas_before_parallel();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -956,20 +999,32 @@ static void wino_bwd_filter(int nt, const struct rt_conv_shape *s, const float *
     {
         const int t = cpu_thread_num(), tn = cpu_num_threads();
         float *sl = slices + (size_t)t * l.slice;
+        if (dx) {
+            wino_filter(s, w, U, K * t / tn, K * (t + 1) / tn, true);
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+        }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (int g = 0; g < groups; g++) {
-            const int lo = (int)((long)chunks * g / groups),
-                      hi = (int)((long)chunks * (g + 1) / groups);
-            float *dU = parts + (size_t)g * pstride;
+        for (int gi = 0; gi < groups; gi++) {
+            const int lo = (int)((long)chunks * gi / groups),
+                      hi = (int)((long)chunks * (gi + 1) / groups);
             for (int ch = lo; ch < hi; ch++) {
                 int i0, i1;
                 wino_chunk_images(s->n, &l, ch, &i0, &i1);
-                wino_bwd_filter_chunk(s, &l, x, dy, dU, ch > lo ? 1.0f : 0.0f, i0, i1, sl);
+                wino_bwd_act_chunk(s, &l, ag, x, U, dx, parts + (size_t)gi * pstride,
+                                   ch > lo ? 1.0f : 0.0f, i0, i1, sl, sums);
             }
         }
         wino_filter_grad(s, parts, pstride, groups, dw, KC * t / tn, KC * (t + 1) / tn);
+        for (int j = K * t / tn; j < K * (t + 1) / tn && ag->act; j++) {
+            double acc = 0.0;
+            for (int i = 0; i < s->n; i++)
+                acc += sums[(size_t)i * K + j];
+            db[j] = (float)acc;
+        }
     }
 }
 
@@ -1030,6 +1085,29 @@ int cpu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dyv, r
     return conv_data(d, s, true, NULL, dyv, wv, dxv, wsv);
 }
 
+/* Winograd's shapes in one pass (wino_bwd_act), the others as the three
+ * ops, with g in its scratch view. */
+int cpu_conv2d_bwd_act(rt_dev *d, const struct rt_conv_shape *s, enum rt_act kind, float alpha,
+                       rt_view xv, rt_view yv, rt_view dyv, rt_view wv, rt_view gv, rt_view dxv,
+                       rt_view dwv, rt_view dbv, rt_view wsv)
+{
+    RT_TRY(cpu_check_act(kind));
+    if (s->n == 0) { /* no samples, no gradient; the other views are unchecked */
+        memset(cpu_f(dwv), 0, (size_t)s->k * conv_crs(s) * sizeof(float));
+        memset(cpu_f(dbv), 0, (size_t)s->k * sizeof(float));
+        return RT_OK;
+    }
+    if (wino_ok(cpu_nt(d), s)) {
+        const struct act_grad ag = {true, kind, alpha, cpu_f(yv), cpu_f(dyv)};
+        wino_bwd_act(cpu_nt(d), s, &ag, cpu_f(xv), cpu_f(wv), dxv.buf ? cpu_f(dxv) : NULL,
+                     cpu_f(dwv), cpu_f(dbv), cpu_f(wsv));
+        return RT_OK;
+    }
+    RT_TRY(cpu_act_bias_bwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, yv, dyv, gv, dbv));
+    RT_TRY(cpu_conv2d_bwd_filter(d, s, xv, gv, dwv, wsv));
+    return dxv.buf ? cpu_conv2d_bwd_data(d, s, gv, wv, dxv, wsv) : RT_OK;
+}
+
 int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view dyv,
                           rt_view dwv, rt_view wsv)
 {
@@ -1042,7 +1120,8 @@ int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, 
     const float *x = cpu_f(xv), *dy = cpu_f(dyv);
     float *ws = cpu_f(wsv);
     if (wino_ok(cpu_nt(d), s)) {
-        wino_bwd_filter(cpu_nt(d), s, x, dy, dw, ws);
+        const struct act_grad ag = {.act = false, .dy = dy};
+        wino_bwd_act(cpu_nt(d), s, &ag, x, NULL, NULL, dw, NULL, ws);
         return RT_OK;
     }
     const struct conv_layout l = conv_layout(s);

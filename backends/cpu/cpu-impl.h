@@ -126,6 +126,11 @@ static inline void cpu_bias_act(enum rt_act kind, float alpha, const float *b, i
 /* nn.c: RT_OK for a known activation, else a readable error */
 int cpu_check_act(enum rt_act kind);
 
+/* nn.c: dx = dy * f'(y) over n floats (act_bias_bwd's per plane), returning
+ * their float sum in bias_grad's order; one thread. */
+float cpu_act_grad_row(enum rt_act kind, float alpha, const float *y, const float *dy, float *dx,
+                       size_t n);
+
 /* conv.c: the workspace a convolution needs */
 size_t cpu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s);
 

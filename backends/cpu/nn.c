@@ -141,8 +141,8 @@ static void act_grad_span(enum rt_act kind, float alpha, const float *ref, const
 
 /* dx = dy * f'(y) over n floats, returning their sum (float, in the order
  * bias_grad sums a plane). */
-static float act_grad_row(enum rt_act kind, float alpha, const float *y, const float *dy,
-                          float *dx, size_t n)
+float cpu_act_grad_row(enum rt_act kind, float alpha, const float *y, const float *dy, float *dx,
+                       size_t n)
 {
     act_grad_span(kind, alpha, y, y, dy, dx, n);
     float s = 0.0f;
@@ -162,7 +162,7 @@ static void act_bias_bwd_rows(enum rt_act kind, float alpha, int n, int c, const
     memset(db, 0, (size_t)c * sizeof(float));
     for (int i = 0; i < n; i++) {
         const size_t o = (size_t)i * c;
-        (void)act_grad_row(kind, alpha, y + o, dy + o, dx + o, (size_t)c);
+        (void)cpu_act_grad_row(kind, alpha, y + o, dy + o, dx + o, (size_t)c);
         const float *r = dx + o;
         CPU_SIMD
         for (int j = 0; j < c; j++)
@@ -197,7 +197,7 @@ int cpu_act_bias_bwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int
         double acc = 0.0;
         for (int i = 0; i < n; i++) {
             const size_t o = ((size_t)i * c + j) * hw;
-            acc += act_grad_row(kind, alpha, y + o, dy + o, dx + o, (size_t)hw);
+            acc += cpu_act_grad_row(kind, alpha, y + o, dy + o, dx + o, (size_t)hw);
         }
         db[j] = (float)acc;
     }

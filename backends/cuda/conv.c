@@ -559,6 +559,17 @@ int cu_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view x, 
     return cu_bias_act_fwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, b, y);
 }
 
+/* act_bias_bwd, conv2d_bwd_filter, conv2d_bwd_data in sequence, with g in
+ * its scratch view. */
+int cu_conv2d_bwd_act(rt_dev *d, const struct rt_conv_shape *s, enum rt_act kind, float alpha,
+                      rt_view x, rt_view y, rt_view dy, rt_view w, rt_view g, rt_view dx,
+                      rt_view dw, rt_view db, rt_view ws)
+{
+    RT_TRY(cu_act_bias_bwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, y, dy, g, db));
+    RT_TRY(cu_conv2d_bwd_filter(d, s, x, g, dw, ws));
+    return dx.buf && s->n > 0 ? cu_conv2d_bwd_data(d, s, g, w, dx, ws) : RT_OK;
+}
+
 int cu_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
                        rt_view dx, rt_view ws)
 {

@@ -131,10 +131,12 @@ static int conv_backward(struct rt_layer *l, const struct rt_pass *p)
         rt_view out = act ? p->tmp[1] : p->tmp[0];
         RT_TRY(rt_bn_part_backward(&cv->norm, p, rt_buf_view(cv->z), g, out));
         g = out;
-    } else if (act) { /* the activation's gradient and the bias's in one pass */
-        RT_TRY(rt_op_act_bias_bwd(p->dev, cv->act, cv->alpha, s.n, s.k, s.oh * s.ow, p->y, g,
-                                  p->tmp[0], rt_view_at(p->grads, cv->b)));
-        g = p->tmp[0];
+    } else if (act) { /* the activation's, bias's, filter's and data's gradients fused */
+        rt_view dx = p->need_dx[0] ? p->dx[0] : (rt_view){0};
+        return rt_op_conv2d_bwd_act(p->dev, &s, cv->act, cv->alpha, p->x[0], p->y, g,
+                                    rt_view_at(p->params, cv->w), p->tmp[0], dx,
+                                    rt_view_at(p->grads, cv->w), rt_view_at(p->grads, cv->b),
+                                    p->ws);
     } else {
         RT_TRY(rt_op_bias_grad(p->dev, s.n, s.k, s.oh * s.ow, g, rt_view_at(p->grads, cv->b)));
     }
