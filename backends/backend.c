@@ -603,13 +603,16 @@ int rt_op_conv2d_bwd_act(rt_dev *d, const struct rt_conv_shape *s, enum rt_act k
 {
     check_conv(s);
     CHECK(dw, zu(s->k) * s->c * s->r * s->s);
-    CHECK(db, zu(s->k));
+    if (db.buf)
+        CHECK(db, zu(s->k));
     if (s->n > 0) {
         const size_t yn = zu(s->n) * s->k * s->oh * s->ow;
         CHECK(x, zu(s->n) * s->c * s->h * s->w);
-        CHECK(y, yn);
         CHECK(dy, yn);
-        CHECK(g, yn);
+        if (kind != RT_ACT_IDENTITY || db.buf) {
+            CHECK(y, yn);
+            CHECK(g, yn);
+        }
         CHECK(w, zu(s->k) * s->c * s->r * s->s);
         if (dx.buf)
             CHECK(dx, zu(s->n) * s->c * s->h * s->w);

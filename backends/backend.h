@@ -20,8 +20,10 @@
  *                 cache); ws as conv2d_fwd's.
  *  conv2d_bwd_act the backward of conv2d_fwd_bias_act, fused: g =
  *                 act_bias_bwd(y, dy) (db its sum per channel), dw =
- *                 conv2d_bwd_filter(x, g), dx = conv2d_bwd_data(g, w) unless
- *                 dx is absent (buf NULL); the same values as those ops.
+ *                 conv2d_bwd_filter(x, g), dx = conv2d_bwd_data(g, w); the
+ *                 same values as those ops. dx and db may be absent (buf
+ *                 NULL): no data or bias gradient. With the identity and no
+ *                 db, g is dy (y and g unused: a conv before batch norm).
  *                 g (n k oh ow floats) is scratch: a backend may keep g
  *                 there or never form it (the cpu backend's Winograd path
  *                 applies f' while it transforms dy); ws as the others'.

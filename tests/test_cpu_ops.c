@@ -649,7 +649,8 @@ static void test_fused(void **state)
 }
 
 /* conv2d_bwd_act against act_bias_bwd, conv2d_bwd_filter and
- * conv2d_bwd_data, bit for bit, with and without dx: on Winograd's shapes
+ * conv2d_bwd_data, bit for bit, with and without dx, and without db (the
+ * identity: dy itself, as before batch norm): on Winograd's shapes
  * (one pass, g never formed: its chunks of odd sizes, padding, odd planes,
  * a batch of one) and on the others (the three ops). */
 static void test_fused_bwd(void **state)
@@ -700,6 +701,26 @@ static void test_fused_bwd(void **state)
                     assert_int_equal(rt_op_conv2d_bwd_data(d, cs, G.v, W.v, DX2.v, WS.v), 0);
                     expect_same_bits(&DX1, &DX2, "conv2d_bwd_act dx", k, i, thread_counts[t]);
                 }
+                /* no db: relu's g, or dy itself (y and g unused then) */
+                const bool ident = k == RT_ACT_IDENTITY;
+                if (k != RT_ACT_RELU && !ident)
+                    continue;
+                tb_set(&G, y);
+                assert_int_equal(rt_op_conv2d_bwd_act(d, cs, a, 0.1f, X.v, ident ? G.v : Y.v, DY.v,
+                                                      W.v, ident ? (rt_view){0} : G.v, DX1.v,
+                                                      DW1.v, (rt_view){0}, WS.v), 0);
+                if (ident) {
+                    assert_int_equal(rt_op_conv2d_bwd_filter(d, cs, X.v, DY.v, DW2.v, WS.v), 0);
+                    assert_int_equal(rt_op_conv2d_bwd_data(d, cs, DY.v, W.v, DX2.v, WS.v), 0);
+                } else {
+                    assert_int_equal(rt_op_act_bwd(d, a, 0.1f, yn, Y.v, Y.v, DY.v, G.v), 0);
+                    assert_int_equal(rt_op_conv2d_bwd_filter(d, cs, X.v, G.v, DW2.v, WS.v), 0);
+                    assert_int_equal(rt_op_conv2d_bwd_data(d, cs, G.v, W.v, DX2.v, WS.v), 0);
+                }
+                expect_same_bits(&DW1, &DW2, "conv2d_bwd_act without db: dw", k, i,
+                                 thread_counts[t]);
+                expect_same_bits(&DX1, &DX2, "conv2d_bwd_act without db: dx", k, i,
+                                 thread_counts[t]);
             }
             tb *all[] = {&X, &W, &Y, &DY, &WS, &G, &DX1, &DX2, &DW1, &DW2, &DB1, &DB2};
             for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)

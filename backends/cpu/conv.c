@@ -954,7 +954,7 @@ static void wino_bwd_act_chunk(const struct rt_conv_shape *s, const struct wino_
         for (int k = 0; k < K; k++) {
             const size_t o = ((size_t)i * K + k) * ysz;
             sums[(size_t)i * K + k] = cpu_act_grad_row(ag->kind, ag->alpha, ag->y + o, ag->dy + o,
-                                                       g, ysz);
+                                                       g, ysz); /* the sum: for db */
             wino_dy(s, l, g, M + (size_t)k * l->ldt + (size_t)(i - i0) * l->tpi, l->mxs,
                     sl + l->off_tmp);
         }
@@ -1019,7 +1019,7 @@ static void wino_bwd_act(int nt, const struct rt_conv_shape *s, const struct act
             }
         }
         wino_filter_grad(s, parts, pstride, groups, dw, KC * t / tn, KC * (t + 1) / tn);
-        for (int j = K * t / tn; j < K * (t + 1) / tn && ag->act; j++) {
+        for (int j = K * t / tn; j < K * (t + 1) / tn && db; j++) {
             double acc = 0.0;
             for (int i = 0; i < s->n; i++)
                 acc += sums[(size_t)i * K + j];
@@ -1094,18 +1094,25 @@ int cpu_conv2d_bwd_act(rt_dev *d, const struct rt_conv_shape *s, enum rt_act kin
     RT_TRY(cpu_check_act(kind));
     if (s->n == 0) { /* no samples, no gradient; the other views are unchecked */
         memset(cpu_f(dwv), 0, (size_t)s->k * conv_crs(s) * sizeof(float));
-        memset(cpu_f(dbv), 0, (size_t)s->k * sizeof(float));
+        if (dbv.buf)
+            memset(cpu_f(dbv), 0, (size_t)s->k * sizeof(float));
         return RT_OK;
     }
+    const bool act = kind != RT_ACT_IDENTITY || dbv.buf; /* else g is dy */
     if (wino_ok(cpu_nt(d), s)) {
-        const struct act_grad ag = {true, kind, alpha, cpu_f(yv), cpu_f(dyv)};
+        const struct act_grad ag = {act, kind, alpha, act ? cpu_f(yv) : NULL, cpu_f(dyv)};
         wino_bwd_act(cpu_nt(d), s, &ag, cpu_f(xv), cpu_f(wv), dxv.buf ? cpu_f(dxv) : NULL,
-                     cpu_f(dwv), cpu_f(dbv), cpu_f(wsv));
+                     cpu_f(dwv), dbv.buf ? cpu_f(dbv) : NULL, cpu_f(wsv));
         return RT_OK;
     }
-    RT_TRY(cpu_act_bias_bwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, yv, dyv, gv, dbv));
-    RT_TRY(cpu_conv2d_bwd_filter(d, s, xv, gv, dwv, wsv));
-    return dxv.buf ? cpu_conv2d_bwd_data(d, s, gv, wv, dxv, wsv) : RT_OK;
+    const size_t hw = (size_t)s->oh * s->ow, yn = (size_t)s->n * s->k * hw;
+    if (dbv.buf)
+        RT_TRY(cpu_act_bias_bwd(d, kind, alpha, s->n, s->k, (int)hw, yv, dyv, gv, dbv));
+    else if (act)
+        RT_TRY(cpu_act_bwd(d, kind, alpha, yn, yv, yv, dyv, gv));
+    const rt_view g = act ? gv : dyv;
+    RT_TRY(cpu_conv2d_bwd_filter(d, s, xv, g, dwv, wsv));
+    return dxv.buf ? cpu_conv2d_bwd_data(d, s, g, wv, dxv, wsv) : RT_OK;
 }
 
 int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, rt_view dyv,

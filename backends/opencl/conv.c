@@ -405,9 +405,14 @@ int ocl_conv2d_bwd_act(rt_dev *d, const struct rt_conv_shape *s, enum rt_act kin
                        rt_view x, rt_view y, rt_view dy, rt_view w, rt_view g, rt_view dx,
                        rt_view dw, rt_view db, rt_view ws)
 {
-    RT_TRY(ocl_act_bias_bwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, y, dy, g, db));
-    RT_TRY(ocl_conv2d_bwd_filter(d, s, x, g, dw, ws));
-    return dx.buf && s->n > 0 ? ocl_conv2d_bwd_data(d, s, g, w, dx, ws) : RT_OK;
+    const size_t hw = (size_t)s->oh * s->ow, yn = (size_t)s->n * s->k * hw;
+    if (db.buf)
+        RT_TRY(ocl_act_bias_bwd(d, kind, alpha, s->n, s->k, (int)hw, y, dy, g, db));
+    else if (kind != RT_ACT_IDENTITY && yn > 0)
+        RT_TRY(ocl_act_bwd(d, kind, alpha, yn, y, y, dy, g));
+    const rt_view gd = db.buf || kind != RT_ACT_IDENTITY ? g : dy;
+    RT_TRY(ocl_conv2d_bwd_filter(d, s, x, gd, dw, ws));
+    return dx.buf && s->n > 0 ? ocl_conv2d_bwd_data(d, s, gd, w, dx, ws) : RT_OK;
 }
 
 int ocl_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,

@@ -120,9 +120,10 @@ static int conv_backward(struct rt_layer *l, const struct rt_pass *p)
     struct rt_conv_shape s = cv->cs;
     s.n = p->n;
     size_t count = (size_t)s.n * rt_shape_count(l->out);
-    rt_view g = p->dy;
+    rt_view g = p->dy, db = rt_view_at(p->grads, cv->b);
     bool act = cv->act != RT_ACT_IDENTITY;
-    if (cv->bn) {
+    enum rt_act kind = cv->act;
+    if (cv->bn) { /* act(bn(conv)): the conv's own gradient has neither */
         if (act) {
             RT_TRY(rt_op_act_bwd(p->dev, cv->act, cv->alpha, count, rt_buf_view(cv->zb), p->y,
                                  g, p->tmp[0]));
@@ -131,20 +132,14 @@ static int conv_backward(struct rt_layer *l, const struct rt_pass *p)
         rt_view out = act ? p->tmp[1] : p->tmp[0];
         RT_TRY(rt_bn_part_backward(&cv->norm, p, rt_buf_view(cv->z), g, out));
         g = out;
-    } else if (act) { /* the activation's, bias's, filter's and data's gradients fused */
-        rt_view dx = p->need_dx[0] ? p->dx[0] : (rt_view){0};
-        return rt_op_conv2d_bwd_act(p->dev, &s, cv->act, cv->alpha, p->x[0], p->y, g,
-                                    rt_view_at(p->params, cv->w), p->tmp[0], dx,
-                                    rt_view_at(p->grads, cv->w), rt_view_at(p->grads, cv->b),
-                                    p->ws);
-    } else {
-        RT_TRY(rt_op_bias_grad(p->dev, s.n, s.k, s.oh * s.ow, g, rt_view_at(p->grads, cv->b)));
+        kind = RT_ACT_IDENTITY;
+        db = (rt_view){0};
     }
-    RT_TRY(rt_op_conv2d_bwd_filter(p->dev, &s, p->x[0], g, rt_view_at(p->grads, cv->w), p->ws));
-    if (p->need_dx[0])
-        RT_TRY(rt_op_conv2d_bwd_data(p->dev, &s, g, rt_view_at(p->params, cv->w), p->dx[0],
-                                     p->ws));
-    return RT_OK;
+    /* the activation's, bias's, filter's and data's gradients in one op */
+    rt_view dx = p->need_dx[0] ? p->dx[0] : (rt_view){0};
+    return rt_op_conv2d_bwd_act(p->dev, &s, kind, cv->alpha, p->x[0], p->y, g,
+                                rt_view_at(p->params, cv->w), p->tmp[0], dx,
+                                rt_view_at(p->grads, cv->w), db, p->ws);
 }
 
 static void conv_release(struct rt_layer *l)
