@@ -442,6 +442,13 @@ static bool wino_ok(int nt, const struct rt_conv_shape *s)
            s->k >= 8 && s->oh >= 2 && s->ow >= 2 && s->n > 0 && (nt == 1 || s->n >= nt);
 }
 
+/* The stride of U and dU from one xi to the next: k c and a cache line
+ * more. At exactly k c (16 KiB for 64 x 64) the 16 (or 16 x groups) values
+ * of one filter would sit in one L1 set, and wino_filter_grad's reads of
+ * them thrashed it (resnet8's 64-channel layers: 90% of the loop's time
+ * on that load). */
+static size_t wino_es(const struct rt_conv_shape *s) { return (size_t)s->k * s->c + 16; }
+
 struct wino_layout {
     int th, tw;       /* tiles per image: ceil(oh/2) x ceil(ow/2) */
     size_t tpi;       /* tiles per image */
@@ -451,7 +458,7 @@ struct wino_layout {
     int twv;          /* tw rounded up to WG_VW */
     size_t pcs;       /* row stride of the bwd-data grid */
     size_t ldt;       /* row stride of V and M: the largest chunk's tiles + slack */
-    size_t u;         /* 16 k c */
+    size_t u;         /* 16 es: U, or a partial dU */
     size_t vxs, mxs;  /* V's and M's stride from one xi to the next */
     size_t v, m;      /* 16 vxs, 16 mxs */
     size_t off_m, off_pad, off_tmp, off_g, slice;
@@ -520,7 +527,7 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
     l.twv = (int)wg_round((size_t)l.tw);
     l.pcs = 2 * wg_round((size_t)l.tw + 1);
     l.ldt = l.tpi * (size_t)room + WG_VW;
-    l.u = 16 * (size_t)s->k * s->c;
+    l.u = 16 * wino_es(s);
     /* a cache line more than c ldt: the 16 streams of a transform would
      * otherwise often sit a multiple of 4 KiB apart and fight for the same
      * L1 sets (seedcnn: 32 x 160 floats = 20 KiB) */
@@ -556,7 +563,7 @@ static size_t wino_workspace(int nt, const struct rt_conv_shape *s)
 static void wino_filter(const struct rt_conv_shape *s, const float *w, float *U, int k0, int k1,
                         bool trans)
 {
-    const size_t KC = (size_t)s->k * s->c;
+    const size_t ES = wino_es(s);
     for (int k = k0; k < k1; k++)
         for (int c = 0; c < s->c; c++) {
             const float *g = w + ((size_t)k * s->c + c) * 9;
@@ -569,10 +576,10 @@ static void wino_filter(const struct rt_conv_shape *s, const float *w, float *U,
             }
             float *u = U + (trans ? (size_t)c * s->k + k : (size_t)k * s->c + c);
             for (int i = 0; i < 4; i++) {
-                u[(4 * i + 0) * KC] = t[i][0];
-                u[(4 * i + 1) * KC] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
-                u[(4 * i + 2) * KC] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
-                u[(4 * i + 3) * KC] = t[i][2];
+                u[(4 * i + 0) * ES] = t[i][0];
+                u[(4 * i + 1) * ES] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+                u[(4 * i + 2) * ES] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+                u[(4 * i + 3) * ES] = t[i][2];
             }
         }
 }
@@ -581,13 +588,13 @@ static void wino_filter(const struct rt_conv_shape *s, const float *w, float *U,
 static void wino_filter_grad(const struct rt_conv_shape *s, const float *parts, size_t pstride,
                              int groups, float *dw, size_t lo, size_t hi)
 {
-    const size_t KC = (size_t)s->k * s->c;
+    const size_t ES = wino_es(s);
     for (size_t idx = lo; idx < hi; idx++) {
         float u[16];
         for (int e = 0; e < 16; e++) {
             float v = 0.0f;
             for (int g = 0; g < groups; g++)
-                v += parts[(size_t)g * pstride + e * KC + idx];
+                v += parts[(size_t)g * pstride + e * ES + idx];
             u[e] = v;
         }
         float q[3][4];
@@ -884,7 +891,7 @@ static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_lay
     else
         wino_in_chunk(s, l, in, i0, i1, V, sl);
     for (int e = 0; e < 16; e++)
-        cpu_sgemm(1, false, false, rows, T, inner, 1.0f, U + (size_t)e * K * C, inner,
+        cpu_sgemm(1, false, false, rows, T, inner, 1.0f, U + (size_t)e * wino_es(s), inner,
                   src + e * src_xs, ld, 0.0f, dst + e * dst_xs, ld);
     for (int i = i0; i < i1; i++)
         for (int p = 0; p < rows; p++) {
@@ -961,11 +968,11 @@ static void wino_bwd_act_chunk(const struct rt_conv_shape *s, const struct wino_
     wino_in_chunk(s, l, x, i0, i1, V, sl);
     for (int e = 0; e < 16; e++)
         cpu_sgemm(1, false, true, K, C, T, 1.0f, M + e * l->mxs, ld, V + e * l->vxs, ld, beta,
-                  dU + (size_t)e * K * C, C);
+                  dU + (size_t)e * wino_es(s), C);
     if (!dx)
         return;
     for (int e = 0; e < 16; e++)
-        cpu_sgemm(1, false, false, C, T, K, 1.0f, U + (size_t)e * K * C, K, M + e * l->mxs, ld,
+        cpu_sgemm(1, false, false, C, T, K, 1.0f, U + (size_t)e * wino_es(s), K, M + e * l->mxs, ld,
                   0.0f, V + e * l->vxs, ld);
     for (int i = i0; i < i1; i++)
         for (int c = 0; c < C; c++)
