@@ -1,7 +1,9 @@
 /* conv.c — [conv]: 2-D convolution, bias (or batch norm), activation.
  * y = act(bn(conv(x, w)))  or  y = act(conv(x, w) + b), the latter as one
- * fused op (conv2d_fwd_bias_act) whose backward needs y alone
- * (act_bias_bwd): no pre-activation copy is kept. */
+ * fused op (conv2d_fwd_bias_act). Either way the activation's backward
+ * needs y alone (relu and leaky are positive where their input is; sigmoid
+ * and tanh take their derivative from y), so no pre-activation copy is
+ * kept: with batch norm, only the conv's output z, for bn's backward. */
 #include "config.h"
 
 #include "layer.h"
@@ -14,8 +16,7 @@ struct conv {
     struct rt_bn_part norm;
     enum rt_act act;
     float alpha;
-    rt_buf *z;  /* conv output, kept for bn backward (with batch norm) */
-    rt_buf *zb; /* bn output, kept for act backward (with both) */
+    rt_buf *z; /* conv output, kept for bn backward (with batch norm) */
 };
 
 static int conv_setup(struct rt_layer *l, struct rt_layer_setup *su)
@@ -72,10 +73,6 @@ static int conv_alloc(struct rt_layer *l, rt_dev *dev, int max_batch)
         if (!(cv->z = rt_buf_new(dev, bytes)))
             return RT_ERR_NOMEM;
     }
-    if (cv->bn && cv->act != RT_ACT_IDENTITY) {
-        if (!(cv->zb = rt_buf_new(dev, bytes)))
-            return RT_ERR_NOMEM;
-    }
     if (cv->bn)
         RT_TRY(rt_bn_part_alloc(&cv->norm, dev));
     return RT_OK;
@@ -106,11 +103,10 @@ static int conv_forward(struct rt_layer *l, const struct rt_pass *p)
                                          cv->act, cv->alpha, p->y, p->ws);
     rt_view z = rt_buf_view(cv->z);
     RT_TRY(rt_op_conv2d_fwd(p->dev, &s, p->x[0], w, z, p->ws));
-    rt_view pre = act ? rt_buf_view(cv->zb) : p->y;
-    RT_TRY(rt_bn_part_forward(&cv->norm, p, z, pre));
-    if (act)
+    RT_TRY(rt_bn_part_forward(&cv->norm, p, z, p->y));
+    if (act) /* in place: the backward needs y alone (act_bwd(y, y)) */
         RT_TRY(rt_op_act_fwd(p->dev, cv->act, cv->alpha, (size_t)s.n * rt_shape_count(l->out),
-                             pre, p->y));
+                             p->y, p->y));
     return RT_OK;
 }
 
@@ -124,9 +120,8 @@ static int conv_backward(struct rt_layer *l, const struct rt_pass *p)
     bool act = cv->act != RT_ACT_IDENTITY;
     enum rt_act kind = cv->act;
     if (cv->bn) { /* act(bn(conv)): the conv's own gradient has neither */
-        if (act) {
-            RT_TRY(rt_op_act_bwd(p->dev, cv->act, cv->alpha, count, rt_buf_view(cv->zb), p->y,
-                                 g, p->tmp[0]));
+        if (act) { /* from y: relu and leaky's y > 0 where bn's output is */
+            RT_TRY(rt_op_act_bwd(p->dev, cv->act, cv->alpha, count, p->y, p->y, g, p->tmp[0]));
             g = p->tmp[0];
         }
         rt_view out = act ? p->tmp[1] : p->tmp[0];
@@ -146,7 +141,6 @@ static void conv_release(struct rt_layer *l)
 {
     struct conv *cv = l->priv;
     rt_buf_destroy(&cv->z);
-    rt_buf_destroy(&cv->zb);
     rt_bn_part_release(&cv->norm);
 }
 
