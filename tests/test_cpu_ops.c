@@ -422,9 +422,6 @@ static void test_conv(void **state)
     }
 }
 
-/* Forward and bwd-data of one image do not depend on which thread took it
- * nor on how many there are: the same bits at 1, 2 and 3 threads (the
- * Winograd path's chunks are cut by the shape alone, wino_balance). */
 /* A model sizes each conv layer's workspace for the larger of 1 image and
  * its batch (src/layers/conv.c): every smaller batch (the epoch's last)
  * must fit in that. */
@@ -464,6 +461,9 @@ static void test_conv_workspace_grows(void **state)
     }
 }
 
+/* Forward and bwd-data of one image do not depend on which thread took it
+ * nor on how many there are: the same bits at 1, 2 and 3 threads (the
+ * Winograd path's chunks are cut by the shape alone, wino_balance). */
 static void test_conv_thread_bits(void **state)
 {
     (void)state;

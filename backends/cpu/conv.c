@@ -955,16 +955,18 @@ static void wino_bwd_act_chunk(const struct rt_conv_shape *s, const struct wino_
     const int T = (int)(l->tpi * (size_t)(i1 - i0)), K = s->k, C = s->c, ld = (int)l->ldt;
     const size_t ysz = (size_t)s->oh * s->ow, xsz = (size_t)s->h * s->w;
     float *V = sl, *M = sl + l->off_m, *g = sl + l->off_g;
-    if (!ag->act)
+    if (!ag->act) {
         wino_dy_chunk(s, l, ag->dy, i0, i1, M, sl);
-    for (int i = i0; i < i1 && ag->act; i++)
-        for (int k = 0; k < K; k++) {
-            const size_t o = ((size_t)i * K + k) * ysz;
-            sums[(size_t)i * K + k] = cpu_act_grad_row(ag->kind, ag->alpha, ag->y + o, ag->dy + o,
-                                                       g, ysz); /* the sum: for db */
-            wino_dy(s, l, g, M + (size_t)k * l->ldt + (size_t)(i - i0) * l->tpi, l->mxs,
-                    sl + l->off_tmp);
-        }
+    } else {
+        for (int i = i0; i < i1; i++)
+            for (int k = 0; k < K; k++) {
+                const size_t o = ((size_t)i * K + k) * ysz;
+                sums[(size_t)i * K + k] = /* the plane's sum, for db */
+                    cpu_act_grad_row(ag->kind, ag->alpha, ag->y + o, ag->dy + o, g, ysz);
+                wino_dy(s, l, g, M + (size_t)k * l->ldt + (size_t)(i - i0) * l->tpi, l->mxs,
+                        sl + l->off_tmp);
+            }
+    }
     wino_in_chunk(s, l, x, i0, i1, V, sl);
     for (int e = 0; e < 16; e++)
         cpu_sgemm(1, false, true, K, C, T, 1.0f, M + e * l->mxs, ld, V + e * l->vxs, ld, beta,
@@ -1026,7 +1028,7 @@ static void wino_bwd_act(int nt, const struct rt_conv_shape *s, const struct act
             }
         }
         wino_filter_grad(s, parts, pstride, groups, dw, KC * t / tn, KC * (t + 1) / tn);
-        for (int j = K * t / tn; j < K * (t + 1) / tn && db; j++) {
+        for (int j = K * t / tn; db && j < K * (t + 1) / tn; j++) { /* act_bias_bwd's order */
             double acc = 0.0;
             for (int i = 0; i < s->n; i++)
                 acc += sums[(size_t)i * K + j];
