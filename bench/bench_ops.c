@@ -137,11 +137,12 @@ static void run_conv(void *p)
     rt_sync(c->d);
 }
 
-static struct rt_conv_shape conv_shape(int n, int c, int h, int w, int k, int r, int pad)
+static struct rt_conv_shape conv_shape(int n, int c, int h, int w, int k, int r, int stride,
+                                       int pad)
 {
-    struct rt_conv_shape s = {n, c, h, w, k, r, r, 1, 1, pad, pad, 0, 0};
-    s.oh = h + 2 * pad - r + 1;
-    s.ow = w + 2 * pad - r + 1;
+    struct rt_conv_shape s = {n, c, h, w, k, r, r, stride, stride, pad, pad, 0, 0};
+    s.oh = (h + 2 * pad - r) / stride + 1;
+    s.ow = (w + 2 * pad - r) / stride + 1;
     return s;
 }
 
@@ -180,16 +181,19 @@ static void bench_layers(rt_dev *d, int threads)
 {
     static const struct {
         const char *name;
-        int c, h, k, r, pad;
+        int c, h, k, r, stride, pad;
     } layers[] = {
-        {"lenet conv1 ", 1, 28, 6, 5, 2},
-        {"lenet conv2 ", 6, 14, 16, 5, 0},
-        {"seedcnn conv1", 1, 28, 32, 3, 0},
-        {"seedcnn conv2", 32, 26, 32, 3, 0},
-        {"3x3 c64 pad1 ", 64, 14, 64, 3, 1}, /* a deeper net's layer (Winograd) */
-        {"resnet8 c16  ", 16, 28, 16, 3, 1},  /* examples/resnet8.cfg's stages */
-        {"resnet8 c32  ", 32, 14, 32, 3, 1},
-        {"resnet8 c64  ", 64, 7, 64, 3, 1},
+        {"lenet conv1 ", 1, 28, 6, 5, 1, 2},
+        {"lenet conv2 ", 6, 14, 16, 5, 1, 0},
+        {"seedcnn conv1", 1, 28, 32, 3, 1, 0},
+        {"seedcnn conv2", 32, 26, 32, 3, 1, 0},
+        {"3x3 c64 pad1 ", 64, 14, 64, 3, 1, 1}, /* a deeper net's layer (Winograd) */
+        {"resnet8 stem ", 1, 28, 16, 3, 1, 1},  /* examples/resnet8.cfg's layers */
+        {"resnet8 c16  ", 16, 28, 16, 3, 1, 1},
+        {"resnet8 c16s2", 16, 28, 32, 3, 2, 1}, /* the stride-2 convs between stages */
+        {"resnet8 c32  ", 32, 14, 32, 3, 1, 1},
+        {"resnet8 c32s2", 32, 14, 64, 3, 2, 1},
+        {"resnet8 c64  ", 64, 7, 64, 3, 1, 1},
     };
     static const char *what[] = {"fwd", "bwd-data", "bwd-filter"};
     const char *only = getenv("BENCH_ONLY"); /* e.g. BENCH_ONLY=seedcnn */
@@ -197,7 +201,8 @@ static void bench_layers(rt_dev *d, int threads)
         if (only && !strstr(layers[i].name, only))
             continue;
         struct conv_ctx c = {d, conv_shape(64, layers[i].c, layers[i].h, layers[i].h,
-                                           layers[i].k, layers[i].r, layers[i].pad),
+                                           layers[i].k, layers[i].r, layers[i].stride,
+                                           layers[i].pad),
                              0, NULL, NULL, NULL, NULL};
         c.x = buf_rand(d, (size_t)c.s.n * c.s.c * c.s.h * c.s.w, 1);
         c.w = buf_rand(d, (size_t)c.s.k * c.s.c * c.s.r * c.s.s, 2);

@@ -386,6 +386,13 @@ static void test_conv(void **state)
         conv_make(7, 8, 20, 20, 8, 3, 3, 1, 1, 0, 0),   /* 3-image chunks, last one short */
         conv_make(13, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1), /* 4 chunks of 3-4 images */
         conv_make(9, 16, 7, 7, 16, 3, 3, 1, 1, 1, 1),   /* resnet8's last stage, odd n */
+        /* strided, wide: the padded image split into phase planes */
+        conv_make(3, 16, 28, 28, 32, 3, 3, 2, 2, 1, 1), /* resnet8's 28 -> 14 conv */
+        conv_make(2, 3, 33, 31, 4, 3, 3, 2, 2, 0, 1),   /* odd sizes, odd pad_w */
+        conv_make(2, 3, 34, 34, 5, 3, 3, 2, 2, 0, 0),   /* no padding */
+        conv_make(2, 2, 40, 40, 3, 3, 3, 3, 3, 1, 1),   /* stride 3 */
+        conv_make(2, 3, 30, 20, 4, 3, 3, 2, 1, 1, 1),   /* stride 2 in h only */
+        conv_make(2, 3, 21, 36, 4, 3, 3, 1, 2, 2, 3),   /* stride 2 in w only, pad > stride */
     };
     for (int t = 0; t < N_THREADS; t++) {
         rt_dev *d = open_dev(thread_counts[t]);

@@ -40,21 +40,32 @@ static size_t conv_crs(const struct rt_conv_shape *s)
 
 static size_t conv_ohw(const struct rt_conv_shape *s) { return (size_t)s->oh * s->ow; }
 
-/* A stride-1 convolution is computed "wide": on an oh x wp grid, wp the
- * padded input width, of which the first ow columns of each row are the
- * output. Then row (c, r, q) of the column matrix is ONE contiguous run of
- * the padded image, starting at (c, r, q): im2col is c*r*s long memcpys and
- * col2im as many long axpys, where the exact layout needs c*r*s*oh short
- * ones (10-30 floats in small nets, where they cost more than the GEMM).
- * The price is (s-1)/ow more GEMM columns, so it is used while that stays
- * under a half, and k*oh short copies of the output (or dy) to or from the
- * wide grid, so only when k < c*r*s: with one input channel and many
- * filters, the exact layout moves less. */
+/* A convolution is computed "wide": on an oh x wq grid, wq the width of
+ * the padded input's phase planes (below), of which the first ow columns
+ * of each row are the output. Stride 1: the one phase plane is the padded
+ * image, and row (c, r, q) of the column matrix is ONE contiguous run of
+ * it, starting at (c, r, q): im2col is c*r*s long memcpys and col2im as
+ * many long axpys, where the exact layout needs c*r*s*oh short ones (10-30
+ * floats in small nets, where they cost more than the GEMM). Stride sh x
+ * sw: the padded image is first split into sh*sw phase planes, plane (a, b)
+ * holding its pixels (sh i + a, sw j + b) at (i, j), hq x wq each; tap
+ * (r, q) of output (oh, ow) reads plane (r % sh, q % sw) at (oh + r / sh,
+ * ow + q / sw), so its row is again one contiguous run, and the strided
+ * gather happens once per pixel, not once per tap (resnet8's stride-2
+ * layers). The price is wq - ow more GEMM columns per output row, so it is
+ * used while that stays under a half (an eighth when strided), and k*oh
+ * short copies of the output
+ * (or dy) to or from the wide grid, so only when k < c*r*s: with one input
+ * channel and many filters, the exact layout moves less. Valid outputs
+ * never read past their plane: oh - 1 + (r - 1) / sh < hq = ceil(hp / sh),
+ * and the same across. */
 struct conv_layout {
     bool wide;
     size_t hp, wp; /* padded input (wide) */
-    size_t len;    /* GEMM columns per image: oh*wp (wide) or oh*ow */
-    size_t pad;    /* padded image, plus s floats of slack read past its end */
+    int sh, sw;    /* strides: sh x sw phase planes */
+    size_t hq, wq; /* one phase plane */
+    size_t len;    /* GEMM columns per image: oh*wq (wide) or oh*ow */
+    size_t pad;    /* phase planes, plus s floats of slack read past their end */
     size_t col;    /* column matrix, crs x len (0 for pointwise) */
     size_t out;    /* wide output or widened dy, k x len */
     size_t part;   /* a partial dW^T, crs x k */
@@ -64,13 +75,21 @@ struct conv_layout {
 static struct conv_layout conv_layout(const struct rt_conv_shape *s)
 {
     struct conv_layout l = {0};
-    l.wide = s->stride_h == 1 && s->stride_w == 1 && !conv_is_pointwise(s) &&
-             2 * (s->s - 1) <= s->ow && (size_t)s->k < conv_crs(s);
+    l.sh = s->stride_h;
+    l.sw = s->stride_w;
+    l.hp = (size_t)s->h + 2 * (size_t)s->pad_h;
+    l.wp = (size_t)s->w + 2 * (size_t)s->pad_w;
+    l.hq = (l.hp + (size_t)l.sh - 1) / (size_t)l.sh;
+    l.wq = (l.wp + (size_t)l.sw - 1) / (size_t)l.sw;
+    /* extra columns: up to half of ow at stride 1; strided, up to an
+     * eighth (resnet8's 14 -> 7 layer, 8 columns for 7, ran 5-10% slower
+     * wide; its 28 -> 14 layer, 15 for 14, 10-20% faster) */
+    const size_t extra = (l.wq - (size_t)s->ow) * (l.sh > 1 || l.sw > 1 ? 8 : 2);
+    l.wide = !conv_is_pointwise(s) && s->ow > 0 && extra <= (size_t)s->ow &&
+             (size_t)s->k < conv_crs(s);
     if (l.wide) {
-        l.hp = (size_t)s->h + 2 * (size_t)s->pad_h;
-        l.wp = (size_t)s->w + 2 * (size_t)s->pad_w;
-        l.len = (size_t)s->oh * l.wp;
-        l.pad = (size_t)s->c * l.hp * l.wp + (size_t)s->s;
+        l.len = (size_t)s->oh * l.wq;
+        l.pad = (size_t)s->c * l.sh * l.sw * l.hq * l.wq + (size_t)s->s;
         l.out = (size_t)s->k * l.len;
     } else {
         l.len = conv_ohw(s);
@@ -81,6 +100,19 @@ static struct conv_layout conv_layout(const struct rt_conv_shape *s)
     l.off_out = l.off_col + align16(l.col);
     l.slice = l.off_out + align16(l.out);
     return l;
+}
+
+/* Where phase plane (a, b) of channel c starts in the wide layout. */
+static size_t phase_at(const struct conv_layout *l, int c, int a, int b)
+{
+    return (((size_t)c * l->sh + a) * l->sw + b) * l->hq * l->wq;
+}
+
+/* Where row (c, r, q) of the wide column matrix starts in the phase planes. */
+static size_t wide_row_at(const struct conv_layout *l, int c, int r, int q)
+{
+    return phase_at(l, c, r % l->sh, q % l->sw) + (size_t)(r / l->sh) * l->wq +
+           (size_t)(q / l->sw);
 }
 
 /* The fused epilogue of conv2d_fwd_bias_act, y = act(y + b[k]), applied
@@ -111,12 +143,15 @@ static void epi_wide(const struct rt_conv_shape *s, const struct conv_layout *l,
     const size_t ow = (size_t)s->ow;
     for (int k = 0; k < s->k; k++)
         for (int oh = 0; oh < s->oh; oh++) {
-            const float *src = out + (size_t)k * l->len + oh * l->wp;
+            const float *src = out + (size_t)k * l->len + oh * l->wq;
             float *dst = y + ((size_t)k * s->oh + oh) * ow;
-            if (e && e->b)
+            if (e && e->b) {
                 cpu_bias_act(e->kind, e->alpha, e->b + k, 0, src, dst, ow);
-            else
-                memcpy(dst, src, ow * sizeof(float));
+            } else { /* rows of 7-30 floats: inline, not a call to memcpy */
+                CPU_SIMD
+                for (size_t j = 0; j < ow; j++)
+                    dst[j] = src[j];
+            }
         }
 }
 
@@ -245,12 +280,72 @@ static void col2im(const struct rt_conv_shape *s, const float *col, float *dx)
     }
 }
 
-/* xp = x_n zero-padded to c x hp x wp, then s zeros of slack. */
+/* One row of an image (w floats) into the phase rows it feeds: padded
+ * column pw + iw goes to phase (pw + iw) % sw, at (pw + iw) / sw; phase b's
+ * row is at row + b * ps. Stride 2 splits even and odd columns in one
+ * vector loop; the others are rare. */
+CPU_CLONES
+static void phase_split_row(const float *x, int w, int pw, int sw, float *row, size_t ps)
+{
+    if (sw == 2) {
+        /* x[2m] and x[2m + 1] land at column m + pw / 2 of one phase and
+         * m + (pw + 1) / 2 of the other */
+        float *ev = row + (pw & 1) * ps + pw / 2, *od = row + !(pw & 1) * ps + (pw + 1) / 2;
+        const int m2 = w / 2;
+        CPU_SIMD
+        for (int m = 0; m < m2; m++) {
+            ev[m] = x[2 * m];
+            od[m] = x[2 * m + 1];
+        }
+        if (w & 1)
+            ev[m2] = x[w - 1];
+        return;
+    }
+    for (int iw = 0; iw < w; iw++)
+        row[(size_t)((pw + iw) % sw) * ps + (size_t)((pw + iw) / sw)] = x[iw];
+}
+
+/* The inverse: one row of dx from its phase rows. */
+CPU_CLONES
+static void phase_join_row(const float *row, size_t ps, int w, int pw, int sw, float *dx)
+{
+    if (sw == 2) {
+        const float *ev = row + (pw & 1) * ps + pw / 2,
+                    *od = row + !(pw & 1) * ps + (pw + 1) / 2;
+        const int m2 = w / 2;
+        CPU_SIMD
+        for (int m = 0; m < m2; m++) {
+            dx[2 * m] = ev[m];
+            dx[2 * m + 1] = od[m];
+        }
+        if (w & 1)
+            dx[w - 1] = ev[m2];
+        return;
+    }
+    for (int iw = 0; iw < w; iw++)
+        dx[iw] = row[(size_t)((pw + iw) % sw) * ps + (size_t)((pw + iw) / sw)];
+}
+
+/* xp = x_n zero-padded and split into its phase planes (conv_layout), then
+ * s zeros of slack. Stride 1: the padded image itself, whose borders alone
+ * are zeroed. */
 static void pad_image(const struct rt_conv_shape *s, const struct conv_layout *l, const float *x,
                       float *xp)
 {
     const size_t H = (size_t)s->h, W = (size_t)s->w, PH = (size_t)s->pad_h,
                  PW = (size_t)s->pad_w;
+    if (l->sh > 1 || l->sw > 1) {
+        const size_t ps = l->hq * l->wq;
+        memset(xp, 0, l->pad * sizeof(float));
+        for (int c = 0; c < s->c; c++)
+            for (size_t h = 0; h < H; h++) {
+                const size_t ih = PH + h;
+                float *row = xp + phase_at(l, c, (int)(ih % (size_t)l->sh), 0) +
+                             ih / (size_t)l->sh * l->wq;
+                phase_split_row(x + ((size_t)c * H + h) * W, s->w, s->pad_w, l->sw, row, ps);
+            }
+        return;
+    }
     for (int c = 0; c < s->c; c++) {
         const float *xc = x + (size_t)c * H * W;
         float *pc = xp + (size_t)c * l->hp * l->wp;
@@ -266,16 +361,33 @@ static void pad_image(const struct rt_conv_shape *s, const struct conv_layout *l
     memset(xp + (size_t)s->c * l->hp * l->wp, 0, (size_t)s->s * sizeof(float));
 }
 
-/* Wide im2col: row (c, r, q) = xp[c][r][q ...] for len floats. */
+/* dx_n = the inner h x w of the padded image held as phase planes in xp. */
+static void unpad_image(const struct rt_conv_shape *s, const struct conv_layout *l,
+                        const float *xp, float *dx)
+{
+    const size_t H = (size_t)s->h, W = (size_t)s->w, ps = l->hq * l->wq;
+    for (int c = 0; c < s->c; c++)
+        for (size_t h = 0; h < H; h++) {
+            const size_t ih = (size_t)s->pad_h + h;
+            const float *row = xp + phase_at(l, c, (int)(ih % (size_t)l->sh), 0) +
+                               ih / (size_t)l->sh * l->wq;
+            float *d = dx + ((size_t)c * H + h) * W;
+            if (l->sw == 1)
+                memcpy(d, row + s->pad_w, W * sizeof(float));
+            else
+                phase_join_row(row, ps, s->w, s->pad_w, l->sw, d);
+        }
+}
+
+/* Wide im2col: row (c, r, q) = the run of len floats at wide_row_at. */
 static void im2col_wide(const struct rt_conv_shape *s, const struct conv_layout *l,
                         const float *xp, float *col)
 {
     for (int c = 0; c < s->c; c++)
         for (int r = 0; r < s->r; r++)
             for (int q = 0; q < s->s; q++) {
-                const float *src = xp + ((size_t)c * l->hp + r) * l->wp + q;
                 float *dst = col + (((size_t)c * s->r + r) * s->s + q) * l->len;
-                memcpy(dst, src, l->len * sizeof(float));
+                memcpy(dst, xp + wide_row_at(l, c, r, q), l->len * sizeof(float));
             }
 }
 
@@ -305,14 +417,19 @@ static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_lay
 
 /* dyw = dy_n on the wide grid, zeros in the columns past ow (so they add
  * nothing to dx or dW). */
+CPU_CLONES
 static void widen_dy(const struct rt_conv_shape *s, const struct conv_layout *l, const float *dy,
                      float *dyw)
 {
-    const size_t OW = (size_t)s->ow;
+    const size_t OW = (size_t)s->ow, WQ = l->wq;
     for (size_t kr = 0; kr < (size_t)s->k * s->oh; kr++) {
-        float *d = dyw + kr * l->wp;
-        memcpy(d, dy + kr * OW, OW * sizeof(float));
-        memset(d + OW, 0, (l->wp - OW) * sizeof(float));
+        float *d = dyw + kr * WQ;
+        const float *g = dy + kr * OW;
+        CPU_SIMD /* rows of 7-30 floats: inline, not calls to memcpy and memset */
+        for (size_t j = 0; j < OW; j++)
+            d[j] = g[j];
+        for (size_t j = OW; j < WQ; j++)
+            d[j] = 0.0f;
     }
 }
 
@@ -352,12 +469,8 @@ static void bwd_data_one(int nt, const struct rt_conv_shape *s, const struct con
         for (int r = 0; r < s->r; r++)
             for (int q = 0; q < s->s; q++)
                 add_row(l->len, col + (((size_t)c * s->r + r) * s->s + q) * l->len,
-                        dxp + ((size_t)c * l->hp + r) * l->wp + q);
-    for (int c = 0; c < s->c; c++)
-        for (int h = 0; h < s->h; h++)
-            memcpy(dx + ((size_t)c * s->h + h) * s->w,
-                   dxp + ((size_t)c * l->hp + h + s->pad_h) * l->wp + s->pad_w,
-                   (size_t)s->w * sizeof(float));
+                        dxp + wide_row_at(l, c, r, q));
+    unpad_image(s, l, dxp, dx);
 }
 
 /* acct (+)= col(x_n) * dy_n^T, i.e. dW transposed (crs x k); beta 0 for a
