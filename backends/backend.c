@@ -753,13 +753,15 @@ int rt_op_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_vie
     return total ? d->ops->bn_fwd_infer(d, s, x, gamma, beta, run_mean, run_var, y) : RT_OK;
 }
 
-int rt_op_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view dy,
+int rt_op_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view y, rt_view dy,
                  rt_view gamma, rt_view save_mean, rt_view save_invstd, rt_view dx,
                  rt_view dgamma, rt_view dbeta)
 {
     size_t total = zu(s->n) * zu(s->c) * zu(s->hw);
     RT_ASSERT(s->n > 0 && s->c > 0 && s->hw > 0);
     CHECK(x, total);
+    if (s->act != RT_ACT_IDENTITY) /* the activation's gradient is taken from y */
+        CHECK(y, total);
     CHECK(dy, total);
     CHECK(dx, total);
     CHECK(gamma, zu(s->c));
@@ -767,7 +769,7 @@ int rt_op_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view dy,
     CHECK(save_invstd, zu(s->c));
     CHECK(dgamma, zu(s->c));
     CHECK(dbeta, zu(s->c));
-    return d->ops->bn_bwd(d, s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    return d->ops->bn_bwd(d, s, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 int rt_op_dropout_fwd(rt_dev *d, size_t n, float rate, uint64_t seed, rt_view x, rt_view y,

@@ -50,10 +50,15 @@
  *  bn_fwd_train   per channel c over n*hw values: mean, biased var;
  *                 y = gamma*(x-mean)*invstd + beta, invstd = 1/sqrt(var+eps);
  *                 saves mean, invstd; run_mean = (1-mom)*run_mean + mom*mean,
- *                 run_var = (1-mom)*run_var + mom*unbiased_var.
- *  bn_fwd_infer   y = gamma*(x-run_mean)/sqrt(run_var+eps) + beta.
+ *                 run_var = (1-mom)*run_var + mom*unbiased_var. Then
+ *                 y = act(y) with the shape's act and alpha, fused: the same
+ *                 values as act_fwd after it (a [conv] with batch norm).
+ *  bn_fwd_infer   y = act(gamma*(x-run_mean)/sqrt(run_var+eps) + beta).
  *  bn_bwd         standard batch-norm gradient w.r.t. x, gamma, beta
- *                 (dgamma, dbeta overwritten).
+ *                 (dgamma, dbeta overwritten) of g = dy * f'(y), f the
+ *                 shape's act, from its output y alone (as act_bias_bwd):
+ *                 the same values as act_bwd(y, y, dy) then bn_bwd of g.
+ *                 y unused with the identity; dx may alias dy.
  *  dropout_fwd    mask[i] = rt_dropout_keep(seed, i, rate) ? 1/(1-rate) : 0;
  *                 y = x * mask. Backward is mul(dy, mask).
  *  mul            y = a * b elementwise (y may alias a or b).
@@ -77,8 +82,10 @@
 
 /* 2: adam_step takes the step's scalars (struct rt_adam_scalars)
  * 3: the fused ops conv2d_fwd_bias_act, bias_act_fwd, act_bias_bwd
- * 4: conv2d_bwd_act */
-#define RT_BACKEND_ABI_VERSION 4
+ * 4: conv2d_bwd_act
+ * 5: batch norm applies the activation in rt_bn_shape (act, alpha); bn_bwd
+ *    takes the activation's output y */
+#define RT_BACKEND_ABI_VERSION 5
 
 typedef struct rt_dev rt_dev; /* an opened device context */
 typedef struct rt_buf rt_buf; /* a block of device memory */
@@ -115,6 +122,8 @@ struct rt_pool_shape {
 struct rt_bn_shape {
     int n, c, hw;
     float eps, momentum;
+    enum rt_act act; /* applied after batch norm, fused (identity: none) */
+    float alpha;     /* leaky's slope */
 };
 
 struct rt_sgd_params {

@@ -253,7 +253,7 @@ static void bench_layers(rt_dev *d, int threads)
 struct bn_ctx {
     rt_dev *d;
     struct rt_bn_shape s;
-    int which; /* 0 bn fwd (training), 1 bn bwd, 2 relu fwd */
+    int which; /* 0 bn fwd (training), 1 bn bwd, 2-3 relu fwd, bwd, 4-5 bn + relu fwd, bwd */
     rt_buf *x, *y, *dy, *dx, *ch; /* ch: gamma, beta, mean, invstd, run mean, run var, dg, db */
 };
 
@@ -263,18 +263,25 @@ static void run_bn(void *p)
     rt_view x = rt_buf_view(c->x), y = rt_buf_view(c->y), dy = rt_buf_view(c->dy),
             dx = rt_buf_view(c->dx), ch = rt_buf_view(c->ch);
     const size_t C = (size_t)c->s.c;
+    c->s.act = c->which >= 4 ? RT_ACT_RELU : RT_ACT_IDENTITY; /* a [conv]'s, fused */
     rt_view g = rt_view_at(ch, 0), b = rt_view_at(ch, C), m = rt_view_at(ch, 2 * C),
             is = rt_view_at(ch, 3 * C), rm = rt_view_at(ch, 4 * C), rv = rt_view_at(ch, 5 * C),
             dg = rt_view_at(ch, 6 * C), db = rt_view_at(ch, 7 * C);
+    const size_t n = (size_t)c->s.n * C * c->s.hw;
     switch (c->which) {
     case 0:
+    case 4:
         rt_op_bn_fwd_train(c->d, &c->s, x, g, b, y, m, is, rm, rv);
         break;
     case 1:
-        rt_op_bn_bwd(c->d, &c->s, x, dy, g, m, is, dx, dg, db);
+    case 5:
+        rt_op_bn_bwd(c->d, &c->s, x, y, dy, g, m, is, dx, dg, db);
+        break;
+    case 2:
+        rt_op_act_fwd(c->d, RT_ACT_RELU, 0, n, y, dx);
         break;
     default:
-        rt_op_act_fwd(c->d, RT_ACT_RELU, 0, (size_t)c->s.n * C * c->s.hw, y, dx);
+        rt_op_act_bwd(c->d, RT_ACT_RELU, 0, n, y, y, dy, dx);
     }
     rt_sync(c->d);
 }
@@ -282,10 +289,11 @@ static void run_bn(void *p)
 static void bench_bn(rt_dev *d, int threads)
 {
     static const int stages[][2] = {{16, 28 * 28}, {32, 14 * 14}, {64, 7 * 7}};
-    static const char *what[] = {"bn fwd", "bn bwd", "relu fwd"};
+    static const char *what[] = {"bn fwd",   "bn bwd",      "relu fwd",
+                                 "relu bwd", "bn+relu fwd", "bn+relu bwd"};
     for (int i = 0; i < 3; i++) {
-        struct bn_ctx c = {d, {64, stages[i][0], stages[i][1], 1e-5f, 0.1f}, 0, NULL, NULL,
-                           NULL, NULL, NULL};
+        struct bn_ctx c = {d, {64, stages[i][0], stages[i][1], 1e-5f, 0.1f, RT_ACT_IDENTITY, 0},
+                           0, NULL, NULL, NULL, NULL, NULL};
         size_t xs = (size_t)64 * stages[i][0] * stages[i][1];
         c.x = buf_rand(d, xs, 1);
         c.y = buf_rand(d, xs, 2);
@@ -293,9 +301,9 @@ static void bench_bn(rt_dev *d, int threads)
         c.dx = buf_rand(d, xs, 4);
         c.ch = buf_rand(d, 8 * (size_t)stages[i][0], 5);
         run_bn(&c); /* mean and invstd for bn bwd */
-        for (c.which = 0; c.which < 3; c.which++) {
+        for (c.which = 0; c.which < 6; c.which++) {
             double t = time_per_call(run_bn, &c);
-            printf("  resnet8 %-8s 64x%dx%d  threads %d  %9.1f us\n", what[c.which], stages[i][0],
+            printf("  resnet8 %-11s 64x%dx%d  threads %d  %9.1f us\n", what[c.which], stages[i][0],
                    stages[i][1], threads, t * 1e6);
         }
         rt_buf *all[] = {c.x, c.y, c.dy, c.dx, c.ch};

@@ -150,7 +150,8 @@ int rt_act_parse(struct rt_layer_setup *su, enum rt_act *kind, float *alpha);
 const char *rt_act_name(enum rt_act kind);
 
 /* Batch norm over c channels of hw values, used by [batchnorm] and by
- * [conv] batch_normalize = 1 (batchnorm.c). */
+ * [conv] batch_normalize = 1 (batchnorm.c), which sets shape.act to its
+ * activation: y = act(bn(x)) in one op each way. */
 struct rt_bn_part {
     struct rt_bn_shape shape; /* n set per call */
     size_t gamma, beta;       /* param offsets */
@@ -161,7 +162,7 @@ int rt_bn_part_setup(struct rt_bn_part *b, struct rt_layer_setup *su, struct rt_
                      const char *prefix, int c, int hw, float eps, float momentum);
 int rt_bn_part_alloc(struct rt_bn_part *b, rt_dev *dev);
 int rt_bn_part_forward(struct rt_bn_part *b, const struct rt_pass *p, rt_view x, rt_view y);
-int rt_bn_part_backward(struct rt_bn_part *b, const struct rt_pass *p, rt_view x,
+int rt_bn_part_backward(struct rt_bn_part *b, const struct rt_pass *p, rt_view x, rt_view y,
                         rt_view dy, rt_view dx);
 void rt_bn_part_release(struct rt_bn_part *b);
 

@@ -773,10 +773,12 @@ static void test_softmax_xent_bwd(void **state)
 
 /* ---- batch norm ---------------------------------------------------------------------------- */
 
+/* Shapes, and the activation a [conv] fuses into batch norm: each of them
+ * in turn (relu on the resnet8-like fixed shape). */
 static struct rt_bn_shape bn_pick(int i)
 {
     static const int fixed[][3] = {{1, 1, 1}, {64, 120, 1}, {3, 6, 784}, {2, 3, 300}};
-    struct rt_bn_shape s = {0, 0, 0, 1e-5f, 0.1f};
+    struct rt_bn_shape s = {0, 0, 0, 1e-5f, 0.1f, (enum rt_act)((i + 4) % 5), 0.1f};
     if (i < 4) {
         s.n = fixed[i][0], s.c = fixed[i][1], s.hw = fixed[i][2];
     } else {
@@ -794,7 +796,8 @@ static void test_bn_fwd_train(void **state)
         size_t total = (size_t)s.n * s.c * s.hw, c = (size_t)s.c;
         struct trial t;
         trial_begin(&t, COL(state), "bn_fwd_train", 1e-4, 1e-2);
-        trial_shape(&t, "n %d c %d hw %d eps %g momentum %g", s.n, s.c, s.hw, s.eps, s.momentum);
+        trial_shape(&t, "n %d c %d hw %d eps %g momentum %g, %s", s.n, s.c, s.hw, s.eps,
+                    s.momentum, act_names[s.act]);
         /* an offset mean: a one-pass variance would lose digits */
         struct arg *x = arg_rand(&t, "x", IN, total, 2, 4);
         struct arg *g = arg_rand(&t, "gamma", IN, c, 0.5, 1.5);
@@ -819,7 +822,7 @@ static void test_bn_fwd_infer(void **state)
         size_t total = (size_t)s.n * s.c * s.hw, c = (size_t)s.c;
         struct trial t;
         trial_begin(&t, COL(state), "bn_fwd_infer", 1e-5, 1e-2);
-        trial_shape(&t, "n %d c %d hw %d", s.n, s.c, s.hw);
+        trial_shape(&t, "n %d c %d hw %d, %s", s.n, s.c, s.hw, act_names[s.act]);
         struct arg *x = arg_rand(&t, "x", IN, total, -2, 2);
         struct arg *g = arg_rand(&t, "gamma", IN, c, 0.5, 1.5);
         struct arg *b = arg_rand(&t, "beta", IN, c, -1, 1);
@@ -837,18 +840,24 @@ static void test_bn_bwd(void **state)
         struct rt_bn_shape s = bn_pick(i);
         size_t total = (size_t)s.n * s.c * s.hw, c = (size_t)s.c;
         struct trial t;
+        const bool alias = i % 3 == 1; /* dx may alias dy */
         trial_begin(&t, COL(state), "bn_bwd", 2e-4, 1e-2);
-        trial_shape(&t, "n %d c %d hw %d", s.n, s.c, s.hw);
+        trial_shape(&t, "n %d c %d hw %d, %s%s", s.n, s.c, s.hw, act_names[s.act],
+                    alias ? ", in place" : "");
         struct arg *x = arg_rand(&t, "x", IN, total, -2, 2);
-        struct arg *dy = arg_rand(&t, "dy", IN, total, -1, 1);
+        /* the activation's output: relu's has zeros, sigmoid's lies in (0, 1) */
+        struct arg *y = s.act == RT_ACT_RELU      ? arg_add(&t, "y", IN, total, fill_ties, NULL)
+                        : s.act == RT_ACT_SIGMOID ? arg_rand(&t, "y", IN, total, 0, 1)
+                                                  : arg_rand(&t, "y", IN, total, -1, 1);
+        struct arg *dy = arg_rand(&t, "dy", alias ? INOUT : IN, total, -1, 1);
         struct arg *g = arg_rand(&t, "gamma", IN, c, 0.5, 1.5);
         struct arg *sm = arg_rand(&t, "save_mean", IN, c, -0.2f, 0.2f);
         struct arg *si = arg_rand(&t, "save_invstd", IN, c, 0.5, 1.5);
-        struct arg *dx = arg_out(&t, "dx", total);
+        struct arg *dx = alias ? dy : arg_out(&t, "dx", total);
         struct arg *dg = arg_out(&t, "dgamma", c);
         struct arg *db = arg_out(&t, "dbeta", c);
         dg->floor_ = db->floor_ = 1.0;
-        RUN(&t, rt_op_bn_bwd(D, &s, V(x), V(dy), V(g), V(sm), V(si), V(dx), V(dg), V(db)));
+        RUN(&t, rt_op_bn_bwd(D, &s, V(x), V(y), V(dy), V(g), V(sm), V(si), V(dx), V(dg), V(db)));
         trial_check(&t);
     }
 }

@@ -1050,6 +1050,7 @@ static void test_bn(void **state)
         rt_dev *d = open_dev(thread_counts[t]);
         for (size_t si = 0; si < 5; si++) {
             int n = shapes[si][0], c = shapes[si][1], hw = shapes[si][2];
+            const struct rt_bn_shape bs = {n, c, hw, eps, mom, RT_ACT_IDENTITY, 0.0f};
             size_t tot = (size_t)n * c * hw;
             float *x = frand(tot, -2, 3, 80 + si), *gm = frand(c, 0.5f, 1.5f, 81 + si);
             float *bt = frand(c, -1, 1, 82 + si), *dy = frand(tot, -1, 1, 83 + si);
@@ -1119,15 +1120,15 @@ static void test_bn(void **state)
             tb_set(&RM, rm);
             tb_set(&RV, rv);
             tb_set(&DY, dy);
-            assert_int_equal(rt_op_bn_fwd_train(d, &(struct rt_bn_shape){n, c, hw, eps, mom}, X.v,
-                                                G.v, B.v, Y.v, M.v, IS.v, RM.v, RV.v), 0);
+            assert_int_equal(
+                rt_op_bn_fwd_train(d, &bs, X.v, G.v, B.v, Y.v, M.v, IS.v, RM.v, RV.v), 0);
             expect_close(&Y, y, 1e-4, 1.0, "bn fwd train y");
             expect_close(&M, m, 1e-5, 1.0, "bn save_mean");
             expect_close(&IS, is, 1e-5, 1.0, "bn save_invstd");
             expect_close(&RM, rm2, 1e-5, 1.0, "bn run_mean");
             expect_close(&RV, rv2, 1e-5, 1.0, "bn run_var");
-            assert_int_equal(rt_op_bn_bwd(d, &(struct rt_bn_shape){n, c, hw, eps, mom}, X.v, DY.v,
-                                          G.v, M.v, IS.v, DX.v, DG.v, DB.v), 0);
+            assert_int_equal(
+                rt_op_bn_bwd(d, &bs, X.v, Y.v, DY.v, G.v, M.v, IS.v, DX.v, DG.v, DB.v), 0);
             float *got = fvec(tot);
             tb_get(&DX, got);
             for (size_t i = 0; i < tot && !isnan(dx[i]); i++)
@@ -1141,8 +1142,7 @@ static void test_bn(void **state)
                 int k = (int)((i / hw) % c);
                 y[i] = (float)(gd[k] * (xd[i] - rm2[k]) / sqrt((double)rv2[k] + eps) + bd[k]);
             }
-            assert_int_equal(rt_op_bn_fwd_infer(d, &(struct rt_bn_shape){n, c, hw, eps, mom}, X.v,
-                                                G.v, B.v, RM.v, RV.v, Y.v), 0);
+            assert_int_equal(rt_op_bn_fwd_infer(d, &bs, X.v, G.v, B.v, RM.v, RV.v, Y.v), 0);
             expect_close(&Y, y, 1e-5, 1.0, "bn fwd infer");
             tb *all[] = {&X, &G, &B, &Y, &M, &IS, &RM, &RV, &DY, &DX, &DG, &DB};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -1152,6 +1152,82 @@ static void test_bn(void **state)
             for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
                 free(mem[i]);
         }
+        rt_dev_close(&d);
+    }
+}
+
+/* Batch norm with an activation (a [conv]'s, fused into its ops) gives the
+ * bits of batch norm, then act_fwd; and in the backward, act_bwd from y,
+ * then batch norm's of that, also with dx on dy. Every activation, shapes
+ * with tails past the vector width, 1-3 threads. */
+static void test_bn_act_fused(void **state)
+{
+    (void)state;
+    static const int shapes[][3] = {{4, 3, 5}, {64, 16, 49}, {3, 5, 37}};
+    for (int t = 0; t < N_THREADS; t++) {
+        rt_dev *d = open_dev(thread_counts[t]);
+        for (size_t si = 0; si < 3; si++)
+            for (int k = RT_ACT_RELU; k <= RT_ACT_TANH; k++) {
+                int n = shapes[si][0], c = shapes[si][1], hw = shapes[si][2];
+                const struct rt_bn_shape plain = {n, c, hw, 1e-5f, 0.1f, RT_ACT_IDENTITY, 0.0f};
+                struct rt_bn_shape fused = plain;
+                fused.act = (enum rt_act)k;
+                fused.alpha = 0.1f;
+                size_t tot = (size_t)n * c * hw;
+                float *x = frand(tot, -2, 3, 90 + si), *gm = frand(c, 0.5f, 1.5f, 91 + si);
+                float *bt = frand(c, -1, 1, 92 + si), *dy = frand(tot, -1, 1, 93 + si);
+                float *want = fvec(tot), *got = fvec(tot);
+                tb X = tb_new(d, tot), G = tb_new(d, c), B = tb_new(d, c), Y1 = tb_new(d, tot),
+                   Y2 = tb_new(d, tot), ST = tb_new(d, 4 * (size_t)c), DY = tb_new(d, tot),
+                   G1 = tb_new(d, tot), DX1 = tb_new(d, tot), DX2 = tb_new(d, tot),
+                   P1 = tb_new(d, 2 * (size_t)c), P2 = tb_new(d, 2 * (size_t)c);
+                tb_set(&X, x);
+                tb_set(&G, gm);
+                tb_set(&B, bt);
+                rt_view mean = ST.v, invstd = rt_view_at(ST.v, (size_t)c),
+                        rm = rt_view_at(ST.v, 2 * (size_t)c), rv = rt_view_at(ST.v, 3 * (size_t)c);
+                /* forward: composed, then fused (the statistics are the same bits) */
+                assert_int_equal(rt_op_bn_fwd_train(d, &plain, X.v, G.v, B.v, Y1.v, mean, invstd,
+                                                    rm, rv), 0);
+                assert_int_equal(rt_op_act_fwd(d, fused.act, fused.alpha, tot, Y1.v, Y1.v), 0);
+                assert_int_equal(rt_op_bn_fwd_train(d, &fused, X.v, G.v, B.v, Y2.v, mean, invstd,
+                                                    rm, rv), 0);
+                tb_get(&Y1, want);
+                tb_get(&Y2, got);
+                assert_memory_equal(want, got, tot * sizeof(float));
+                /* backward: composed, fused, fused in place */
+                for (int pass = 0; pass < 3; pass++) {
+                    tb_set(&DY, dy);
+                    rt_view dx = pass == 0 ? DX1.v : pass == 1 ? DX2.v : DY.v;
+                    rt_view p = pass == 0 ? P1.v : P2.v;
+                    if (pass == 0) {
+                        assert_int_equal(rt_op_act_bwd(d, fused.act, fused.alpha, tot, Y1.v,
+                                                       Y1.v, DY.v, G1.v), 0);
+                        assert_int_equal(rt_op_bn_bwd(d, &plain, X.v, Y1.v, G1.v, G.v, mean,
+                                                      invstd, dx, p, rt_view_at(p, (size_t)c)),
+                                         0);
+                    } else {
+                        assert_int_equal(rt_op_bn_bwd(d, &fused, X.v, Y1.v, DY.v, G.v, mean,
+                                                      invstd, dx, p, rt_view_at(p, (size_t)c)),
+                                         0);
+                    }
+                    tb *out = pass == 0 ? &DX1 : pass == 1 ? &DX2 : &DY;
+                    tb_get(out, pass == 0 ? want : got);
+                    if (pass > 0) {
+                        assert_memory_equal(want, got, tot * sizeof(float));
+                        float a[64], b[64]; /* dgamma, dbeta: 2c <= 64 */
+                        tb_get(&P1, a);
+                        tb_get(&P2, b);
+                        assert_memory_equal(a, b, 2 * (size_t)c * sizeof(float));
+                    }
+                }
+                tb *all[] = {&X, &G, &B, &Y1, &Y2, &ST, &DY, &G1, &DX1, &DX2, &P1, &P2};
+                for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                    tb_free(all[i]);
+                void *mem[] = {x, gm, bt, dy, want, got};
+                for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
+                    free(mem[i]);
+            }
         rt_dev_close(&d);
     }
 }
@@ -1422,7 +1498,8 @@ int main(void)
         cmocka_unit_test(test_fused_bwd),
         cmocka_unit_test(test_pool),          cmocka_unit_test(test_pool_ties),
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),
-        cmocka_unit_test(test_bn),            cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_bn),            cmocka_unit_test(test_bn_act_fused),
+        cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_adam),          cmocka_unit_test(test_optim_threads),
     };

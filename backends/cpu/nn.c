@@ -102,10 +102,10 @@ int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int
 /* dx = dy * f'(.) over n floats, one thread: relu and leaky by the sign of
  * ref (the input x, or the output y: the same sign), sigmoid and tanh from
  * their output y. kind must be valid; dx may be dy. Elementwise: every
- * CPU_CLONES clone gives the same bits. */
-CPU_CLONES
-static void act_grad_span(enum rt_act kind, float alpha, const float *ref, const float *y,
-                          const float *dy, float *dx, size_t n)
+ * CPU_CLONES clone gives the same bits. Inline, for act_grad_span and
+ * batch norm's plane loops, each in its own clone. */
+static inline void act_grad_body(enum rt_act kind, float alpha, const float *ref, const float *y,
+                                 const float *dy, float *dx, size_t n)
 {
     switch (kind) {
     case RT_ACT_IDENTITY:
@@ -137,6 +137,13 @@ static void act_grad_span(enum rt_act kind, float alpha, const float *ref, const
             dx[i] = dy[i] * ((1.0f - y[i]) * (1.0f + y[i]));
         break;
     }
+}
+
+CPU_CLONES
+static void act_grad_span(enum rt_act kind, float alpha, const float *ref, const float *y,
+                          const float *dy, float *dx, size_t n)
+{
+    act_grad_body(kind, alpha, ref, y, dy, dx, n);
 }
 
 /* dx = dy * f'(y) over n floats, returning their sum (float, in the order
@@ -391,9 +398,9 @@ int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
 #define CPU_PAR
 #endif
 
-/* relu (y = x > 0 ? x : 0) or leaky (x > 0 ? x : alpha x) over n floats */
-CPU_CLONES
-static void act_fwd_span(bool leaky, float alpha, const float *x, float *y, size_t n)
+/* relu (y = x > 0 ? x : 0) or leaky (x > 0 ? x : alpha x) over n floats;
+ * inline, for act_fwd_span and batch norm's plane loop, each in its clone */
+static inline void act_fwd_body(bool leaky, float alpha, const float *x, float *y, size_t n)
 {
     if (!leaky) {
         CPU_SIMD
@@ -404,6 +411,12 @@ static void act_fwd_span(bool leaky, float alpha, const float *x, float *y, size
     CPU_SIMD
     for (size_t i = 0; i < n; i++)
         y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
+}
+
+CPU_CLONES
+static void act_fwd_span(bool leaky, float alpha, const float *x, float *y, size_t n)
+{
+    act_fwd_body(leaky, alpha, x, y, n);
 }
 
 int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, rt_view yv)
@@ -575,20 +588,71 @@ static double bn_plane_sqdev(const float *p, int n, double mean)
     return bn_lanes_sum(l) + t;
 }
 
-/* q = a * (p - m) + b */
-CPU_CLONES
-static void bn_plane_affine(const float *p, float *q, int n, float a, float m, float b)
+/* The shape's activation on one plane of bn's output, in place, while it
+ * is in L1: the same float operations as act_fwd. Inline: a call per plane
+ * of 49 floats cost more than the loop. */
+static inline void bn_plane_act(enum rt_act kind, float alpha, float *y, int n)
 {
+    switch (kind) {
+    case RT_ACT_IDENTITY:
+        break;
+    case RT_ACT_RELU:
+    case RT_ACT_LEAKY:
+        act_fwd_body(kind == RT_ACT_LEAKY, alpha, y, y, (size_t)n);
+        break;
+    case RT_ACT_SIGMOID:
+        for (int k = 0; k < n; k++)
+            y[k] = 1.0f / (1.0f + expf(-y[k]));
+        break;
+    case RT_ACT_TANH:
+        for (int k = 0; k < n; k++)
+            y[k] = tanhf(y[k]);
+        break;
+    }
+}
+
+/* q = act(a * (p - m) + b): relu and leaky in the same loop (planes of 49
+ * floats: a second loop costs as much as the maths), sigmoid and tanh on
+ * the plane while it is in L1. The same float operations as act_fwd. */
+CPU_CLONES
+static void bn_plane_affine(enum rt_act kind, float alpha, const float *p, float *q, int n,
+                            float a, float m, float b)
+{
+    if (kind == RT_ACT_RELU) {
+        CPU_SIMD
+        for (int k = 0; k < n; k++) {
+            const float t = a * (p[k] - m) + b;
+            q[k] = t > 0.0f ? t : 0.0f;
+        }
+        return;
+    }
+    if (kind == RT_ACT_LEAKY) {
+        CPU_SIMD
+        for (int k = 0; k < n; k++) {
+            const float t = a * (p[k] - m) + b;
+            q[k] = t > 0.0f ? t : alpha * t;
+        }
+        return;
+    }
     CPU_SIMD
     for (int k = 0; k < n; k++)
         q[k] = a * (p[k] - m) + b;
+    bn_plane_act(kind, alpha, q, n);
 }
 
-/* *sdy += sum of dy, *sdyx += sum of dy * xhat over one plane */
+/* *sdy += sum of g, *sdyx += sum of g * xhat over one plane, where g is
+ * dy, or with an activation dy * f'(y), written to g first (in L1 for the
+ * sums). Returns where g is. */
 CPU_CLONES
-static void bn_plane_bwd_sums(const float *xp, const float *gp, int n, float mean, float invstd,
-                              double *sdy, double *sdyx)
+static const float *bn_plane_bwd_sums(enum rt_act kind, float alpha, const float *y,
+                                      const float *dy, float *g, const float *xp, int n,
+                                      float mean, float invstd, double *sdy, double *sdyx)
 {
+    const float *gp = dy;
+    if (kind != RT_ACT_IDENTITY) {
+        act_grad_body(kind, alpha, y, y, dy, g, (size_t)n);
+        gp = g;
+    }
     double ly[BN_LANES] = {0}, lx[BN_LANES] = {0}, ty = 0.0, tx = 0.0;
     int k = 0;
     for (; k + BN_LANES <= n; k += BN_LANES) {
@@ -604,6 +668,7 @@ static void bn_plane_bwd_sums(const float *xp, const float *gp, int n, float mea
     }
     *sdy += bn_lanes_sum(ly) + ty;
     *sdyx += bn_lanes_sum(lx) + tx;
+    return gp;
 }
 
 /* dx = k1 * (dy - mdb - xhat * mdg) over one plane */
@@ -623,6 +688,7 @@ static void bn_plane_bwd_dx(const float *xp, const float *gp, float *dp, int n, 
 int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view gv, rt_view bv,
                      rt_view yv, rt_view smv, rt_view siv, rt_view rmv, rt_view rvv)
 {
+    RT_TRY(cpu_check_act(s->act));
     const float *x = cpu_f(xv), *gamma = cpu_f(gv), *beta = cpu_f(bv);
     float *y = cpu_f(yv), *save_mean = cpu_f(smv), *save_invstd = cpu_f(siv);
     float *run_mean = cpu_f(rmv), *run_var = cpu_f(rvv);
@@ -650,7 +716,7 @@ int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
         const float fm = (float)mean, a = gamma[c] * invstd, b = beta[c];
         for (int i = 0; i < N; i++) {
             const size_t o = ((size_t)i * C + c) * HW;
-            bn_plane_affine(x + o, y + o, HW, a, fm, b);
+            bn_plane_affine(s->act, s->alpha, x + o, y + o, HW, a, fm, b);
         }
         save_mean[c] = fm;
         save_invstd[c] = invstd;
@@ -663,6 +729,7 @@ int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
 int cpu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view gv, rt_view bv,
                      rt_view rmv, rt_view rvv, rt_view yv)
 {
+    RT_TRY(cpu_check_act(s->act));
     const float *x = cpu_f(xv), *gamma = cpu_f(gv), *beta = cpu_f(bv);
     const float *run_mean = cpu_f(rmv), *run_var = cpu_f(rvv);
     float *y = cpu_f(yv);
@@ -679,17 +746,24 @@ int cpu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
         const int c = (int)(p % C);
         const float invstd = 1.0f / sqrtf(run_var[c] + s->eps);
         const float a = gamma[c] * invstd;
-        bn_plane_affine(x + (size_t)p * HW, y + (size_t)p * HW, HW, a, run_mean[c], beta[c]);
+        bn_plane_affine(s->act, s->alpha, x + (size_t)p * HW, y + (size_t)p * HW, HW, a,
+                        run_mean[c], beta[c]);
     }
     return RT_OK;
 }
 
-/* dbeta = sum dy, dgamma = sum dy*xhat,
- * dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma), M = n*hw. */
-int cpu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view dyv, rt_view gv,
-               rt_view smv, rt_view siv, rt_view dxv, rt_view dgv, rt_view dbv)
+/* dbeta = sum g, dgamma = sum g*xhat,
+ * dx = gamma*invstd/M * (M*g - dbeta - xhat*dgamma), M = n*hw, where g is
+ * dy, or with an activation dy * f'(y), formed a plane at a time in dx
+ * (in L1 for the sums; in L2 still, a channel's planes, for the pass that
+ * overwrites it). dx may be dy. */
+int cpu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view yv, rt_view dyv,
+               rt_view gv, rt_view smv, rt_view siv, rt_view dxv, rt_view dgv, rt_view dbv)
 {
+    RT_TRY(cpu_check_act(s->act));
+    const bool act = s->act != RT_ACT_IDENTITY;
     const float *x = cpu_f(xv), *dy = cpu_f(dyv), *gamma = cpu_f(gv);
+    const float *y = act ? cpu_f(yv) : NULL;
     const float *save_mean = cpu_f(smv), *save_invstd = cpu_f(siv);
     float *dx = cpu_f(dxv), *dgamma = cpu_f(dgv), *dbeta = cpu_f(dbv);
     const int N = s->n, C = s->c, HW = s->hw;
@@ -704,15 +778,17 @@ int cpu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view dyv, 
     for (int c = 0; c < C; c++) {
         const float mean = save_mean[c], invstd = save_invstd[c];
         double sdy = 0.0, sdyx = 0.0;
+        const float *g = act ? dx : dy;
         for (int i = 0; i < N; i++) {
             const size_t o = ((size_t)i * C + c) * HW;
-            bn_plane_bwd_sums(x + o, dy + o, HW, mean, invstd, &sdy, &sdyx);
+            bn_plane_bwd_sums(s->act, s->alpha, act ? y + o : NULL, dy + o, dx + o, x + o, HW,
+                              mean, invstd, &sdy, &sdyx);
         }
         const float db = (float)sdy, dg = (float)sdyx;
         const float k1 = gamma[c] * invstd, mdb = db / (float)cnt, mdg = dg / (float)cnt;
         for (int i = 0; i < N; i++) {
             const size_t o = ((size_t)i * C + c) * HW;
-            bn_plane_bwd_dx(x + o, dy + o, dx + o, HW, mean, invstd, k1, mdb, mdg);
+            bn_plane_bwd_dx(x + o, g + o, dx + o, HW, mean, invstd, k1, mdb, mdg);
         }
         dgamma[c] = dg;
         dbeta[c] = db;

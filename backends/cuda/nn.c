@@ -217,9 +217,17 @@ static bool bn_by_cudnn(const struct cu_dev *o, const struct rt_bn_shape *s)
     return o->cudnn && (size_t)s->n * s->hw > 1 && s->eps >= CUDNN_BN_MIN_EPSILON;
 }
 
-int cu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
-                    rt_view beta, rt_view y, rt_view save_mean, rt_view save_invstd,
-                    rt_view run_mean, rt_view run_var)
+/* The shape's activation after batch norm, in place (act_fwd allows it). */
+static int bn_act(rt_dev *d, const struct rt_bn_shape *s, rt_view y)
+{
+    if (s->act == RT_ACT_IDENTITY)
+        return RT_OK;
+    return cu_act_fwd(d, s->act, s->alpha, (size_t)s->n * s->c * s->hw, y, y);
+}
+
+static int bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
+                        rt_view beta, rt_view y, rt_view save_mean, rt_view save_invstd,
+                        rt_view run_mean, rt_view run_var)
 {
     struct cu_dev *o = cu(d);
     RT_TRY(cu_enter(d));
@@ -238,8 +246,16 @@ int cu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view g
                      "launching bn_fwd_train");
 }
 
-int cu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
-                    rt_view beta, rt_view run_mean, rt_view run_var, rt_view y)
+int cu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
+                    rt_view beta, rt_view y, rt_view save_mean, rt_view save_invstd,
+                    rt_view run_mean, rt_view run_var)
+{
+    RT_TRY(bn_fwd_train(d, s, x, gamma, beta, y, save_mean, save_invstd, run_mean, run_var));
+    return bn_act(d, s, y);
+}
+
+static int bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
+                        rt_view beta, rt_view run_mean, rt_view run_var, rt_view y)
 {
     struct cu_dev *o = cu(d);
     RT_TRY(cu_enter(d));
@@ -256,14 +272,29 @@ int cu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view g
                      "launching bn_fwd_infer");
 }
 
+int cu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
+                    rt_view beta, rt_view run_mean, rt_view run_var, rt_view y)
+{
+    RT_TRY(bn_fwd_infer(d, s, x, gamma, beta, run_mean, run_var, y));
+    return bn_act(d, s, y);
+}
+
 /* cuDNN takes the saved mean and invstd as given (it does not recompute
- * them from x), which is backend.h's contract. */
-int cu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view dy, rt_view gamma,
-              rt_view save_mean, rt_view save_invstd, rt_view dx, rt_view dgamma, rt_view dbeta)
+ * them from x), which is backend.h's contract. With an activation, its
+ * gradient goes into dx first and batch norm's is taken in place there, by
+ * the kernel (each element read before it is written, by one thread): cuDNN
+ * is not asked to work in place. */
+int cu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view y, rt_view dy,
+              rt_view gamma, rt_view save_mean, rt_view save_invstd, rt_view dx,
+              rt_view dgamma, rt_view dbeta)
 {
     struct cu_dev *o = cu(d);
     RT_TRY(cu_enter(d));
-    if (bn_by_cudnn(o, s)) {
+    if (s->act != RT_ACT_IDENTITY) {
+        RT_TRY(cu_act_bwd(d, s->act, s->alpha, (size_t)s->n * s->c * s->hw, y, y, dy, dx));
+        dy = dx;
+    }
+    if (bn_by_cudnn(o, s) && cu_f(dy) != cu_f(dx)) {
         RT_TRY(dnn_bn_setup(o, s));
         cudnnStatus_t st = cudnnBatchNormalizationBackward(
             o->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, o->td[0], cu_f(x),

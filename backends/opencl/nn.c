@@ -172,26 +172,43 @@ int ocl_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels,
 /* ---- batch norm ---------------------------------------------------------------------- */
 
 /* One work-group per channel. */
+/* The shape's activation after batch norm, in place (act_fwd allows it). */
+static int bn_act(rt_dev *d, const struct rt_bn_shape *s, rt_view y)
+{
+    if (s->act == RT_ACT_IDENTITY)
+        return RT_OK;
+    return ocl_act_fwd(d, s->act, s->alpha, (size_t)s->n * s->c * s->hw, y, y);
+}
+
 int ocl_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
                      rt_view beta, rt_view y, rt_view save_mean, rt_view save_invstd,
                      rt_view run_mean, rt_view run_var)
 {
-    return ocl_run_groups(d, OCL_K_bn_fwd_train, (size_t)s->c, "iiiffvvvvvvvv", s->n, s->c, s->hw,
-                          (double)s->eps, (double)s->momentum, x, gamma, beta, y, save_mean,
-                          save_invstd, run_mean, run_var);
+    RT_TRY(ocl_run_groups(d, OCL_K_bn_fwd_train, (size_t)s->c, "iiiffvvvvvvvv", s->n, s->c,
+                          s->hw, (double)s->eps, (double)s->momentum, x, gamma, beta, y,
+                          save_mean, save_invstd, run_mean, run_var));
+    return bn_act(d, s, y);
 }
 
 int ocl_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view gamma,
                      rt_view beta, rt_view run_mean, rt_view run_var, rt_view y)
 {
     size_t planes = (size_t)s->n * s->c;
-    return ocl_run_n(d, OCL_K_bn_fwd_infer, planes, "liifvvvvvv", planes, s->c, s->hw,
-                     (double)s->eps, x, gamma, beta, run_mean, run_var, y);
+    RT_TRY(ocl_run_n(d, OCL_K_bn_fwd_infer, planes, "liifvvvvvv", planes, s->c, s->hw,
+                     (double)s->eps, x, gamma, beta, run_mean, run_var, y));
+    return bn_act(d, s, y);
 }
 
-int ocl_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view dy, rt_view gamma,
-               rt_view save_mean, rt_view save_invstd, rt_view dx, rt_view dgamma, rt_view dbeta)
+/* With an activation: its gradient g into dx first, then batch norm's of
+ * g in place (each element is read before it is written, by one work-item). */
+int ocl_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view x, rt_view y, rt_view dy,
+               rt_view gamma, rt_view save_mean, rt_view save_invstd, rt_view dx,
+               rt_view dgamma, rt_view dbeta)
 {
+    if (s->act != RT_ACT_IDENTITY) {
+        RT_TRY(ocl_act_bwd(d, s->act, s->alpha, (size_t)s->n * s->c * s->hw, y, y, dy, dx));
+        dy = dx;
+    }
     return ocl_run_groups(d, OCL_K_bn_bwd, (size_t)s->c, "iiivvvvvvvv", s->n, s->c, s->hw, x, dy,
                           gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }

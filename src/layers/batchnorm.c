@@ -56,14 +56,15 @@ int rt_bn_part_forward(struct rt_bn_part *b, const struct rt_pass *p, rt_view x,
 }
 
 /* Assumes the forward before it ran in train mode (batch statistics are
- * what the gradient is of); the model only backpropagates such passes. */
-int rt_bn_part_backward(struct rt_bn_part *b, const struct rt_pass *p, rt_view x,
+ * what the gradient is of); the model only backpropagates such passes. y:
+ * the output, for the activation's gradient. */
+int rt_bn_part_backward(struct rt_bn_part *b, const struct rt_pass *p, rt_view x, rt_view y,
                         rt_view dy, rt_view dx)
 {
     struct rt_bn_shape s = b->shape;
     s.n = p->n;
     rt_view saved = rt_buf_view(b->saved);
-    return rt_op_bn_bwd(p->dev, &s, x, dy, rt_view_at(p->params, b->gamma), saved,
+    return rt_op_bn_bwd(p->dev, &s, x, y, dy, rt_view_at(p->params, b->gamma), saved,
                         rt_view_at(saved, (size_t)s.c), dx, rt_view_at(p->grads, b->gamma),
                         rt_view_at(p->grads, b->beta));
 }
@@ -95,7 +96,7 @@ static int bn_forward(struct rt_layer *l, const struct rt_pass *p)
 /* bn_bwd always writes dx, so without a consumer it lands in tmp. */
 static int bn_backward(struct rt_layer *l, const struct rt_pass *p)
 {
-    return rt_bn_part_backward(l->priv, p, p->x[0], p->dy,
+    return rt_bn_part_backward(l->priv, p, p->x[0], p->y, p->dy,
                                p->need_dx[0] ? p->dx[0] : p->tmp[0]);
 }
 

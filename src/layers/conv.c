@@ -1,9 +1,10 @@
 /* conv.c — [conv]: 2-D convolution, bias (or batch norm), activation.
- * y = act(bn(conv(x, w)))  or  y = act(conv(x, w) + b), the latter as one
- * fused op (conv2d_fwd_bias_act). Either way the activation's backward
- * needs y alone (relu and leaky are positive where their input is; sigmoid
- * and tanh take their derivative from y), so no pre-activation copy is
- * kept: with batch norm, only the conv's output z, for bn's backward. */
+ * y = act(bn(conv(x, w)))  or  y = act(conv(x, w) + b): two ops, conv2d_fwd
+ * then bn_fwd_train with the activation fused, or one (conv2d_fwd_bias_act).
+ * Either way the activation's backward needs y alone (relu and leaky are
+ * positive where their input is; sigmoid and tanh take their derivative
+ * from y), so no pre-activation copy is kept: with batch norm, only the
+ * conv's output z, for bn's backward. */
 #include "config.h"
 
 #include "layer.h"
@@ -57,9 +58,13 @@ static int conv_setup(struct rt_layer *l, struct rt_layer_setup *su)
     cv->w = rt_layer_param(su, l, "weight", 4, wd, winit);
     if (cv->w == RT_LAYER_BAD_OFFSET)
         return RT_ERR_NOMEM;
-    if (bn) /* a bias before batch norm is cancelled by its mean: none */
-        return rt_bn_part_setup(&cv->norm, su, l, "bn.", filters, s->oh * s->ow, 1e-5f,
-                                0.1f);
+    if (bn) { /* a bias before batch norm is cancelled by its mean: none */
+        RT_TRY(rt_bn_part_setup(&cv->norm, su, l, "bn.", filters, s->oh * s->ow, 1e-5f,
+                                0.1f));
+        cv->norm.shape.act = cv->act; /* applied by batch norm's ops */
+        cv->norm.shape.alpha = cv->alpha;
+        return RT_OK;
+    }
     struct rt_init_spec zero = {.kind = RT_INIT_CONST, .value = 0.0f};
     cv->b = rt_layer_param(su, l, "bias", 1, wd, zero);
     return cv->b == RT_LAYER_BAD_OFFSET ? RT_ERR_NOMEM : RT_OK;
@@ -96,18 +101,13 @@ static int conv_forward(struct rt_layer *l, const struct rt_pass *p)
     struct conv *cv = l->priv;
     struct rt_conv_shape s = cv->cs;
     s.n = p->n;
-    bool act = cv->act != RT_ACT_IDENTITY;
     rt_view w = rt_view_at(p->params, cv->w);
     if (!cv->bn)
         return rt_op_conv2d_fwd_bias_act(p->dev, &s, p->x[0], w, rt_view_at(p->params, cv->b),
                                          cv->act, cv->alpha, p->y, p->ws);
     rt_view z = rt_buf_view(cv->z);
     RT_TRY(rt_op_conv2d_fwd(p->dev, &s, p->x[0], w, z, p->ws));
-    RT_TRY(rt_bn_part_forward(&cv->norm, p, z, p->y));
-    if (act) /* in place: the backward needs y alone (act_bwd(y, y)) */
-        RT_TRY(rt_op_act_fwd(p->dev, cv->act, cv->alpha, (size_t)s.n * rt_shape_count(l->out),
-                             p->y, p->y));
-    return RT_OK;
+    return rt_bn_part_forward(&cv->norm, p, z, p->y); /* and the activation */
 }
 
 static int conv_backward(struct rt_layer *l, const struct rt_pass *p)
@@ -115,25 +115,19 @@ static int conv_backward(struct rt_layer *l, const struct rt_pass *p)
     struct conv *cv = l->priv;
     struct rt_conv_shape s = cv->cs;
     s.n = p->n;
-    size_t count = (size_t)s.n * rt_shape_count(l->out);
-    rt_view g = p->dy, db = rt_view_at(p->grads, cv->b);
-    bool act = cv->act != RT_ACT_IDENTITY;
+    rt_view g = p->dy, db = rt_view_at(p->grads, cv->b), scratch = p->tmp[0];
     enum rt_act kind = cv->act;
     if (cv->bn) { /* act(bn(conv)): the conv's own gradient has neither */
-        if (act) { /* from y: relu and leaky's y > 0 where bn's output is */
-            RT_TRY(rt_op_act_bwd(p->dev, cv->act, cv->alpha, count, p->y, p->y, g, p->tmp[0]));
-            g = p->tmp[0];
-        }
-        rt_view out = act ? p->tmp[1] : p->tmp[0];
-        RT_TRY(rt_bn_part_backward(&cv->norm, p, rt_buf_view(cv->z), g, out));
-        g = out;
+        RT_TRY(rt_bn_part_backward(&cv->norm, p, rt_buf_view(cv->z), p->y, g, p->tmp[0]));
+        g = p->tmp[0];
+        scratch = p->tmp[1];
         kind = RT_ACT_IDENTITY;
         db = (rt_view){0};
     }
     /* the activation's, bias's, filter's and data's gradients in one op */
     rt_view dx = p->need_dx[0] ? p->dx[0] : (rt_view){0};
     return rt_op_conv2d_bwd_act(p->dev, &s, kind, cv->alpha, p->x[0], p->y, g,
-                                rt_view_at(p->params, cv->w), p->tmp[0], dx,
+                                rt_view_at(p->params, cv->w), scratch, dx,
                                 rt_view_at(p->grads, cv->w), db, p->ws);
 }
 
