@@ -691,6 +691,15 @@ int rt_op_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x,
     return n ? d->ops->act_fwd(d, kind, alpha, n, x, y) : RT_OK;
 }
 
+int rt_op_add_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view a, rt_view b,
+                      rt_view y)
+{
+    CHECK(a, n);
+    CHECK(b, n);
+    CHECK(y, n);
+    return n ? d->ops->add_act_fwd(d, kind, alpha, n, a, b, y) : RT_OK;
+}
+
 int rt_op_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y,
                   rt_view dy, rt_view dx)
 {

@@ -42,6 +42,8 @@
  *                 avg: dy/(r*s) to every in-bounds element. dx overwritten.
  *  act_fwd        relu max(x,0); leaky x>0?x:alpha*x; sigmoid; tanh;
  *                 identity copies. y may alias x.
+ *  add_act_fwd    y = act(a + b) elementwise ([shortcut]): the same values as
+ *                 a + b, then act_fwd. y may alias a or b.
  *  act_bwd        dx = dy * f'(x) (relu/leaky use x>0, sigmoid/tanh use y).
  *  softmax_xent_fwd probs = softmax(logits) per row (max-subtracted);
  *                 losses[i] = -log(max(probs[i,label_i], 1e-30)).
@@ -84,7 +86,7 @@
  * 3: the fused ops conv2d_fwd_bias_act, bias_act_fwd, act_bias_bwd
  * 4: conv2d_bwd_act
  * 5: batch norm applies the activation in rt_bn_shape (act, alpha); bn_bwd
- *    takes the activation's output y */
+ *    takes the activation's output y; add_act_fwd */
 #define RT_BACKEND_ABI_VERSION 5
 
 typedef struct rt_dev rt_dev; /* an opened device context */

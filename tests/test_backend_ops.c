@@ -687,6 +687,26 @@ static void test_act_fwd(void **state)
     }
 }
 
+/* y = act(a + b), also in place on a and on b (a [shortcut]'s forward) */
+static void test_add_act_fwd(void **state)
+{
+    for (int i = 0; i < 6 + TRIALS; i++) {
+        for (int k = RT_ACT_IDENTITY; k <= RT_ACT_TANH; k++) {
+            size_t n = elem_count(i);
+            const int alias = i % 3; /* 0: y apart, 1: y is a, 2: y is b */
+            struct trial t;
+            trial_begin(&t, COL(state), "add_act_fwd", act_tol(k), 1e-3);
+            trial_shape(&t, "%s n %zu%s", act_names[k], n,
+                        alias == 1 ? " on a" : alias == 2 ? " on b" : "");
+            struct arg *a = arg_rand(&t, "a", alias == 1 ? INOUT : IN, n, -3, 3);
+            struct arg *b = arg_rand(&t, "b", alias == 2 ? INOUT : IN, n, -3, 3);
+            struct arg *y = alias == 1 ? a : alias == 2 ? b : arg_out(&t, "y", n);
+            RUN(&t, rt_op_add_act_fwd(D, (enum rt_act)k, 0.1f, n, V(a), V(b), V(y)));
+            trial_check(&t);
+        }
+    }
+}
+
 static void test_act_bwd(void **state)
 {
     for (int i = 0; i < 6 + TRIALS; i++) {

@@ -59,6 +59,25 @@ __global__ static void k_act_fwd(int kind, float alpha, size_t n, const float *x
     }
 }
 
+/* y = act(a + b): a [shortcut]'s residual add (y may be a or b). */
+__global__ static void k_add_act(int kind, float alpha, size_t n, const float *a, const float *b,
+                                 float *y)
+{
+    RTCU_FOR_EACH(i, n)
+    {
+        const float v = a[i] + b[i];
+        float r;
+        switch (kind) {
+        case ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
+        case ACT_LEAKY: r = v > 0.0f ? v : alpha * v; break;
+        case ACT_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
+        case ACT_TANH: r = tanhf(v); break;
+        default: r = v; break;
+        }
+        y[i] = r;
+    }
+}
+
 /* relu and leaky look at x, sigmoid and tanh at y (backend.h). */
 __global__ static void k_act_bwd(int kind, float alpha, size_t n, const float *x, const float *y,
                                  const float *dy, float *dx)
@@ -194,6 +213,12 @@ extern "C" cudaError_t rtcu_act_fwd(cudaStream_t st, int kind, float alpha, size
                                     const float *x, float *y)
 {
     RTCU_LAUNCH_N(k_act_fwd, st, n, kind, alpha, n, x, y);
+}
+
+extern "C" cudaError_t rtcu_add_act(cudaStream_t st, int kind, float alpha, size_t n,
+                                    const float *a, const float *b, float *y)
+{
+    RTCU_LAUNCH_N(k_add_act, st, n, kind, alpha, n, a, b, y);
 }
 
 extern "C" cudaError_t rtcu_act_bwd(cudaStream_t st, int kind, float alpha, size_t n,

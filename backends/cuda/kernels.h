@@ -59,6 +59,8 @@ cudaError_t rtcu_act_fwd(cudaStream_t st, int kind, float alpha, size_t n, const
                          float *y);
 cudaError_t rtcu_act_bwd(cudaStream_t st, int kind, float alpha, size_t n, const float *x,
                          const float *y, const float *dy, float *dx);
+cudaError_t rtcu_add_act(cudaStream_t st, int kind, float alpha, size_t n, const float *a,
+                         const float *b, float *y);
 cudaError_t rtcu_dropout_fwd(cudaStream_t st, size_t n, float rate, float keep, uint64_t seed,
                              const float *x, float *y, float *mask);
 /* mode 0: no momentum (v unused, may be NULL), 1: momentum, 2: Nesterov. */

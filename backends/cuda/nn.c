@@ -133,6 +133,15 @@ int cu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt
     CU_LAUNCH(d, "act_fwd", rtcu_act_fwd(cu(d)->stream, (int)kind, alpha, n, cu_f(x), cu_f(y)));
 }
 
+int cu_add_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view a, rt_view b,
+                   rt_view y)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "cuda: unknown activation %d", (int)kind);
+    CU_LAUNCH(d, "add_act_fwd",
+              rtcu_add_act(cu(d)->stream, (int)kind, alpha, n, cu_f(a), cu_f(b), cu_f(y)));
+}
+
 int cu_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y,
                rt_view dy, rt_view dx)
 {

@@ -100,6 +100,14 @@ int ocl_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y,
     return ocl_run_n(d, OCL_K_pool_bwd, rows, "liiiiiiiiiiivvv", rows, POOL_GEOM(s), x, dy, dx);
 }
 
+int ocl_add_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view a, rt_view b,
+                    rt_view y)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
+    return ocl_run_n(d, OCL_K_add_act, n, "iflvvv", (int)kind, (double)alpha, n, a, b, y);
+}
+
 int ocl_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view x, rt_view y)
 {
     if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)

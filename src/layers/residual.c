@@ -1,7 +1,10 @@
 /* residual.c — [shortcut] (from = -N, activation): darknet's residual add.
  * y = act(x_prev + x_from), where x_from is the output of the layer N
- * places before this one; both shapes must match. The gradient reaches
- * both inputs; the model adds it to whatever else they already received. */
+ * places before this one; both shapes must match: one op (add_act_fwd).
+ * The gradient reaches both inputs; the model adds it to whatever else
+ * they already received. The activation's gradient is taken from y alone
+ * (relu and leaky are positive where their input is; sigmoid and tanh
+ * differentiate from y), so the sum is not kept. */
 #include "config.h"
 
 #include <stdio.h>
@@ -13,7 +16,6 @@ struct shortcut {
     int from;
     enum rt_act act;
     float alpha;
-    rt_buf *z; /* the sum before the activation (if any) */
 };
 
 static void shape_str(char *buf, size_t n, struct rt_shape s)
@@ -52,47 +54,26 @@ static int shortcut_setup(struct rt_layer *l, struct rt_layer_setup *su)
     return RT_OK;
 }
 
-static int shortcut_alloc(struct rt_layer *l, rt_dev *dev, int max_batch)
-{
-    struct shortcut *sc = l->priv;
-    if (sc->act == RT_ACT_IDENTITY)
-        return RT_OK;
-    sc->z = rt_buf_new(dev, (size_t)max_batch * rt_shape_count(l->out) * sizeof(float));
-    return sc->z ? RT_OK : RT_ERR_NOMEM;
-}
-
 static int shortcut_forward(struct rt_layer *l, const struct rt_pass *p)
 {
     struct shortcut *sc = l->priv;
     size_t n = (size_t)p->n * rt_shape_count(l->out);
-    rt_view z = sc->z ? rt_buf_view(sc->z) : p->y;
-    RT_TRY(rt_copy(p->dev, z, p->x[0], n));
-    RT_TRY(rt_op_axpy(p->dev, n, 1.0f, p->x[1], z));
-    if (sc->z)
-        RT_TRY(rt_op_act_fwd(p->dev, sc->act, sc->alpha, n, z, p->y));
-    return RT_OK;
+    return rt_op_add_act_fwd(p->dev, sc->act, sc->alpha, n, p->x[0], p->x[1], p->y);
 }
 
+/* dy * f'(y) into the first input's gradient that is wanted, copied to
+ * the other. */
 static int shortcut_backward(struct rt_layer *l, const struct rt_pass *p)
 {
     struct shortcut *sc = l->priv;
     size_t n = (size_t)p->n * rt_shape_count(l->out);
-    rt_view g = p->dy;
-    if (sc->z) {
-        RT_TRY(rt_op_act_bwd(p->dev, sc->act, sc->alpha, n, rt_buf_view(sc->z), p->y, g,
-                             p->tmp[0]));
-        g = p->tmp[0];
-    }
-    for (int i = 0; i < 2; i++)
-        if (p->need_dx[i])
-            RT_TRY(rt_copy(p->dev, p->dx[i], g, n));
+    int first = p->need_dx[0] ? 0 : 1;
+    if (!p->need_dx[first])
+        return RT_OK;
+    RT_TRY(rt_op_act_bwd(p->dev, sc->act, sc->alpha, n, p->y, p->y, p->dy, p->dx[first]));
+    if (first == 0 && p->need_dx[1])
+        RT_TRY(rt_copy(p->dev, p->dx[1], p->dx[0], n));
     return RT_OK;
-}
-
-static void shortcut_release(struct rt_layer *l)
-{
-    struct shortcut *sc = l->priv;
-    rt_buf_destroy(&sc->z);
 }
 
 const struct rt_layer_ops rt_layer_shortcut = {
@@ -101,8 +82,6 @@ const struct rt_layer_ops rt_layer_shortcut = {
     .keys = "from, activation",
     .priv_size = sizeof(struct shortcut),
     .setup = shortcut_setup,
-    .alloc = shortcut_alloc,
     .forward = shortcut_forward,
     .backward = shortcut_backward,
-    .release = shortcut_release,
 };

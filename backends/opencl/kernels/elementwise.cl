@@ -66,6 +66,23 @@ kernel void rt_act_fwd(int kind, float alpha, ulong n, global const float *x, ul
     y[yo + i] = r;
 }
 
+/* y = act(a + b): a [shortcut]'s residual add (y may be a or b). */
+kernel void rt_add_act(int kind, float alpha, ulong n, global const float *a, ulong ao,
+                       global const float *b, ulong bo, global float *y, ulong yo)
+{
+    RT_ELEM(i, n);
+    const float v = a[ao + i] + b[bo + i];
+    float r;
+    switch (kind) {
+    case RT_ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
+    case RT_ACT_LEAKY: r = v > 0.0f ? v : alpha * v; break;
+    case RT_ACT_SIGMOID: r = 1.0f / (1.0f + exp(-v)); break;
+    case RT_ACT_TANH: r = tanh(v); break;
+    default: r = v; break;
+    }
+    y[yo + i] = r;
+}
+
 kernel void rt_act_bwd(int kind, float alpha, ulong n, global const float *x, ulong xo,
                        global const float *y, ulong yo, global const float *dy, ulong dyo,
                        global float *dx, ulong dxo)
