@@ -145,13 +145,10 @@ static void epi_wide(const struct rt_conv_shape *s, const struct conv_layout *l,
         for (int oh = 0; oh < s->oh; oh++) {
             const float *src = out + (size_t)k * l->len + oh * l->wq;
             float *dst = y + ((size_t)k * s->oh + oh) * ow;
-            if (e && e->b) {
+            if (e && e->b)
                 cpu_bias_act(e->kind, e->alpha, e->b + k, 0, src, dst, ow);
-            } else { /* rows of 7-30 floats: inline, not a call to memcpy */
-                CPU_SIMD
-                for (size_t j = 0; j < ow; j++)
-                    dst[j] = src[j];
-            }
+            else
+                memcpy(dst, src, ow * sizeof(float));
         }
 }
 
@@ -417,19 +414,14 @@ static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_lay
 
 /* dyw = dy_n on the wide grid, zeros in the columns past ow (so they add
  * nothing to dx or dW). */
-CPU_CLONES
 static void widen_dy(const struct rt_conv_shape *s, const struct conv_layout *l, const float *dy,
                      float *dyw)
 {
-    const size_t OW = (size_t)s->ow, WQ = l->wq;
+    const size_t OW = (size_t)s->ow;
     for (size_t kr = 0; kr < (size_t)s->k * s->oh; kr++) {
-        float *d = dyw + kr * WQ;
-        const float *g = dy + kr * OW;
-        CPU_SIMD /* rows of 7-30 floats: inline, not calls to memcpy and memset */
-        for (size_t j = 0; j < OW; j++)
-            d[j] = g[j];
-        for (size_t j = OW; j < WQ; j++)
-            d[j] = 0.0f;
+        float *d = dyw + kr * l->wq;
+        memcpy(d, dy + kr * OW, OW * sizeof(float));
+        memset(d + OW, 0, (l->wq - OW) * sizeof(float));
     }
 }
 
