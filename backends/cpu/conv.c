@@ -54,9 +54,9 @@ static size_t conv_ohw(const struct rt_conv_shape *s) { return (size_t)s->oh * s
  * gather happens once per pixel, not once per tap (resnet8's stride-2
  * layers). The price is wq - ow more GEMM columns per output row, so it is
  * used while that stays under a half (an eighth when strided), and k*oh
- * short copies of the output
- * (or dy) to or from the wide grid, so only when k < c*r*s: with one input
- * channel and many filters, the exact layout moves less. Valid outputs
+ * short copies of the output (or dy) to or from the wide grid, so only when
+ * k < c*r*s: with one input channel and many filters, the exact layout
+ * moves less. Valid outputs
  * never read past their plane: oh - 1 + (r - 1) / sh < hq = ceil(hp / sh),
  * and the same across. */
 struct conv_layout {
@@ -831,12 +831,18 @@ static void wino_out(const struct rt_conv_shape *s, const struct wino_layout *l,
     }
 }
 
+/* dy planes of at most this many tiles a row are transformed tile-major */
+#define WG_TILE_MAJOR_TW 4
+
 /* Where wino_dy gathers from: for pixel (u, v) of the 2 x 2 dy block of
- * tile t = (a, b), its offset in the plane, or -1 past oh x ow (a zero). */
+ * tile t = (a, b), its offset in the plane, or -1 past oh x ow (a zero).
+ * Nothing for planes transformed by rows. */
 static void wino_dy_index(const struct rt_conv_shape *s, const struct wino_layout *l,
                           int32_t *idx)
 {
     const size_t T = l->tpi;
+    if (l->tw > WG_TILE_MAJOR_TW)
+        return;
     for (int q = 0; q < 4; q++)
         for (int a = 0; a < l->th; a++)
             for (int b = 0; b < l->tw; b++) {
@@ -847,12 +853,12 @@ static void wino_dy_index(const struct rt_conv_shape *s, const struct wino_layou
 }
 
 /* dM[xi][t] (xi stride xs) = A dy_tile A^T for one dy plane, dy = 0 past
- * oh x ow, by rows of tiles: the plane is first split into its even and odd columns (one
- * long loop when ow is even), then one loop per row i of A dy: g0, g0 + g1,
- * g0 - g1, -g1. */
+ * oh x ow, by rows of tiles: the plane is first split into its even and
+ * odd columns (one long loop when ow is even), then one loop per row i of
+ * A dy: g0, g0 + g1, g0 - g1, -g1. */
 CPU_CLONES
-static void wino_dy_rows(const struct rt_conv_shape *s, const struct wino_layout *l, const float *dy,
-                    float *dm, size_t xs, float *tmp)
+static void wino_dy_rows(const struct rt_conv_shape *s, const struct wino_layout *l,
+                         const float *dy, float *dm, size_t xs, float *tmp)
 {
     const size_t OW = (size_t)s->ow, tw = (size_t)l->tw, rows = 2 * (size_t)l->th;
     const size_t np = rows * tw + WG_VW; /* one split plane, slack lanes included */
@@ -907,8 +913,8 @@ static void wino_dy_rows(const struct rt_conv_shape *s, const struct wino_layout
  * most lanes idle (resnet8's 64-channel bwd-data 10-20% faster); on wide
  * planes the gathers cost more than the rows (28 x 28: 5-10% slower). */
 CPU_CLONES
-static void wino_dy_tiles(const struct wino_layout *l, const int32_t *idx, const float *dy, float *dm,
-                    size_t xs, float *tmp)
+static void wino_dy_tiles(const struct wino_layout *l, const int32_t *idx, const float *dy,
+                          float *dm, size_t xs, float *tmp)
 {
     const size_t T = l->tpi, TV = wg_round(T);
     for (int q = 0; q < 4; q++) {
@@ -1020,7 +1026,6 @@ static void wino_in_chunk(const struct rt_conv_shape *s, const struct wino_layou
 }
 
 /* Small planes tile-major, others by rows of tiles. */
-#define WG_TILE_MAJOR_TW 4
 static void wino_dy(const struct rt_conv_shape *s, const struct wino_layout *l,
                     const int32_t *idx, const float *dy, float *dm, size_t xs, float *tmp)
 {

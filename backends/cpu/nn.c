@@ -697,11 +697,11 @@ static void bn_plane_affine(enum rt_act kind, float alpha, const float *p, float
 
 /* *sdy += sum of g, *sdyx += sum of g * xhat over one plane, where g is
  * dy, or with an activation dy * f'(y), written to g first (in L1 for the
- * sums). Returns where g is. */
+ * sums). */
 CPU_CLONES
-static const float *bn_plane_bwd_sums(enum rt_act kind, float alpha, const float *y,
-                                      const float *dy, float *g, const float *xp, int n,
-                                      float mean, float invstd, double *sdy, double *sdyx)
+static void bn_plane_bwd_sums(enum rt_act kind, float alpha, const float *y,
+                              const float *dy, float *g, const float *xp, int n, float mean,
+                              float invstd, double *sdy, double *sdyx)
 {
     const float *gp = dy;
     if (kind != RT_ACT_IDENTITY) {
@@ -723,7 +723,6 @@ static const float *bn_plane_bwd_sums(enum rt_act kind, float alpha, const float
     }
     *sdy += bn_lanes_sum(ly) + ty;
     *sdyx += bn_lanes_sum(lx) + tx;
-    return gp;
 }
 
 /* dx = k1 * (dy - mdb - xhat * mdg) over one plane */
