@@ -108,9 +108,13 @@ static size_t phase_at(const struct conv_layout *l, int c, int a, int b)
     return (((size_t)c * l->sh + a) * l->sw + b) * l->hq * l->wq;
 }
 
-/* Where row (c, r, q) of the wide column matrix starts in the phase planes. */
+/* Where row (c, r, q) of the wide column matrix starts in the phase planes;
+ * stride 1 without the divisions, which come once per row (lenet's conv2
+ * has 150 rows an image). */
 static size_t wide_row_at(const struct conv_layout *l, int c, int r, int q)
 {
+    if (l->sh == 1 && l->sw == 1)
+        return ((size_t)c * l->hq + (size_t)r) * l->wq + (size_t)q;
     return phase_at(l, c, r % l->sh, q % l->sw) + (size_t)(r / l->sh) * l->wq +
            (size_t)(q / l->sw);
 }
@@ -363,6 +367,14 @@ static void unpad_image(const struct rt_conv_shape *s, const struct conv_layout 
                         const float *xp, float *dx)
 {
     const size_t H = (size_t)s->h, W = (size_t)s->w, ps = l->hq * l->wq;
+    if (l->sh == 1 && l->sw == 1) { /* the padded image itself */
+        for (int c = 0; c < s->c; c++)
+            for (size_t h = 0; h < H; h++)
+                memcpy(dx + ((size_t)c * H + h) * W,
+                       xp + ((size_t)c * l->hq + h + (size_t)s->pad_h) * l->wq + s->pad_w,
+                       W * sizeof(float));
+        return;
+    }
     for (int c = 0; c < s->c; c++)
         for (size_t h = 0; h < H; h++) {
             const size_t ih = (size_t)s->pad_h + h;
