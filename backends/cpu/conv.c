@@ -864,6 +864,27 @@ static void wino_dy_index(const struct rt_conv_shape *s, const struct wino_layou
             }
 }
 
+/* The four rows i of A dy_tile A^T for n tiles, from the 2 x 2 blocks'
+ * even columns (e0: their first row, e1: the second) and odd ones (o0,
+ * o1): g0, g0 + g1, g0 - g1, -g1 with row i of A dy. Inline, into both
+ * dy transforms' clones. */
+static inline void wino_dy_math(const float *e0, const float *e1, const float *o0,
+                                const float *o1, size_t n, float *dm, size_t xs)
+{
+    for (int i = 0; i < 4; i++) {
+        const float c0 = i == 3 ? 0.0f : 1.0f, c1 = i == 0 ? 0.0f : i == 1 ? 1.0f : -1.0f;
+        float *m0 = dm + 4 * i * xs, *m1 = m0 + xs, *m2 = m1 + xs, *m3 = m2 + xs;
+        CPU_SIMD
+        for (size_t t = 0; t < n; t++) {
+            const float r0 = c0 * e0[t] + c1 * e1[t], r1 = c0 * o0[t] + c1 * o1[t];
+            m0[t] = r0;
+            m1[t] = r0 + r1;
+            m2[t] = r0 - r1;
+            m3[t] = -r1;
+        }
+    }
+}
+
 /* dM[xi][t] (xi stride xs) = A dy_tile A^T for one dy plane, dy = 0 past
  * oh x ow, by rows of tiles: the plane is first split into its even and
  * odd columns (one long loop when ow is even), then one loop per row i of
@@ -900,21 +921,8 @@ static void wino_dy_rows(const struct rt_conv_shape *s, const struct wino_layout
     memset(EV + (size_t)s->oh * tw, 0, (np - (size_t)s->oh * tw) * sizeof(float));
     memset(OD + (size_t)s->oh * tw, 0, (np - (size_t)s->oh * tw) * sizeof(float));
     for (int a = 0; a < l->th; a++) {
-        const float *e0 = EV + 2 * (size_t)a * tw, *e1 = e0 + tw, *o0r = OD + 2 * (size_t)a * tw,
-                    *o1r = o0r + tw;
-        float *o = dm + (size_t)a * tw;
-        for (int i = 0; i < 4; i++) {
-            const float c0 = i == 3 ? 0.0f : 1.0f, c1 = i == 0 ? 0.0f : i == 1 ? 1.0f : -1.0f;
-            float *o0 = o + 4 * i * xs, *o1 = o0 + xs, *o2 = o1 + xs, *o3 = o2 + xs;
-            CPU_SIMD
-            for (int b = 0; b < twv; b++) {
-                const float r0 = c0 * e0[b] + c1 * e1[b], r1 = c0 * o0r[b] + c1 * o1r[b];
-                o0[b] = r0;
-                o1[b] = r0 + r1;
-                o2[b] = r0 - r1;
-                o3[b] = -r1;
-            }
-        }
+        const float *e0 = EV + 2 * (size_t)a * tw, *o0 = OD + 2 * (size_t)a * tw;
+        wino_dy_math(e0, e0 + tw, o0, o0 + tw, (size_t)twv, dm + (size_t)a * tw, xs);
     }
 }
 
@@ -938,19 +946,7 @@ static void wino_dy_tiles(const struct wino_layout *l, const int32_t *idx, const
         for (size_t t = T; t < TV; t++)
             p[t] = 0.0f;
     }
-    const float *e0 = tmp, *o0r = tmp + TV, *e1 = tmp + 2 * TV, *o1r = tmp + 3 * TV;
-    for (int i = 0; i < 4; i++) {
-        const float c0 = i == 3 ? 0.0f : 1.0f, c1 = i == 0 ? 0.0f : i == 1 ? 1.0f : -1.0f;
-        float *o0 = dm + 4 * i * xs, *o1 = o0 + xs, *o2 = o1 + xs, *o3 = o2 + xs;
-        CPU_SIMD
-        for (size_t t = 0; t < TV; t++) {
-            const float r0 = c0 * e0[t] + c1 * e1[t], r1 = c0 * o0r[t] + c1 * o1r[t];
-            o0[t] = r0;
-            o1[t] = r0 + r1;
-            o2[t] = r0 - r1;
-            o3[t] = -r1;
-        }
-    }
+    wino_dy_math(tmp, tmp + 2 * TV, tmp + TV, tmp + 3 * TV, TV, dm, xs);
 }
 
 /* One dx plane from dV[xi][t] (xi stride xs): the patches B dV B^T added up

@@ -42,20 +42,22 @@ __global__ static void k_scale_block(int m, int n, int ldc, float beta, float *c
 /* enum rt_act in backends/backend.h */
 enum { ACT_IDENTITY, ACT_RELU, ACT_LEAKY, ACT_SIGMOID, ACT_TANH };
 
+__device__ static float act_value(int kind, float alpha, float v)
+{
+    switch (kind) {
+    case ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case ACT_LEAKY: return v > 0.0f ? v : alpha * v;
+    case ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case ACT_TANH: return tanhf(v);
+    default: return v;
+    }
+}
+
 __global__ static void k_act_fwd(int kind, float alpha, size_t n, const float *x, float *y)
 {
     RTCU_FOR_EACH(i, n)
     {
-        const float v = x[i];
-        float r;
-        switch (kind) {
-        case ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
-        case ACT_LEAKY: r = v > 0.0f ? v : alpha * v; break;
-        case ACT_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
-        case ACT_TANH: r = tanhf(v); break;
-        default: r = v; break;
-        }
-        y[i] = r;
+        y[i] = act_value(kind, alpha, x[i]);
     }
 }
 
@@ -65,16 +67,7 @@ __global__ static void k_add_act(int kind, float alpha, size_t n, const float *a
 {
     RTCU_FOR_EACH(i, n)
     {
-        const float v = a[i] + b[i];
-        float r;
-        switch (kind) {
-        case ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
-        case ACT_LEAKY: r = v > 0.0f ? v : alpha * v; break;
-        case ACT_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
-        case ACT_TANH: r = tanhf(v); break;
-        default: r = v; break;
-        }
-        y[i] = r;
+        y[i] = act_value(kind, alpha, a[i] + b[i]);
     }
 }
 

@@ -50,20 +50,22 @@ kernel void rt_scale_block(int m, int n, int ldc, float beta, global float *c, u
 #define RT_ACT_SIGMOID 3
 #define RT_ACT_TANH 4
 
+float rt_act_value(int kind, float alpha, float v)
+{
+    switch (kind) {
+    case RT_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case RT_ACT_LEAKY: return v > 0.0f ? v : alpha * v;
+    case RT_ACT_SIGMOID: return 1.0f / (1.0f + exp(-v));
+    case RT_ACT_TANH: return tanh(v);
+    default: return v;
+    }
+}
+
 kernel void rt_act_fwd(int kind, float alpha, ulong n, global const float *x, ulong xo,
                        global float *y, ulong yo)
 {
     RT_ELEM(i, n);
-    const float v = x[xo + i];
-    float r;
-    switch (kind) {
-    case RT_ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
-    case RT_ACT_LEAKY: r = v > 0.0f ? v : alpha * v; break;
-    case RT_ACT_SIGMOID: r = 1.0f / (1.0f + exp(-v)); break;
-    case RT_ACT_TANH: r = tanh(v); break;
-    default: r = v; break;
-    }
-    y[yo + i] = r;
+    y[yo + i] = rt_act_value(kind, alpha, x[xo + i]);
 }
 
 /* y = act(a + b): a [shortcut]'s residual add (y may be a or b). */
@@ -71,16 +73,7 @@ kernel void rt_add_act(int kind, float alpha, ulong n, global const float *a, ul
                        global const float *b, ulong bo, global float *y, ulong yo)
 {
     RT_ELEM(i, n);
-    const float v = a[ao + i] + b[bo + i];
-    float r;
-    switch (kind) {
-    case RT_ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
-    case RT_ACT_LEAKY: r = v > 0.0f ? v : alpha * v; break;
-    case RT_ACT_SIGMOID: r = 1.0f / (1.0f + exp(-v)); break;
-    case RT_ACT_TANH: r = tanh(v); break;
-    default: r = v; break;
-    }
-    y[yo + i] = r;
+    y[yo + i] = rt_act_value(kind, alpha, a[ao + i] + b[bo + i]);
 }
 
 kernel void rt_act_bwd(int kind, float alpha, ulong n, global const float *x, ulong xo,
