@@ -26,8 +26,10 @@ trap cleanup EXIT
 fails=0
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
-# ports 57000-57499: this test's own range
-port=$((57000 + ($$ % 120) * 4))
+# Ports: 26000-26999, this test's own block. Every test's listen ports lie
+# below 32768, outside Linux's ephemeral range (32768-60999), so the kernel
+# never hands one to another test's outgoing or port-0 socket meanwhile.
+port=$((26000 + ($$ % 240) * 4))
 
 # u32be N: four bytes, big-endian
 u32be() { printf "\\$(printf %03o $(($1 >> 24 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 & 255)))"; }

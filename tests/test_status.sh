@@ -25,7 +25,10 @@ tmp=$(mktemp -d)
 pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
-port=$((53000 + ($$ % 100) * 10)) # 53000-53999: this test
+# Ports: 27000-27999, this test's own block. Every test's listen ports lie
+# below 32768, outside Linux's ephemeral range (32768-60999), so the kernel
+# never hands one to another test's outgoing or port-0 socket meanwhile.
+port=$((27000 + ($$ % 97) * 10))
 # 10 epochs: the run must outlast the checks (about 8 s) even where 2 lenet
 # workers train 35,000 img/s (1.5 s an epoch); 4 were too few there.
 epochs=10

@@ -26,7 +26,10 @@ tmp=$(mktemp -d)
 pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
-port=$((54000 + ($$ % 100) * 10)) # 54000-54999: this test
+# Ports: 28000-28999, this test's own block. Every test's listen ports lie
+# below 32768, outside Linux's ephemeral range (32768-60999), so the kernel
+# never hands one to another test's outgoing or port-0 socket meanwhile.
+port=$((28000 + ($$ % 97) * 10))
 # 8 epochs: two Chromium loads after epoch 1 must see the run still going
 # where 2 lenet workers train 35,000 img/s (1.5 s an epoch).
 epochs=8
