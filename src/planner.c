@@ -28,6 +28,7 @@ static void planner_quota(struct rt_planner *p, const struct rt_trainer *t)
     double th = t->c.threads > 0 ? t->c.threads : (cores > 0 ? (double)cores : 1.0);
     p->quota_scale = q > 0.0 && q < th ? q / th : 1.0;
     p->quota = p->quota_scale < 1.0 ? q : 0.0;
+    p->threads = th;
     p->qcpu0 = rt_cpu_now();
     p->qwall0 = rt_now();
     if (p->quota_scale < 1.0)
@@ -347,6 +348,18 @@ void rt_planner_step_begin(struct rt_planner *p, struct rt_step *s)
     s->cpu_compute = p->quota > 0.0 ? rt_cpu_now() : 0.0;
 }
 
+/* Seconds a compute that began at wall time T0 (CPU time C0) took, as this
+ * worker's speed counts them. Under a CPU quota, the CPU time it used
+ * spread over its threads: wall time would count the quota's freezes,
+ * which fall into some 16-step windows (a few ms a step) and not into
+ * others (a CFS period is 100 ms), and the shares of two equal workers
+ * would swing with them; what the quota sustains is quota_speed's part. */
+static double busy_seconds(const struct rt_planner *p, double t0, double c0)
+{
+    double busy = p->quota > 0.0 ? (rt_cpu_now() - c0) / p->threads : rt_now() - t0;
+    return busy + throttle_sleep(p->throttle, busy);
+}
+
 /* Standby: now and then a few samples, not counted, only to keep measuring
  * this worker's speed so that it may come back. A quarter of an equal
  * share, not one sample: one sample runs far slower per image and would
@@ -358,13 +371,11 @@ static int standby_probe(struct rt_planner *p, struct rt_trainer *t, struct rt_s
     int nprobe = t->c.batch / (4 * t->world);
     nprobe = nprobe < 1 ? 1 : nprobe > s->n ? s->n : nprobe;
     nprobe = nprobe > t->rows ? t->rows : nprobe;
-    double tp = rt_now();
+    double tp = rt_now(), cp = p->quota > 0.0 ? rt_cpu_now() : 0.0;
     RT_TRY(rt_trainer_compute(t, s, 0, nprobe, 0.0f, false));
     RT_TRY(rt_sync(t->dev));
     RT_TRY(rt_op_fill(t->dev, rt_model_param_count(t->m), 0.0f, rt_model_grads(t->m)));
-    double busy = rt_now() - tp;
-    busy += throttle_sleep(p->throttle, busy);
-    rt_speedo_add(&p->speedo, nprobe, busy);
+    rt_speedo_add(&p->speedo, nprobe, busy_seconds(p, tp, cp));
     *probed = nprobe;
     return RT_OK;
 }
@@ -380,18 +391,15 @@ int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_st
     if (nl == 0 && p->balanced && !p->active[t->rank] && s->n > 0 &&
         t->pos.step % STANDBY_PROBE_EVERY == 0)
         RT_TRY(standby_probe(p, t, s, &probed));
+    if (nl > 0 && p->balanced)
+        RT_TRY(rt_sync(t->dev));
     if (p->quota > 0.0) {
         p->qcompute += rt_cpu_now() - s->cpu_compute; /* shares and standby probes */
         p->qsamples += nl > 0 ? nl : probed;
         p->qsteps++;
     }
-    if (nl > 0) {
-        if (p->balanced)
-            RT_TRY(rt_sync(t->dev));
-        double busy = rt_now() - s->t_compute;
-        busy += throttle_sleep(p->throttle, busy);
-        rt_speedo_add(&p->speedo, nl, busy);
-    }
+    if (nl > 0)
+        rt_speedo_add(&p->speedo, nl, busy_seconds(p, s->t_compute, s->cpu_compute));
     return RT_OK;
 }
 

@@ -41,6 +41,7 @@ struct rt_planner {
     float throttle;       /* testing aid: fraction of this worker's speed */
     double quota_scale;   /* CPU quota / threads, at most 1 (rt_cpu_quota) */
     double quota;         /* the quota in cores, 0: none */
+    double threads;       /* compute threads the quota is shared by */
     /* since the last plan, for a quota-limited worker: process CPU time at
      * its start, CPU spent computing, samples and steps */
     double qcpu0, qcompute;

@@ -65,8 +65,26 @@ if [ "$(id -u)" = 0 ] && "$top_srcdir/bench/cpu-quota.sh" 0.3 -- true >/dev/null
     echo "not ok $n - devices in a 0.3-core cgroup does not show 'cpu quota: 0.30 cores'"
     failed=$((failed + 1))
   fi
+  # Two equal workers sharing 0.6 of a core are frozen for 40 ms of every
+  # 100 ms CFS period. Their speeds are CPU time, so their shares stay put;
+  # timed by the wall clock, a freeze in one 16-step window and not in the
+  # next swung the shares about 20 times in these 400 steps.
+  if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    n=$((n + 1))
+    rc=0
+    "$top_srcdir/bench/cpu-quota.sh" 0.6 -- "$RAGTAG" train "$lenet" --workers 2 --threads 1 \
+      --partition balanced --limit 12800 --epochs 2 --val 0 --progress lines >"$tmp/quota.log" 2>&1 || rc=$?
+    swings=$(grep -c 'a speed changed' "$tmp/quota.log" || true)
+    if [ $rc = 0 ] && [ "$swings" -le 8 ]; then
+      echo "ok $n - two equal workers in one CPU quota keep their shares ($swings re-plans in 400 steps)"
+    else
+      echo "not ok $n - two equal workers in one CPU quota: status $rc, $swings re-plans in 400 steps (at most 8)"
+      grep 'plan\]' "$tmp/quota.log" | head -n 12 | sed 's/^/#   /'
+      failed=$((failed + 1))
+    fi
+  fi
 else
-  echo "# not root or no writable cpu cgroup: the CPU quota check is skipped"
+  echo "# not root or no writable cpu cgroup: the CPU quota checks are skipped"
 fi
 expect 2 "expected sync, average or gossip" "a bad --mode lists the modes" -- train "$lenet" --mode async
 expect 2 "expected balanced or static" "a bad --partition lists the choices" -- train "$lenet" --partition fair
