@@ -9,6 +9,7 @@
  *   BENCH_ONLY=step bench/bench_ops           only whole training steps
  *   BENCH_ONLY=bn bench/bench_ops             only batch norm and relu (resnet8)
  *   BENCH_ONLY=sgemm bench/bench_ops          only SGEMM
+ *   BENCH_ONLY=optim bench/bench_ops          only the optimiser steps (sgd, adamw)
  *   BENCH_CLOCK=cpu bench/bench_ops cpu 1     CPU time, not wall time: for
  *                                             1-thread figures on a busy machine
  *
@@ -312,6 +313,53 @@ static void bench_bn(rt_dev *d, int threads)
     }
 }
 
+/* ---- optimiser steps over lenet's and seedcnn's parameters (BENCH_ONLY=optim) ---- */
+
+struct optim_ctx {
+    rt_dev *d;
+    size_t n;
+    bool adam;
+    rt_buf *w, *g, *m, *v;
+};
+
+static void run_optim(void *p)
+{
+    struct optim_ctx *c = p;
+    rt_view w = rt_buf_view(c->w), g = rt_buf_view(c->g), m = rt_buf_view(c->m);
+    if (c->adam) {
+        /* AdamW's scalars at step 10, lr 0.003 */
+        struct rt_adam_scalars a = {0.003f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.003f * 0.01f,
+                                    1.0f / (1.0f - 0.99004f), 1.0f / (1.0f - 0.3487f), 0.0f};
+        rt_op_adam_step(c->d, c->n, &a, w, g, m, rt_buf_view(c->v));
+    } else {
+        struct rt_sgd_params sp = {0.01f, 0.9f, 0.0f, false};
+        rt_op_sgd_step(c->d, c->n, &sp, w, g, m);
+    }
+    rt_sync(c->d);
+}
+
+static void bench_optim(rt_dev *d, int threads)
+{
+    static const struct { const char *name; size_t n; } models[] = {{"lenet", 61706},
+                                                                    {"seedcnn", 1048853}};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        struct optim_ctx c = {d, models[i].n, false, buf_rand(d, models[i].n, 1),
+                              buf_rand(d, models[i].n, 2), buf_rand(d, models[i].n, 3),
+                              buf_rand(d, models[i].n, 4)};
+        for (int a = 0; a < 2; a++) {
+            c.adam = a;
+            if (a) /* the second moment is never negative */
+                rt_op_act_fwd(d, RT_ACT_RELU, 0.0f, c.n, rt_buf_view(c.v), rt_buf_view(c.v));
+            double t = time_per_call(run_optim, &c);
+            printf("  %-8s %-5s step  %8zu params  threads %d  %9.1f us\n", models[i].name,
+                   a ? "adamw" : "sgd", models[i].n, threads, t * 1e6);
+        }
+        rt_buf *all[] = {c.w, c.g, c.m, c.v};
+        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+            rt_buf_destroy(&all[j]);
+    }
+}
+
 /* ---- whole training steps ------------------------------------------------------------
  * The op sequence a trainer runs for one SGD step of LeNet and of seedcnn at
  * batch 64 (forward, backward without the first layer's bwd-data, one fused
@@ -534,6 +582,8 @@ int main(int argc, char **argv)
             bench_bn(d, threads[i]);
         if (!only || strstr("step", only))
             bench_nets(d, threads[i]);
+        if (!only || strstr("optim", only))
+            bench_optim(d, threads[i]);
         rt_dev_close(&d);
     }
     return 0;

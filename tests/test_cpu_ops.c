@@ -1488,6 +1488,57 @@ static void test_optim_threads(void **state)
     free(r2);
 }
 
+/* The Adam step runs in the widest vectors the CPU has (a CPU_CLONES
+ * span): its bits must be those of the plain C loop of backend.h, one
+ * float at a time, so that replicas on different CPUs stay identical.
+ * Adam with L2, AdamW and Nadam, at 1 and 2 threads. */
+static void test_adam_bits(void **state)
+{
+    (void)state;
+    const size_t n = 70001;
+    float *w0 = frand(n, -1, 1, 140), *g = frand(n, -1, 1, 141), *m0 = frand(n, -1, 1, 142),
+          *v0 = frand(n, 0, 1, 143), *want = fvec(n), *got = fvec(n);
+    const enum rt_optim_kind kinds[] = {RT_OPT_ADAM, RT_OPT_ADAMW, RT_OPT_NADAM};
+    for (int k = 0; k < 3; k++) {
+        struct rt_optim_config c;
+        rt_optim_config_defaults(&c);
+        c.kind = kinds[k];
+        c.weight_decay = 0.01f;
+        struct rt_adam_scalars p;
+        rt_optim_adam_scalars(&c, 3e-3f, 7, &p);
+        for (size_t i = 0; i < n; i++) {
+            float wi = w0[i] - p.decay * w0[i];
+            float gi = g[i] + p.l2 * wi;
+            float mi = p.beta1 * m0[i] + (1.0f - p.beta1) * gi;
+            float vi = p.beta2 * v0[i] + (1.0f - p.beta2) * gi * gi;
+            float mhat = p.cm * mi + p.cg * gi;
+            want[i] = wi - p.lr * mhat / (sqrtf(vi * p.inv_bc2) + p.eps);
+        }
+        for (int t = 1; t <= 2; t++) {
+            rt_dev *d = open_dev(t);
+            tb W = tb_new(d, n), G = tb_new(d, n), M = tb_new(d, n), V = tb_new(d, n);
+            tb_set(&W, w0);
+            tb_set(&G, g);
+            tb_set(&M, m0);
+            tb_set(&V, v0);
+            assert_int_equal(rt_op_adam_step(d, n, &p, W.v, G.v, M.v, V.v), 0);
+            tb_get(&W, got);
+            assert_memory_equal(got, want, n * sizeof *got);
+            tb_free(&W);
+            tb_free(&G);
+            tb_free(&M);
+            tb_free(&V);
+            rt_dev_close(&d);
+        }
+    }
+    free(w0);
+    free(g);
+    free(m0);
+    free(v0);
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1495,7 +1546,7 @@ int main(void)
         cmocka_unit_test(test_conv),          cmocka_unit_test(test_conv_thread_bits),
         cmocka_unit_test(test_conv_workspace_grows),
         cmocka_unit_test(test_bias),          cmocka_unit_test(test_fused),
-        cmocka_unit_test(test_fused_bwd),
+        cmocka_unit_test(test_fused_bwd),     cmocka_unit_test(test_adam_bits),
         cmocka_unit_test(test_pool),          cmocka_unit_test(test_pool_ties),
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_bn),            cmocka_unit_test(test_bn_act_fused),

@@ -473,18 +473,17 @@ int cpu_sgd_step(rt_dev *d, size_t n, const struct rt_sgd_params *p, rt_view wv,
     return RT_OK;
 }
 
-/* Adam, AdamW and Nadam as written in backend.h: the step's scalars come
- * from the core, the element loop is float. */
-int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view wv, rt_view gv,
-                  rt_view mv, rt_view vv)
+/* Adam, AdamW and Nadam as written in backend.h, over n floats: elementwise
+ * (no contraction in C11), so the bits are those of any vector width and
+ * every clone gives every replica the same parameters. The SSE2 default
+ * ran the divide and the square root 4 floats at a time; a data-parallel
+ * worker runs the whole update on every step (the replicated optimiser). */
+CPU_CLONES static void adam_span(const struct rt_adam_scalars *p, float *w, const float *g,
+                                 float *m, float *v, size_t n)
 {
-    float *w = cpu_f(wv), *m = cpu_f(mv), *v = cpu_f(vv);
-    const float *g = cpu_f(gv);
     const float b1 = p->beta1, b2 = p->beta2, eps = p->eps, lr = p->lr;
     const float l2 = p->l2, decay = p->decay, inv_bc2 = p->inv_bc2, cm = p->cm, cg = p->cg;
-    int nt = cpu_nt(d);
-    (void)nt;
-    CPU_PAR_FOR
+    CPU_SIMD
     for (size_t i = 0; i < n; i++) {
         float wi = w[i] - decay * w[i];
         float gi = g[i] + l2 * wi;
@@ -494,6 +493,25 @@ int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view 
         v[i] = vi;
         float mhat = cm * mi + cg * gi;
         w[i] = wi - lr * mhat / (sqrtf(vi * inv_bc2) + eps);
+    }
+}
+
+int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view wv, rt_view gv,
+                  rt_view mv, rt_view vv)
+{
+    float *w = cpu_f(wv), *m = cpu_f(mv), *v = cpu_f(vv);
+    const float *g = cpu_f(gv);
+    int nt = cpu_nt(d);
+    (void)nt;
+    /* blocks of whole cache lines, each on one thread */
+    const size_t block = 4096;
+    const long nblocks = (long)((n + block - 1) / block);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)
+#endif
+    for (long k = 0; k < nblocks; k++) {
+        size_t lo = (size_t)k * block, len = n - lo < block ? n - lo : block;
+        adam_span(p, w + lo, g + lo, m + lo, v + lo, len);
     }
     return RT_OK;
 }
