@@ -29,6 +29,8 @@ static void planner_quota(struct rt_planner *p, const struct rt_trainer *t)
     p->quota_scale = q > 0.0 && q < th ? q / th : 1.0;
     p->quota = p->quota_scale < 1.0 ? q : 0.0;
     p->threads = th;
+    /* a GPU computes while the CPU waits: its wall time is its speed */
+    p->cpu_clock = p->quota > 0.0 && !strcmp(rt_dev_backend(t->dev), "cpu");
     p->qcpu0 = rt_cpu_now();
     p->qwall0 = rt_now();
     if (p->quota_scale < 1.0)
@@ -349,14 +351,15 @@ void rt_planner_step_begin(struct rt_planner *p, struct rt_step *s)
 }
 
 /* Seconds a compute that began at wall time T0 (CPU time C0) took, as this
- * worker's speed counts them. Under a CPU quota, the CPU time it used
- * spread over its threads: wall time would count the quota's freezes,
- * which fall into some 16-step windows (a few ms a step) and not into
- * others (a CFS period is 100 ms), and the shares of two equal workers
- * would swing with them; what the quota sustains is quota_speed's part. */
+ * worker's speed counts them. Under a CPU quota (cpu backend), the CPU
+ * time it used spread over its threads: wall time would count the quota's
+ * freezes, which fall into some 16-step windows (a few ms a step) and not
+ * into others (a CFS period is 100 ms), and the shares of two equal
+ * workers would swing with them; what the quota sustains is quota_speed's
+ * part. */
 static double busy_seconds(const struct rt_planner *p, double t0, double c0)
 {
-    double busy = p->quota > 0.0 ? (rt_cpu_now() - c0) / p->threads : rt_now() - t0;
+    double busy = p->cpu_clock ? (rt_cpu_now() - c0) / p->threads : rt_now() - t0;
     return busy + throttle_sleep(p->throttle, busy);
 }
 

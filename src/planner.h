@@ -42,6 +42,7 @@ struct rt_planner {
     double quota_scale;   /* CPU quota / threads, at most 1 (rt_cpu_quota) */
     double quota;         /* the quota in cores, 0: none */
     double threads;       /* compute threads the quota is shared by */
+    bool cpu_clock;       /* speeds from the CPU clock (a quota, the cpu backend) */
     /* since the last plan, for a quota-limited worker: process CPU time at
      * its start, CPU spent computing, samples and steps */
     double qcpu0, qcompute;
