@@ -32,6 +32,29 @@ static inline int cpu_num_threads(void) { return 1; }
  * region costs more than it saves. */
 #define CPU_PAR_MIN 32768
 
+/* Elementwise work over the caller's n floats in blocks of whole cache
+ * lines, each block on one thread (the caller's nt threads; one below
+ * CPU_PAR_MIN floats):
+ *     CPU_FOR_BLOCKS(k) {
+ *         size_t lo = cpu_block_lo(k), len = cpu_block_len(n, lo);
+ *         span(x + lo, y + lo, len);
+ *     }                                                                     */
+#define CPU_BLOCK ((size_t)4096)
+#ifdef _OPENMP
+#define CPU_BLOCKS_PRAGMA                                                                      \
+    _Pragma("omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)")
+#else
+#define CPU_BLOCKS_PRAGMA
+#endif
+#define CPU_FOR_BLOCKS(k)                                                                      \
+    CPU_BLOCKS_PRAGMA                                                                          \
+    for (long k = 0; k < (long)((n + CPU_BLOCK - 1) / CPU_BLOCK); k++)
+static inline size_t cpu_block_lo(long k) { return (size_t)k * CPU_BLOCK; }
+static inline size_t cpu_block_len(size_t n, size_t lo)
+{
+    return n - lo < CPU_BLOCK ? n - lo : CPU_BLOCK;
+}
+
 struct cpu_dev {
     int nt; /* threads used by this device's ops (>= 1) */
 };

@@ -503,14 +503,8 @@ int cpu_adam_step(rt_dev *d, size_t n, const struct rt_adam_scalars *p, rt_view 
     const float *g = cpu_f(gv);
     int nt = cpu_nt(d);
     (void)nt;
-    /* blocks of whole cache lines, each on one thread */
-    const size_t block = 4096;
-    const long nblocks = (long)((n + block - 1) / block);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)
-#endif
-    for (long k = 0; k < nblocks; k++) {
-        size_t lo = (size_t)k * block, len = n - lo < block ? n - lo : block;
+    CPU_FOR_BLOCKS(k) {
+        size_t lo = cpu_block_lo(k), len = cpu_block_len(n, lo);
         adam_span(p, w + lo, g + lo, m + lo, v + lo, len);
     }
     return RT_OK;

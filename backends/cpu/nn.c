@@ -462,13 +462,8 @@ int cpu_add_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view 
     float *y = cpu_f(yv);
     int nt = cpu_nt(d);
     (void)nt;
-    const size_t block = 4096;
-    const long nblocks = (long)((n + block - 1) / block);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)
-#endif
-    for (long k = 0; k < nblocks; k++) {
-        size_t lo = (size_t)k * block, m = n - lo < block ? n - lo : block;
+    CPU_FOR_BLOCKS(k) {
+        size_t lo = cpu_block_lo(k), m = cpu_block_len(n, lo);
         add_act_span(kind, alpha, a + lo, b + lo, y + lo, m);
     }
     return RT_OK;
@@ -487,14 +482,8 @@ int cpu_act_fwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, 
         break;
     case RT_ACT_RELU:
     case RT_ACT_LEAKY: {
-        /* blocks of whole cache lines, each on one thread, as act_bwd */
-        const size_t block = 4096;
-        const long nblocks = (long)((n + block - 1) / block);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)
-#endif
-        for (long k = 0; k < nblocks; k++) {
-            size_t lo = (size_t)k * block, m = n - lo < block ? n - lo : block;
+        CPU_FOR_BLOCKS(k) {
+            size_t lo = cpu_block_lo(k), m = cpu_block_len(n, lo);
             act_fwd_span(kind == RT_ACT_LEAKY, alpha, x + lo, y + lo, m);
         }
         break;
@@ -527,14 +516,8 @@ int cpu_act_bwd(rt_dev *d, enum rt_act kind, float alpha, size_t n, rt_view xv, 
     }
     int nt = cpu_nt(d);
     (void)nt;
-    /* elementwise: blocks of whole cache lines, each on one thread */
-    const size_t block = 4096;
-    const long nblocks = (long)((n + block - 1) / block);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (n > CPU_PAR_MIN)
-#endif
-    for (long k = 0; k < nblocks; k++) {
-        size_t lo = (size_t)k * block, m = n - lo < block ? n - lo : block;
+    CPU_FOR_BLOCKS(k) {
+        size_t lo = cpu_block_lo(k), m = cpu_block_len(n, lo);
         act_grad_span(kind, alpha, x + lo, y + lo, dy + lo, dx + lo, m);
     }
     return RT_OK;
