@@ -104,8 +104,10 @@ train() {
     images=19200
     [ $model = seedcnn ] && images=6400
     : > "$tmp/one" ; : > "$tmp/on" ; : > "$tmp/off"
+    order="one on off"
     for _ in $(seq "$REPS"); do
-      for cell in one on off; do
+      # each round starts with the next cell: no cell always follows the same one
+      for cell in $order; do
         rm -f "$tmp/m.jsonl"
         case $cell in
           one) flags="--threads 2" ;;
@@ -117,6 +119,7 @@ train() {
           $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; continue; }
         ips "$tmp/m.jsonl" >> "$tmp/$cell"
       done
+      order="${order#* } ${order%% *}"
     done
     one=$(median < "$tmp/one") on=$(median < "$tmp/on") off=$(median < "$tmp/off")
     awk -v m=$model -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" 'BEGIN {
