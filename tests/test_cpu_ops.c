@@ -327,7 +327,13 @@ static void conv_case(rt_dev *d, const struct rt_conv_shape *s, uint64_t seed)
     assert_int_equal(rt_op_conv2d_bwd_data(d, s, DY.v, W.v, DX.v, WS.v), 0);
     expect_close(&DX, dx, 1e-5, 1.0, what);
     assert_int_equal(rt_op_conv2d_bwd_filter(d, s, X.v, DY.v, DW.v, WS.v), 0);
-    expect_close(&DW, dw, 1e-5, 4.0, what);
+    /* relative to the typical size of a sum of that many products of
+     * uniform [-1, 1) values, sqrt(terms) / 3: a weight of 4.1 summed from
+     * 8,085 products (7 images of 35 x 33) was off by 4.6e-5 with OpenBLAS
+     * 0.3.21's Zen kernels on an AMD EPYC, 1.1e-5 of itself and 1.5e-6 of
+     * this; the other sums stay within 1e-5 of max(|value|, 1) */
+    const double terms = (double)s->n * s->oh * s->ow;
+    expect_close(&DW, dw, 1e-5, fmax(4.0, sqrt(terms) / 3.0), what);
     /* the same sum again, bit for bit, whichever thread took which images */
     float *dw1 = fvec(wsz), *dw2 = fvec(wsz);
     tb_get(&DW, dw1);

@@ -1,7 +1,7 @@
 /* test_dist.c — synchronous data-parallel training through the real
  * command (`ragtag train --workers N`, local worker processes):
  *   - 2 workers with 32 images each give the weights of 1 process with
- *     batch 64 after 20 steps, within 1e-5 relative per tensor (not
+ *     batch 64 after 20 steps, within 1e-4 relative per tensor (not
  *     bitwise: one GEMM over 64 images and two over 32 then a sum round
  *     differently);
  *   - 3 workers (shares 22/21/21, shared memory; and again over TCP) end
@@ -149,7 +149,10 @@ static void test_two_workers_equal_one_big_batch(void **state)
     /* static: 32 + 32 every step, as this test says; balanced shares follow
      * the speeds of each run and at lr 0.05 the rounding of another split
      * grows to 1.1e-5 in 20 steps (test_balanced_uneven_workers runs
-     * balanced shares at lr 0.02) */
+     * balanced shares at lr 0.02). Even 32 + 32 sums the batch in another
+     * order than 64 at once: 1.07e-5 with OpenBLAS 0.3.21's Zen kernels
+     * (AMD EPYC), below 1e-5 on the Intel machines before; a lost or
+     * doubled sample moves the gradient by about 1/64. */
     assert_int_equal(run("two.log", "train %s %s --workers 2 --partition static --save %s/two.st",
                          LENET, common, tmp),
                      0);
@@ -159,7 +162,7 @@ static void test_two_workers_equal_one_big_batch(void **state)
     double rel = tensor_rel_err("two.st", "one.st", &bitwise);
     printf("2 workers x 32 vs 1 x 64 after 20 steps: max relative difference %.3g per tensor%s\n",
            rel, bitwise ? " (bitwise equal)" : "");
-    assert_true(rel <= 1e-5);
+    assert_true(rel <= 1e-4);
 }
 
 static void test_one_worker_is_single_process(void **state)
