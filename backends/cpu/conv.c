@@ -1075,8 +1075,8 @@ static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_lay
     else
         wino_in_chunk(s, l, in, i0, i1, V, sl);
     for (int e = 0; e < 16; e++)
-        cpu_sgemm(1, false, false, rows, T, inner, 1.0f, U + (size_t)e * wino_es(s), inner,
-                  src + e * src_xs, ld, 0.0f, dst + e * dst_xs, ld);
+        cpu_gemm_nn(rows, T, inner, U + (size_t)e * wino_es(s), inner, src + e * src_xs, ld,
+                    dst + e * dst_xs, ld);
     for (int i = i0; i < i1; i++)
         for (int p = 0; p < rows; p++) {
             const float *tiles = dst + (size_t)p * ld + (size_t)(i - i0) * l->tpi;
@@ -1160,8 +1160,7 @@ static void wino_bwd_act_chunk(const struct rt_conv_shape *s, const struct wino_
     if (!dx)
         return;
     for (int e = 0; e < 16; e++)
-        cpu_sgemm(1, false, false, C, T, K, 1.0f, U + (size_t)e * wino_es(s), K, M + e * l->mxs, ld,
-                  0.0f, V + e * l->vxs, ld);
+        cpu_gemm_nn(C, T, K, U + (size_t)e * wino_es(s), K, M + e * l->mxs, ld, V + e * l->vxs, ld);
     for (int i = i0; i < i1; i++)
         for (int c = 0; c < C; c++)
             wino_scatter(s, l, V + (size_t)c * ld + (size_t)(i - i0) * l->tpi, l->vxs,
