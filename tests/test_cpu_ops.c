@@ -12,7 +12,7 @@
 #include "testutil.h"
 
 #include "backend.h"
-#include "cpu/cpu-impl.h" /* cpu_gemm_nn */
+#include "cpu/cpu-impl.h" /* cpu_gemm_small */
 #include "optim.h"
 #include "status.h"
 
@@ -1382,22 +1382,24 @@ static float *gemm_c(int m, int n, int ldc)
     return c;
 }
 
-/* got against A B in double, within 1e-6 of the sum of the products'
+/* got against op(A) B in double, within 1e-6 of the sum of the products'
  * magnitudes; the guards kept. */
-static void gemm_expect(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
-                        const float *got, int ldc)
+static void gemm_expect(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                        int ldb, const float *got, int ldc)
 {
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < n; j++) {
             double ref = 0.0, mag = 0.0;
             for (int p = 0; p < k; p++) {
-                double t = (double)a[(size_t)i * lda + p] * b[(size_t)p * ldb + j];
+                double t = (double)a[ta ? (size_t)p * lda + i : (size_t)i * lda + p] *
+                           b[(size_t)p * ldb + j];
                 ref += t;
                 mag += fabs(t);
             }
             double v = got[(size_t)i * ldc + j];
             if (!(fabs(v - ref) <= 1e-6 * mag + 1e-30))
-                fail_msg("gemm_nn %dx%dx%d: C[%d][%d] = %.9g, want %.9g", m, n, k, i, j, v, ref);
+                fail_msg("gemm_small%s %dx%dx%d: C[%d][%d] = %.9g, want %.9g", ta ? " A^T" : "", m,
+                         n, k, i, j, v, ref);
         }
         for (int j = n; j < ldc; j++)
             assert_true(got[(size_t)i * ldc + j] == guard_value);
@@ -1406,30 +1408,34 @@ static void gemm_expect(int m, int n, int k, const float *a, int lda, const floa
         assert_true(got[(size_t)m * ldc + g] == guard_value);
 }
 
-/* The Winograd GEMMs' kernel (cpu_gemm_nn: C = A B) against a loop in
- * double on random shapes, every tail of its 4 x 24 tiles included, with
- * strides wider than the rows: the gaps between C's rows and the floats
- * after it keep their guard (the masked stores). Each element of C is one
- * FMA chain in order: a block of rows and columns computed alone gives the
- * same bits as inside the whole product. */
-static void test_gemm_nn(void **state)
+/* The convolutions' small-GEMM kernel (cpu_gemm_small: C = op(A) B)
+ * against a loop in double on random shapes, A as it is and transposed,
+ * every tail of its 4 x 24 tiles and inner indices long enough to be cut
+ * in blocks, with strides wider than the rows: the gaps between C's rows
+ * and the floats after it keep their guard (the masked stores). Each
+ * element of C is one FMA chain in order: a block of rows and columns
+ * computed alone (cut differently) gives the same bits as inside the whole
+ * product. */
+static void test_gemm_small(void **state)
 {
     (void)state;
-    for (uint64_t t = 0; t < 60; t++) {
+    for (uint64_t t = 0; t < 80; t++) {
         struct rt_rng r;
         rt_rng_seed(&r, 77 + t, 0);
+        const bool ta = t % 2;
         const int m = 1 + (int)(rt_rng_uniform(&r) * 70), n = 1 + (int)(rt_rng_uniform(&r) * 110),
-                  k = 1 + (int)(rt_rng_uniform(&r) * 210);
-        const int lda = k + (int)(rt_rng_uniform(&r) * 5), ldb = n + (int)(rt_rng_uniform(&r) * 9),
-                  ldc = n + (int)(rt_rng_uniform(&r) * 9);
+                  k = 1 + (int)(rt_rng_uniform(&r) * 300);
+        /* A is m x k, or stored k x m when ta */
+        const int lda = (ta ? m : k) + (int)(rt_rng_uniform(&r) * 5),
+                  ldb = n + (int)(rt_rng_uniform(&r) * 9), ldc = n + (int)(rt_rng_uniform(&r) * 9);
         const int i0 = (int)(rt_rng_uniform(&r) * m), j0 = (int)(rt_rng_uniform(&r) * n);
-        float *a = frand((size_t)m * lda, -1, 1, 2 * t + 1);
+        float *a = frand((size_t)(ta ? k : m) * lda, -1, 1, 2 * t + 1);
         float *b = frand((size_t)k * ldb, -1, 1, 2 * t + 2);
         float *c = gemm_c(m, n, ldc), *part = gemm_c(m, n, ldc);
-        cpu_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc);
-        gemm_expect(m, n, k, a, lda, b, ldb, c, ldc);
-        cpu_gemm_nn(m - i0, n - j0, k, a + (size_t)i0 * lda, lda, b + j0, ldb,
-                    part + (size_t)i0 * ldc + j0, ldc);
+        cpu_gemm_small(ta, m, n, k, a, lda, b, ldb, c, ldc);
+        gemm_expect(ta, m, n, k, a, lda, b, ldb, c, ldc);
+        cpu_gemm_small(ta, m - i0, n - j0, k, ta ? a + i0 : a + (size_t)i0 * lda, lda, b + j0,
+                       ldb, part + (size_t)i0 * ldc + j0, ldc);
         for (int i = i0; i < m; i++)
             assert_memory_equal(part + (size_t)i * ldc + j0, c + (size_t)i * ldc + j0,
                                 sizeof(float) * (size_t)(n - j0));
@@ -1630,7 +1636,7 @@ int main(void)
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_bn),            cmocka_unit_test(test_bn_act_fused),
         cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_nn),
+        cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_adam),          cmocka_unit_test(test_optim_threads),
     };

@@ -400,6 +400,18 @@ static void im2col_wide(const struct rt_conv_shape *s, const struct conv_layout 
             }
 }
 
+/* C = op(A) B, beta 0: on one thread (an image of the batch per thread)
+ * the small-GEMM kernel, which reads both in place; else the BLAS split
+ * over nt threads. */
+static void conv_gemm(int nt, bool ta, int m, int n, int k, const float *a, int lda,
+                      const float *b, int ldb, float *c, int ldc)
+{
+    if (nt == 1)
+        cpu_gemm_small(ta, m, n, k, a, lda, b, ldb, c, ldc);
+    else
+        cpu_sgemm(nt, ta, false, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
 static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
                     const struct conv_epi *e, const float *x, const float *w, float *y,
                     float *sl)
@@ -411,7 +423,7 @@ static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_lay
             col = (float *)x;
         else
             im2col(s, x, col);
-        cpu_sgemm(nt, false, false, s->k, len, crs, 1.0f, w, crs, col, len, 0.0f, y, len);
+        conv_gemm(nt, false, s->k, len, crs, w, crs, col, len, y, len);
         if (e && e->b)
             for (int k = 0; k < s->k; k++)
                 epi_plane(e, k, y + (size_t)k * len, y + (size_t)k * len, (size_t)len);
@@ -420,7 +432,7 @@ static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_lay
     float *out = sl + l->off_out;
     pad_image(s, l, x, sl);
     im2col_wide(s, l, sl, col);
-    cpu_sgemm(nt, false, false, s->k, len, crs, 1.0f, w, crs, col, len, 0.0f, out, len);
+    conv_gemm(nt, false, s->k, len, crs, w, crs, col, len, out, len);
     epi_wide(s, l, e, out, y);
 }
 
@@ -458,16 +470,16 @@ static void bwd_data_one(int nt, const struct rt_conv_shape *s, const struct con
     float *col = sl + l->off_col;
     if (!l->wide) {
         if (conv_is_pointwise(s)) {
-            cpu_sgemm(nt, true, false, crs, len, s->k, 1.0f, w, crs, dy, len, 0.0f, dx, len);
+            conv_gemm(nt, true, crs, len, s->k, w, crs, dy, len, dx, len);
             return;
         }
-        cpu_sgemm(nt, true, false, crs, len, s->k, 1.0f, w, crs, dy, len, 0.0f, col, len);
+        conv_gemm(nt, true, crs, len, s->k, w, crs, dy, len, col, len);
         col2im(s, col, dx);
         return;
     }
     float *dyw = sl + l->off_out, *dxp = sl;
     widen_dy(s, l, dy, dyw);
-    cpu_sgemm(nt, true, false, crs, len, s->k, 1.0f, w, crs, dyw, len, 0.0f, col, len);
+    conv_gemm(nt, true, crs, len, s->k, w, crs, dyw, len, col, len);
     memset(dxp, 0, l->pad * sizeof(float));
     for (int c = 0; c < s->c; c++)
         for (int r = 0; r < s->r; r++)
@@ -1075,8 +1087,8 @@ static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_lay
     else
         wino_in_chunk(s, l, in, i0, i1, V, sl);
     for (int e = 0; e < 16; e++)
-        cpu_gemm_nn(rows, T, inner, U + (size_t)e * wino_es(s), inner, src + e * src_xs, ld,
-                    dst + e * dst_xs, ld);
+        cpu_gemm_small(false, rows, T, inner, U + (size_t)e * wino_es(s), inner, src + e * src_xs,
+                       ld, dst + e * dst_xs, ld);
     for (int i = i0; i < i1; i++)
         for (int p = 0; p < rows; p++) {
             const float *tiles = dst + (size_t)p * ld + (size_t)(i - i0) * l->tpi;
@@ -1160,7 +1172,8 @@ static void wino_bwd_act_chunk(const struct rt_conv_shape *s, const struct wino_
     if (!dx)
         return;
     for (int e = 0; e < 16; e++)
-        cpu_gemm_nn(C, T, K, U + (size_t)e * wino_es(s), K, M + e * l->mxs, ld, V + e * l->vxs, ld);
+        cpu_gemm_small(false, C, T, K, U + (size_t)e * wino_es(s), K, M + e * l->mxs, ld,
+                       V + e * l->vxs, ld);
     for (int i = i0; i < i1; i++)
         for (int c = 0; c < C; c++)
             wino_scatter(s, l, V + (size_t)c * ld + (size_t)(i - i0) * l->tpi, l->vxs,

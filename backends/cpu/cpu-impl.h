@@ -77,11 +77,12 @@ static inline float *cpu_f_or_null(rt_view v)
 void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
                int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
-/* C = A B on the calling thread, row-major, beta 0 (C is not read): the
- * Winograd convolution's small GEMMs, in registers where the CPU has AVX2
- * and FMA, else cpu_sgemm (gemm_small.c). */
-void cpu_gemm_nn(int m, int n, int k, const float *a, int lda, const float *b, int ldb, float *c,
-                 int ldc);
+/* C = op(A) B on the calling thread, row-major, beta 0 (C is not read),
+ * op(A) = A^T when ta: the convolutions' small GEMMs (Winograd's, and
+ * im2col's on one image), in registers where the CPU has AVX2 and FMA but
+ * not AVX-512, else cpu_sgemm (gemm_small.c). */
+void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                    int ldb, float *c, int ldc);
 
 /* Call before a parallel region whose threads call cpu_sgemm(1, ...). */
 void cpu_blas_before_parallel(void);

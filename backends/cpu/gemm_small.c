@@ -1,30 +1,35 @@
-/* gemm_small.c — C = A B (no transposes, beta 0) for the many small GEMMs
- * of the Winograd convolution's forward and backward-data: 16 per chunk of
- * images, each with 16-64 rows (channels), an inner 16-64 (channels) and a
- * few hundred columns (tiles).
+/* gemm_small.c — C = op(A) B (beta 0) for the convolutions' many small
+ * GEMMs: the Winograd forward's and backward-data's, 16 per chunk of
+ * images (16-64 channels by 16-64 channels by a few hundred tiles), and
+ * im2col's on one image per thread (filters by c r s by the output plane;
+ * A^T for the data gradient).
  *
  * At these sizes a BLAS spends as long around its kernel as in it: it
  * scales C by beta in a pass of its own and copies A and B into packed
  * panels on every call (measured with OpenBLAS 0.3.21 on an AVX2 EPYC:
  * 32 x 144 x 32 at 38 GFLOP/s, 16 x 196 x 16 at 22, the beta pass alone
- * 10% of a seedcnn step). Both operands already fit L1 and B's rows are
- * contiguous, so this kernel reads them in place: a panel of 24 columns
- * of B stays in L1 while 4 rows of C at a time are summed in 12 AVX2
- * registers and written once. Each element of C is one FMA chain over the
- * inner index in order, so the bits do not depend on the blocking.
+ * 10% of a seedcnn step). B's rows are contiguous, so this kernel reads
+ * both operands in place: a panel of 24 columns of B stays in L1 while 4
+ * rows of C at a time are summed in 12 AVX2 registers (A's elements
+ * broadcast, from rows or, for A^T, columns) and written once; an inner
+ * index too long for A and a panel to share L1 is cut into blocks. Each
+ * element of C is one FMA chain over the inner index in order, so the bits
+ * do not depend on the blocking.
  *
  * The filters' gradient, C (+)= A B^T with the tiles as the inner index,
  * stays with the BLAS: rows dotted 8 lanes at a time in 4 x 2 tiles were
  * 15% slower than OpenBLAS (seedcnn conv2: 12.0 ms against 10.3), the
  * inner of 144 tiles too short to pay each tile's adding up of its lanes.
  *
- * Without AVX2 and FMA (or off x86-64) the BLAS does it (cpu_sgemm). */
+ * Without AVX2 and FMA (or off x86-64) the BLAS does it (cpu_sgemm), and
+ * with AVX-512 too: there OpenBLAS's kernels have twice the width of
+ * these, and this kernel has not been measured against them. */
 #include "config.h"
 
 #include "cpu-impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
-#define GEMM_NN_AVX2 1
+#define GEMM_SMALL_AVX2 1
 #include <immintrin.h>
 
 #define TGT __attribute__((target("avx2,fma")))
@@ -32,17 +37,24 @@
 #define VECS 3 /* vectors of 8 columns: a panel of 24 */
 
 /* Rows r < R of C's panel from column 0, NV vectors, the last one masked
- * when MASKED (its lanes past the end are neither read nor written). */
+ * when MASKED (its lanes past the end are neither read nor written); the
+ * sums start from C's values when `more` (the next block of the inner
+ * index: a float stored and loaded again is the same float, so the chain
+ * goes on with the same bits). */
 static inline TGT __attribute__((always_inline)) void
-tile(const int R, const int NV, const bool MASKED, __m256i mask, int k, const float *a, int lda,
-     const float *b, int ldb, float *c, int ldc)
+tile(const bool TA, const int R, const int NV, const bool MASKED, __m256i mask, bool more, int k,
+     const float *a, int lda, const float *b, int ldb, float *c, int ldc)
 {
     __m256 acc[ROWS][VECS];
 #pragma GCC unroll 4
     for (int r = 0; r < ROWS; r++)
 #pragma GCC unroll 3
-        for (int v = 0; v < VECS; v++)
-            acc[r][v] = _mm256_setzero_ps();
+        for (int v = 0; v < VECS; v++) {
+            const float *cp = c + (size_t)r * ldc + 8 * v;
+            acc[r][v] = !more || r >= R || v >= NV ? _mm256_setzero_ps()
+                        : MASKED && v == NV - 1    ? _mm256_maskload_ps(cp, mask)
+                                                   : _mm256_loadu_ps(cp);
+        }
     for (int p = 0; p < k; p++) {
         const float *bp = b + (size_t)p * ldb;
         __m256 bv[VECS];
@@ -52,7 +64,8 @@ tile(const int R, const int NV, const bool MASKED, __m256i mask, int k, const fl
                                           : _mm256_loadu_ps(bp + 8 * v);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            const __m256 av = _mm256_broadcast_ss(a + (size_t)r * lda + p);
+            const __m256 av = _mm256_broadcast_ss(TA ? a + (size_t)p * lda + r
+                                                     : a + (size_t)r * lda + p);
 #pragma GCC unroll 3
             for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
@@ -70,37 +83,39 @@ tile(const int R, const int NV, const bool MASKED, __m256i mask, int k, const fl
         }
 }
 
-typedef void (*tile_fn)(__m256i mask, int k, const float *a, int lda, const float *b, int ldb,
-                        float *c, int ldc);
+typedef void (*tile_fn)(__m256i mask, bool more, int k, const float *a, int lda, const float *b,
+                        int ldb, float *c, int ldc);
 
 /* One function per shape of tile, the constants folded in. */
-#define TILE_FN(R, NV, M)                                                                      \
-    static TGT void tile_##R##_##NV##_##M(__m256i mask, int k, const float *a, int lda,        \
-                                          const float *b, int ldb, float *c, int ldc)          \
+#define TILE_FN(T, R, NV, M)                                                                   \
+    static TGT void tile_##T##R##NV##M(__m256i mask, bool more, int k, const float *a, int lda,  \
+                                       const float *b, int ldb, float *c, int ldc)             \
     {                                                                                          \
-        tile(R, NV, M, mask, k, a, lda, b, ldb, c, ldc);                                       \
+        tile(T, R, NV, M, mask, more, k, a, lda, b, ldb, c, ldc);                              \
     }
-#define TILE_FNS(R)                                                                            \
-    TILE_FN(R, 1, 0) TILE_FN(R, 2, 0) TILE_FN(R, 3, 0) TILE_FN(R, 1, 1) TILE_FN(R, 2, 1)       \
-    TILE_FN(R, 3, 1)
-TILE_FNS(1)
-TILE_FNS(2)
-TILE_FNS(3)
-TILE_FNS(4)
-#define TILE_ROW(R)                                                                            \
-    {{tile_##R##_1_0, tile_##R##_2_0, tile_##R##_3_0},                                         \
-     {tile_##R##_1_1, tile_##R##_2_1, tile_##R##_3_1}}
-/* tiles[R - 1][masked][NV - 1] */
-static const tile_fn tiles[ROWS][2][VECS] = {TILE_ROW(1), TILE_ROW(2), TILE_ROW(3), TILE_ROW(4)};
+#define TILE_FNS(T, R)                                                                         \
+    TILE_FN(T, R, 1, 0) TILE_FN(T, R, 2, 0) TILE_FN(T, R, 3, 0) TILE_FN(T, R, 1, 1)            \
+    TILE_FN(T, R, 2, 1) TILE_FN(T, R, 3, 1)
+#define TILE_FNS_T(T) TILE_FNS(T, 1) TILE_FNS(T, 2) TILE_FNS(T, 3) TILE_FNS(T, 4)
+TILE_FNS_T(0)
+TILE_FNS_T(1)
+#define TILE_ROW(T, R)                                                                         \
+    {{tile_##T##R##1##0, tile_##T##R##2##0, tile_##T##R##3##0},                                \
+     {tile_##T##R##1##1, tile_##T##R##2##1, tile_##T##R##3##1}}
+#define TILE_ROWS(T) {TILE_ROW(T, 1), TILE_ROW(T, 2), TILE_ROW(T, 3), TILE_ROW(T, 4)}
+/* tiles[ta][R - 1][masked][NV - 1] */
+static const tile_fn tiles[2][ROWS][2][VECS] = {TILE_ROWS(0), TILE_ROWS(1)};
 
-static TGT void gemm_nn_avx2(int m, int n, int k, const float *a, int lda, const float *b,
-                             int ldb, float *c, int ldc)
+/* Floats of A's rows and a panel of B kept in L1 at once (24 KiB of
+ * Zen 3's 32): beyond it the inner index is cut into blocks. Without the
+ * cut a strided layer of resnet8 (32 x 210 x 144: A 18 KiB, a panel 14)
+ * ran at half OpenBLAS's speed. */
+#define L1_FLOATS 6144
+
+/* Columns [0, n) of C from rows [0, k) of B, in panels. */
+static TGT void panels(bool ta, int m, int n, int k, __m256i mask, bool more, const float *a,
+                       int lda, const float *b, int ldb, float *c, int ldc)
 {
-    const int rem = n % 8;
-    int32_t lanes[8];
-    for (int i = 0; i < 8; i++)
-        lanes[i] = i < rem ? -1 : 0;
-    const __m256i mask = _mm256_loadu_si256((const __m256i *)lanes);
     for (int j = 0, w; j < n; j += w) {
         /* panels of 24; a last one of 8 or less makes the one before 16:
          * 8 columns take 4 broadcasts for 4 FMAs, 16 for 8 */
@@ -109,32 +124,49 @@ static TGT void gemm_nn_avx2(int m, int n, int k, const float *a, int lda, const
         const int nv = (w + 7) / 8, masked = w % 8 != 0;
         for (int i = 0; i < m; i += ROWS) {
             const int r = m - i < ROWS ? m - i : ROWS;
-            tiles[r - 1][masked][nv - 1](mask, k, a + (size_t)i * lda, lda, b + j, ldb,
-                                         c + (size_t)i * ldc + j, ldc);
+            tiles[ta][r - 1][masked][nv - 1](mask, more, k, ta ? a + i : a + (size_t)i * lda, lda,
+                                             b + j, ldb, c + (size_t)i * ldc + j, ldc);
         }
     }
 }
 
-static bool have_avx2_fma(void)
+static TGT void gemm_avx2(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                          int ldb, float *c, int ldc)
 {
-    static int have = -1; /* a race writes the same value */
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const int rem = n % 8;
+    int32_t lanes[8];
+    for (int i = 0; i < 8; i++)
+        lanes[i] = i < rem ? -1 : 0;
+    const __m256i mask = _mm256_loadu_si256((const __m256i *)lanes);
+    const long fit = L1_FLOATS / (m + 8 * VECS);
+    const int blocks = fit >= k ? 1 : (int)((k + fit - 1) / (fit > 0 ? fit : 1));
+    for (int bk = 0; bk < blocks; bk++) {
+        const int k0 = (int)((long)k * bk / blocks), k1 = (int)((long)k * (bk + 1) / blocks);
+        panels(ta, m, n, k1 - k0, mask, bk > 0, ta ? a + (size_t)k0 * lda : a + k0, lda,
+               b + (size_t)k0 * ldb, ldb, c, ldc);
     }
-    return have;
+}
+
+static bool use_avx2_kernel(void)
+{
+    static int use = -1; /* a race writes the same value */
+    if (use < 0) {
+        __builtin_cpu_init();
+        use = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+              !__builtin_cpu_supports("avx512f");
+    }
+    return use;
 }
 #endif
 
-void cpu_gemm_nn(int m, int n, int k, const float *a, int lda, const float *b, int ldb, float *c,
-                 int ldc)
+void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                    int ldb, float *c, int ldc)
 {
-#ifdef GEMM_NN_AVX2
-    if (m > 0 && n > 0 && k > 0 && have_avx2_fma()) {
-        gemm_nn_avx2(m, n, k, a, lda, b, ldb, c, ldc);
+#ifdef GEMM_SMALL_AVX2
+    if (m > 0 && n > 0 && k > 0 && use_avx2_kernel()) {
+        gemm_avx2(ta, m, n, k, a, lda, b, ldb, c, ldc);
         return;
     }
 #endif
-    cpu_sgemm(1, false, false, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    cpu_sgemm(1, ta, false, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
-
