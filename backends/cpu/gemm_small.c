@@ -149,13 +149,15 @@ static TGT void gemm_avx2(bool ta, int m, int n, int k, const float *a, int lda,
 
 static bool use_avx2_kernel(void)
 {
-    static int use = -1; /* a race writes the same value */
-    if (use < 0) {
+    static int use = -1; /* threads that race here store the same value */
+    int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
+    if (u < 0) {
         __builtin_cpu_init();
-        use = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-              !__builtin_cpu_supports("avx512f");
+        u = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            !__builtin_cpu_supports("avx512f");
+        __atomic_store_n(&use, u, __ATOMIC_RELAXED);
     }
-    return use;
+    return u;
 }
 #endif
 
