@@ -172,6 +172,33 @@ bool rt_plan_standby(int world, const double *speed, double min_share, bool *act
     return changed;
 }
 
+double rt_plan_shares_time(int world, const long *share, const double *speed,
+                           const bool *active)
+{
+    double t = 0.0;
+    for (int r = 0; r < world; r++) {
+        if (active && !active[r])
+            continue;
+        if (share[r] <= 0 || !isfinite(speed[r]) || speed[r] <= 0.0)
+            return INFINITY;
+        t = fmax(t, (double)share[r] / speed[r]);
+    }
+    return t;
+}
+
+bool rt_plan_worth(int world, const long *old, const long *share, const double *speed,
+                   const bool *active, long slack, double gain)
+{
+    double t_old = rt_plan_shares_time(world, old, speed, active);
+    double t_new = rt_plan_shares_time(world, share, speed, active);
+    if (isinf(t_old)) /* an active worker without a share: any plan that stands */
+        return !isinf(t_new);
+    long moved = 0;
+    for (int r = 0; r < world; r++)
+        moved = labs(old[r] - share[r]) > moved ? labs(old[r] - share[r]) : moved;
+    return moved > slack && t_old > t_new * (1.0 + gain);
+}
+
 double rt_plan_step_time(long n, int world, const double *speed, const double *overhead,
                          const bool *active)
 {

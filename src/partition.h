@@ -57,6 +57,21 @@ bool rt_plan_shares_capped(long n, int world, const double *speed, const bool *a
  * everybody active. Returns whether any worker changed role. */
 bool rt_plan_standby(int world, const double *speed, double min_share, bool *active);
 
+/* Seconds of the compute of a step cut as share[] at these speeds: the
+ * slowest active worker's share[r] / speed[r]. INFINITY when an active
+ * worker has no share or no speed (a plan that cannot stand). */
+double rt_plan_shares_time(int world, const long *share, const double *speed,
+                           const bool *active);
+
+/* Whether the new shares are worth taking over the old at the speeds just
+ * measured: some share moved by more than slack samples, and the step
+ * gets shorter by more than the fraction gain (or the old plan cannot
+ * stand). Speeds measured over a few steps are noisy (two equal workers:
+ * +-10% a 16-step window), and a plan that follows the noise leaves the
+ * step waiting on the larger share. */
+bool rt_plan_worth(int world, const long *old, const long *share, const double *speed,
+                   const bool *active, long slack, double gain);
+
 /* Seconds of a step of n samples cut in proportion to speed between the
  * active workers, each also spending overhead[r] seconds per step outside
  * computing (forwarding ring traffic, the optimiser update: for a worker on

@@ -18,6 +18,7 @@
 
 #define STANDBY_PROBE_EVERY 8 /* steps between a standby worker's probes */
 #define STANDBY_GAIN 0.05     /* standby for a worker whose leaving shortens the step 5% */
+#define PLAN_GAIN 0.05        /* a new plan for a step 5% shorter */
 
 /* A worker in a CPU-quota cgroup (docker --cpus) computes in bursts: what
  * it sustains is its burst speed x quota / threads. */
@@ -209,6 +210,7 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
 {
     const struct rt_trainer *t = p->t;
     int W = t->world;
+    p->settled = p->plans > 0; /* the first plan of a group rests on probes */
     /* Gossip plans whole epochs: the rate over the last epoch's loop (wall
      * time, so it sees quota freezes and exchanges) is steadier than a
      * 16-step window. Otherwise the compute speed, for a quota-limited
@@ -231,12 +233,12 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
     RT_TRY(cut(p, t->c.batch, p->share));
     p->plans++;
     /* A move of a sample or two is noise (a smaller share runs at fewer
-     * img/s, which asks for a smaller share...): keep the plan then, shares
-     * and the speeds they came from together. */
-    long moved = 0, slack = t->c.batch / 50 > 1 ? t->c.batch / 50 : 1;
-    for (int r = 0; r < W; r++)
-        moved = labs(old[r] - p->share[r]) > moved ? labs(old[r] - p->share[r]) : moved;
-    bool changed = p->plans == 1 || roles || moved > slack;
+     * img/s, which asks for a smaller share...), and so is a plan that
+     * would shorten the step by less than PLAN_GAIN: keep the plan then,
+     * shares and the speeds they came from together. */
+    long slack = t->c.batch / 50 > 1 ? t->c.batch / 50 : 1;
+    bool changed = p->plans == 1 || roles ||
+                   rt_plan_worth(W, old, p->share, p->speed, p->active, slack, PLAN_GAIN);
     if (!changed)
         for (int r = 0; r < W; r++) {
             p->share[r] = old[r];
@@ -269,7 +271,9 @@ int rt_planner_regroup(struct rt_planner *p)
     if (!p->balanced)
         return RT_OK;
     /* shares at 0: the new plan counts as a change, and rank 0 logs it */
-    return rt_planner_replan(p, t->pos.step, rt_planner_rate(p), "the members changed");
+    RT_TRY(rt_planner_replan(p, t->pos.step, rt_planner_rate(p), "the members changed"));
+    p->settled = false; /* a newcomer's speed is its probe's: measure it in training */
+    return RT_OK;
 }
 
 int rt_planner_check_leave(const struct rt_planner *p)
@@ -422,6 +426,15 @@ void rt_planner_agreed(struct rt_planner *p, uint32_t agreed, long step)
     if (agreed & RT_VOTE_REPLAN) {
         p->replan_due = true;
         p->replan_why = "a speed changed";
+    } else if (!p->settled && step + 1 - p->plan_step >= RT_SPEED_WINDOW) {
+        /* The first plan came from probes each worker ran on its own, as
+         * it joined: two equal workers measured 1,488 and 1,300 img/s
+         * (one probing while the other was still starting) and kept 34
+         * and 30 of 64 until the periodic plan, every step waiting 6% on
+         * the larger share. One plan on a window of real steps, taken by
+         * all at once (the same step everywhere), corrects that early. */
+        p->replan_due = true;
+        p->replan_why = "speeds measured in training";
     } else if (p->t->c.replan_every > 0 && step + 1 - p->plan_step >= p->t->c.replan_every) {
         p->replan_due = true;
         p->replan_why = "periodic";

@@ -38,6 +38,7 @@ struct rt_planner {
     long plans, plans_changed;
     bool replan_due;
     const char *replan_why;
+    bool settled;         /* planned once on speeds measured in training */
     float throttle;       /* testing aid: fraction of this worker's speed */
     double quota_scale;   /* CPU quota / threads, at most 1 (rt_cpu_quota) */
     double quota;         /* the quota in cores, 0: none */

@@ -437,8 +437,11 @@ static void test_average_h1_is_sync(void **state)
 {
     (void)state;
     uneven_run_matches_one_machine("avg1", "--workers 3 --mode average --sync-every 1 "
-                                           "--throttle 1,1,0.5",
+                                           "--throttle 1,1,0.5 --replan-change 10",
                                    "average mode, H = 1, 3 uneven workers");
+    /* 20 steps, no --replan-every, no votes: the plan from the start's
+     * probes, then one on the speeds of the first 16 steps, no other */
+    assert_true(log_number("avg1.log", "(end; ") == 2.0);
 }
 
 static void test_average_reaches_sync_accuracy(void **state)

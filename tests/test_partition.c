@@ -113,6 +113,36 @@ static void test_standby_for_overhead(void **state)
     assert_true(a2[0]);
 }
 
+/* A new plan only for a step shorter by more than the margin: two equal
+ * workers whose 16-step speeds differ by noise keep an even cut, a real
+ * difference moves it, and a plan that leaves an active worker without a
+ * share (the members changed) always gives way. */
+static void test_plan_worth_a_change(void **state)
+{
+    (void)state;
+    bool act[3] = {true, true, true};
+    long even[2] = {32, 32}, noisy[2] = {33, 31}, skew[2] = {34, 30};
+    double sp[2] = {1300.0, 1240.0}; /* 5% apart: 33 / 31 shortens the step 1.6% */
+    assert_true(fabs(rt_plan_shares_time(2, even, sp, act) - 32.0 / 1240.0) < 1e-12);
+    assert_false(rt_plan_worth(2, even, noisy, sp, act, 1, 0.05));
+    assert_false(rt_plan_worth(2, even, skew, sp, act, 1, 0.05)); /* 34 / 30 is slower */
+    double eq[2] = {1300.0, 1300.0}; /* the start's probes said 34 / 30, training says equal */
+    assert_true(rt_plan_worth(2, skew, even, eq, act, 1, 0.05)); /* 6.25% shorter */
+    assert_false(rt_plan_worth(2, skew, even, eq, act, 1, 0.07));
+    assert_false(rt_plan_worth(2, skew, even, eq, act, 4, 0.0)); /* moved 2: within slack */
+    double fast[2] = {2000.0, 1000.0};
+    long third[2] = {43, 21};
+    assert_true(rt_plan_worth(2, even, third, fast, act, 1, 0.05)); /* 2x: 1.5x shorter */
+    /* an active worker with no share, or no speed: the old plan cannot stand */
+    long none[3] = {32, 32, 0}, three[3] = {22, 21, 21};
+    double sp3[3] = {1000.0, 1000.0, 1000.0};
+    assert_true(isinf(rt_plan_shares_time(3, none, sp3, act)));
+    assert_true(rt_plan_worth(3, none, three, sp3, act, 1, 0.05));
+    act[2] = false; /* on standby: no share is right */
+    assert_false(rt_plan_worth(3, none, (long[3]){33, 31, 0}, sp3, act, 1, 0.05));
+    assert_false(rt_plan_worth(3, (long[3]){0, 0, 0}, (long[3]){0, 0, 0}, sp3, act, 1, 0.05));
+}
+
 static void test_unmeasured_speeds_still_get_work(void **state)
 {
     (void)state;
@@ -268,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_shares_add_up_and_follow_speeds),
         cmocka_unit_test(test_standby_gets_nothing),
         cmocka_unit_test(test_standby_for_overhead),
+        cmocka_unit_test(test_plan_worth_a_change),
         cmocka_unit_test(test_unmeasured_speeds_still_get_work),
         cmocka_unit_test(test_speed_window),
         cmocka_unit_test(test_shares_capped_by_memory),
