@@ -152,7 +152,7 @@ static void epi_wide(const struct rt_conv_shape *s, const struct conv_layout *l,
             if (e && e->b)
                 cpu_bias_act(e->kind, e->alpha, e->b + k, 0, src, dst, ow);
             else
-                memcpy(dst, src, ow * sizeof(float));
+                cpu_copy_row(dst, src, ow);
         }
 }
 
@@ -354,7 +354,7 @@ static void pad_image(const struct rt_conv_shape *s, const struct conv_layout *l
         for (size_t h = 0; h < H; h++) {
             float *row = pc + (PH + h) * l->wp;
             memset(row, 0, PW * sizeof(float));
-            memcpy(row + PW, xc + h * W, W * sizeof(float));
+            cpu_copy_row(row + PW, xc + h * W, W);
             memset(row + PW + W, 0, PW * sizeof(float));
         }
         memset(pc + (PH + H) * l->wp, 0, (l->hp - PH - H) * l->wp * sizeof(float));
@@ -370,9 +370,9 @@ static void unpad_image(const struct rt_conv_shape *s, const struct conv_layout 
     if (l->sh == 1 && l->sw == 1) { /* the padded image itself */
         for (int c = 0; c < s->c; c++)
             for (size_t h = 0; h < H; h++)
-                memcpy(dx + ((size_t)c * H + h) * W,
-                       xp + ((size_t)c * l->hq + h + (size_t)s->pad_h) * l->wq + s->pad_w,
-                       W * sizeof(float));
+                cpu_copy_row(dx + ((size_t)c * H + h) * W,
+                             xp + ((size_t)c * l->hq + h + (size_t)s->pad_h) * l->wq + s->pad_w,
+                             W);
         return;
     }
     for (int c = 0; c < s->c; c++)
@@ -382,7 +382,7 @@ static void unpad_image(const struct rt_conv_shape *s, const struct conv_layout 
                                ih / (size_t)l->sh * l->wq;
             float *d = dx + ((size_t)c * H + h) * W;
             if (l->sw == 1)
-                memcpy(d, row + s->pad_w, W * sizeof(float));
+                cpu_copy_row(d, row + s->pad_w, W);
             else
                 phase_join_row(row, ps, s->w, s->pad_w, l->sw, d);
         }
@@ -444,7 +444,7 @@ static void widen_dy(const struct rt_conv_shape *s, const struct conv_layout *l,
     const size_t OW = (size_t)s->ow;
     for (size_t kr = 0; kr < (size_t)s->k * s->oh; kr++) {
         float *d = dyw + kr * l->wq;
-        memcpy(d, dy + kr * OW, OW * sizeof(float));
+        cpu_copy_row(d, dy + kr * OW, OW);
         memset(d + OW, 0, (l->wq - OW) * sizeof(float));
     }
 }
@@ -823,35 +823,46 @@ static void wino_in(const struct wino_layout *l, const float *xp, float *v, size
     }
 }
 
-/* One output plane from M[xi][t] (xi stride xs): y_tile = A^T m A. */
+/* One output plane from M[xi][t] (xi stride xs): y_tile = A^T m A. The
+ * two rows of a row of tiles go straight into y, their slack lanes (2 twv
+ * floats a row, not ow) spilling into the rows after, which are written
+ * later; only where a spill would pass the plane's end, through tmp. */
 CPU_CLONES
 static void wino_out(const struct rt_conv_shape *s, const struct wino_layout *l, const float *m,
                      size_t xs, float *y, float *tmp)
 {
-    const size_t OW = (size_t)s->ow;
+    const size_t OW = (size_t)s->ow, end = (size_t)s->oh * OW;
     const int tw = l->tw, twv = l->twv;
-    float *t0 = tmp, *t1 = tmp + 2 * (size_t)twv;
     for (int a = 0; a < l->th; a++) {
+        const bool direct = (2 * (size_t)a + 1) * OW + 2 * (size_t)twv <= end;
+        float *t0 = direct ? y + 2 * (size_t)a * OW : tmp;
+        float *t1 = direct ? t0 + OW : tmp + 2 * (size_t)twv;
         const float *p = m + (size_t)a * tw;
         const float *m0 = p, *m1 = p + xs, *m2 = p + 2 * xs, *m3 = p + 3 * xs, *m4 = p + 4 * xs,
                     *m5 = p + 5 * xs, *m6 = p + 6 * xs, *m7 = p + 7 * xs, *m8 = p + 8 * xs,
                     *m9 = p + 9 * xs, *m10 = p + 10 * xs, *m11 = p + 11 * xs,
                     *m12 = p + 12 * xs, *m13 = p + 13 * xs, *m14 = p + 14 * xs,
                     *m15 = p + 15 * xs;
+        /* row t0 first: its spill lands in t1's row, written after */
         CPU_SIMD
         for (int b = 0; b < twv; b++) {
             const float s00 = m0[b] + m4[b] + m8[b], s01 = m1[b] + m5[b] + m9[b],
                         s02 = m2[b] + m6[b] + m10[b], s03 = m3[b] + m7[b] + m11[b];
-            const float s10 = m4[b] - m8[b] - m12[b], s11 = m5[b] - m9[b] - m13[b],
-                        s12 = m6[b] - m10[b] - m14[b], s13 = m7[b] - m11[b] - m15[b];
             t0[2 * b] = s00 + s01 + s02;
             t0[2 * b + 1] = s01 - s02 - s03;
+        }
+        CPU_SIMD
+        for (int b = 0; b < twv; b++) {
+            const float s10 = m4[b] - m8[b] - m12[b], s11 = m5[b] - m9[b] - m13[b],
+                        s12 = m6[b] - m10[b] - m14[b], s13 = m7[b] - m11[b] - m15[b];
             t1[2 * b] = s10 + s11 + s12;
             t1[2 * b + 1] = s11 - s12 - s13;
         }
-        memcpy(y + 2 * (size_t)a * OW, t0, OW * sizeof(float));
+        if (direct)
+            continue;
+        cpu_copy_row(y + 2 * (size_t)a * OW, t0, OW);
         if (2 * a + 1 < s->oh)
-            memcpy(y + (2 * (size_t)a + 1) * OW, t1, OW * sizeof(float));
+            cpu_copy_row(y + (2 * (size_t)a + 1) * OW, t1, OW);
     }
 }
 
@@ -1028,8 +1039,8 @@ static void wino_scatter(const struct rt_conv_shape *s, const struct wino_layout
         }
     }
     for (int h = 0; h < s->h; h++)
-        memcpy(dx + (size_t)h * s->w, xp + ((size_t)h + s->pad_h) * pc + s->pad_w,
-               (size_t)s->w * sizeof(float));
+        cpu_copy_row(dx + (size_t)h * s->w, xp + ((size_t)h + s->pad_h) * pc + s->pad_w,
+                     (size_t)s->w);
 }
 
 /* V for images [i0, i1) of x: V[xi][c][t], T tiles in all. */
