@@ -1167,6 +1167,71 @@ static void test_bn(void **state)
  * bits of batch norm, then act_fwd; and in the backward, act_bwd from y,
  * then batch norm's of that, also with dx on dy. Every activation, shapes
  * with tails past the vector width, 1-3 threads. */
+/* Batch norm on 2 and 3 threads splits the images (or, past 8192 planes
+ * or with fewer images than threads, the channels): either way the same
+ * bits as on one thread, forward (y, the statistics, the running ones)
+ * and backward (dx, dgamma, dbeta). */
+static void bn_run(rt_dev *d, const struct rt_bn_shape *bs, const float *x, const float *dy,
+                   float *out)
+{
+    const size_t tot = (size_t)bs->n * bs->c * bs->hw, c = (size_t)bs->c;
+    float *gm = frand(c, 0.5f, 1.5f, 95), *bt = frand(c, -1, 1, 96);
+    float *run = frand(2 * c, 0.5f, 1.5f, 97);
+    tb X = tb_new(d, tot), Y = tb_new(d, tot), DY = tb_new(d, tot), DX = tb_new(d, tot),
+       G = tb_new(d, c), B = tb_new(d, c), ST = tb_new(d, 6 * c);
+    tb_set(&X, x);
+    tb_set(&DY, dy);
+    tb_set(&G, gm);
+    tb_set(&B, bt);
+    float *st = fvec(6 * c);
+    memcpy(st + 2 * c, run, 2 * c * sizeof(float));
+    tb_set(&ST, st);
+    rt_view v[6];
+    for (size_t i = 0; i < 6; i++)
+        v[i] = rt_view_at(ST.v, i * c);
+    assert_int_equal(rt_op_bn_fwd_train(d, bs, X.v, G.v, B.v, Y.v, v[0], v[1], v[2], v[3]), 0);
+    assert_int_equal(rt_op_bn_bwd(d, bs, X.v, Y.v, DY.v, G.v, v[0], v[1], DX.v, v[4], v[5]), 0);
+    tb_get(&Y, out);
+    tb_get(&DX, out + tot);
+    tb_get(&ST, out + 2 * tot);
+    tb *all[] = {&X, &Y, &DY, &DX, &G, &B, &ST};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tb_free(all[i]);
+    free(gm);
+    free(bt);
+    free(run);
+    free(st);
+}
+
+static void test_bn_threads_same_bits(void **state)
+{
+    (void)state;
+    static const int shapes[][3] = {{64, 16, 49}, {5, 9, 1000}, {128, 80, 4}, {2, 20, 900}};
+    rt_dev *one = open_dev(1);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int k = 0; k < 2; k++) {
+            const struct rt_bn_shape bs = {shapes[si][0], shapes[si][1], shapes[si][2], 1e-5f,
+                                           0.1f, k ? RT_ACT_RELU : RT_ACT_IDENTITY, 0.0f};
+            const size_t tot = (size_t)bs.n * bs.c * bs.hw, len = 2 * tot + 6 * (size_t)bs.c;
+            float *x = frand(tot, -2, 3, 98 + si), *dy = frand(tot, -1, 1, 99 + si);
+            float *want = fvec(len), *got = fvec(len);
+            bn_run(one, &bs, x, dy, want);
+            for (int t = 1; t < N_THREADS; t++) {
+                rt_dev *d = open_dev(thread_counts[t]);
+                bn_run(d, &bs, x, dy, got);
+                if (memcmp(want, got, len * sizeof(float)) != 0)
+                    fail_msg("bn %d x %d x %d (act %d) on %d threads: not the bits of 1 thread",
+                             bs.n, bs.c, bs.hw, k, thread_counts[t]);
+                rt_dev_close(&d);
+            }
+            free(x);
+            free(dy);
+            free(want);
+            free(got);
+        }
+    rt_dev_close(&one);
+}
+
 static void test_bn_act_fused(void **state)
 {
     (void)state;
@@ -1635,6 +1700,7 @@ int main(void)
         cmocka_unit_test(test_pool),          cmocka_unit_test(test_pool_ties),
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_bn),            cmocka_unit_test(test_bn_act_fused),
+        cmocka_unit_test(test_bn_threads_same_bits),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
         cmocka_unit_test(test_sgd),

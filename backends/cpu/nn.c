@@ -720,6 +720,94 @@ static void bn_plane_bwd_dx(const float *xp, const float *gp, float *dp, int n, 
     }
 }
 
+/* Batch norm walks the planes in memory order, image after image, and on
+ * several threads splits the images, as the convolutions around it do.
+ * Channel after channel, it read planes of 49 floats 12 KiB apart
+ * (resnet8's last stage), and on 2 threads each core read planes the
+ * other had written (resnet8 trained 6-12% faster at 2 threads by images).
+ * The per-plane sums wait on the stack, 2 x 64 KiB at most, and are added
+ * per channel in image order: the same bits as summing plane after plane.
+ * More planes, or fewer images than threads: channel after channel. */
+#define BN_PLANES 8192
+
+static bool bn_by_images(int nt, const struct rt_bn_shape *s)
+{
+    return (size_t)s->n * s->c <= BN_PLANES && s->n >= nt;
+}
+
+/* The channel's statistics from its planes' sums: save_mean, save_invstd
+ * and the running ones (the same operations as on one thread). */
+static void bn_channel_stats(const struct rt_bn_shape *s, int c, double mean, double sq,
+                             float *save_mean, float *save_invstd, float *run_mean,
+                             float *run_var)
+{
+    const double cnt = (double)s->n * s->hw;
+    const double var = sq / cnt;
+    /* One value per channel has no unbiased variance; use the biased one. */
+    const double uvar = cnt > 1.0 ? sq / (cnt - 1.0) : var;
+    const float invstd = (float)(1.0 / sqrt(var + (double)s->eps));
+    const float fm = (float)mean;
+    save_mean[c] = fm;
+    save_invstd[c] = invstd;
+    run_mean[c] = (1.0f - s->momentum) * run_mean[c] + s->momentum * fm;
+    run_var[c] = (1.0f - s->momentum) * run_var[c] + s->momentum * (float)uvar;
+}
+
+static void bn_fwd_train_images(int nt, const struct rt_bn_shape *s, const float *x,
+                                const float *gamma, const float *beta, float *y,
+                                float *save_mean, float *save_invstd, float *run_mean,
+                                float *run_var)
+{
+    const int N = s->n, C = s->c, HW = s->hw;
+    const double cnt = (double)N * HW;
+    double psum[BN_PLANES], psq[BN_PLANES];
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if ((size_t)N * C * HW > CPU_PAR_MIN)
+#endif
+    {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++)
+                psum[i * C + c] = bn_plane_sum(x + ((size_t)i * C + c) * HW, HW);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int c = 0; c < C; c++) { /* the mean, kept in image 0's slot */
+            double sum = 0.0;
+            for (int i = 0; i < N; i++)
+                sum += psum[i * C + c];
+            psum[c] = sum / cnt;
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++)
+                psq[i * C + c] = bn_plane_sqdev(x + ((size_t)i * C + c) * HW, HW, psum[c]);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int c = 0; c < C; c++) {
+            double sq = 0.0;
+            for (int i = 0; i < N; i++)
+                sq += psq[i * C + c];
+            bn_channel_stats(s, c, psum[c], sq, save_mean, save_invstd, run_mean, run_var);
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++) {
+                const size_t o = ((size_t)i * C + c) * HW;
+                bn_plane_affine(s->act, s->alpha, x + o, y + o, HW, gamma[c] * save_invstd[c],
+                                save_mean[c], beta[c]);
+            }
+    }
+}
+
 /* Channel statistics in double, two passes (mean, then squared deviations),
  * so large means do not eat the variance; the planes in image order. */
 int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view gv, rt_view bv,
@@ -735,6 +823,10 @@ int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
     int nt = cpu_nt(d);
     (void)nt;
     (void)total;
+    if (bn_by_images(nt, s)) {
+        bn_fwd_train_images(nt, s, x, gamma, beta, y, save_mean, save_invstd, run_mean, run_var);
+        return RT_OK;
+    }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
 #endif
@@ -746,19 +838,12 @@ int cpu_bn_fwd_train(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
         double sq = 0.0;
         for (int i = 0; i < N; i++)
             sq += bn_plane_sqdev(x + ((size_t)i * C + c) * HW, HW, mean);
-        const double var = sq / cnt;
-        /* One value per channel has no unbiased variance; use the biased one. */
-        const double uvar = cnt > 1.0 ? sq / (cnt - 1.0) : var;
-        const float invstd = (float)(1.0 / sqrt(var + (double)s->eps));
-        const float fm = (float)mean, a = gamma[c] * invstd, b = beta[c];
+        bn_channel_stats(s, c, mean, sq, save_mean, save_invstd, run_mean, run_var);
+        const float a = gamma[c] * save_invstd[c], fm = save_mean[c], b = beta[c];
         for (int i = 0; i < N; i++) {
             const size_t o = ((size_t)i * C + c) * HW;
             bn_plane_affine(s->act, s->alpha, x + o, y + o, HW, a, fm, b);
         }
-        save_mean[c] = fm;
-        save_invstd[c] = invstd;
-        run_mean[c] = (1.0f - s->momentum) * run_mean[c] + s->momentum * fm;
-        run_var[c] = (1.0f - s->momentum) * run_var[c] + s->momentum * (float)uvar;
     }
     return RT_OK;
 }
@@ -789,6 +874,57 @@ int cpu_bn_fwd_infer(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view
     return RT_OK;
 }
 
+/* bn_bwd split by images (bn_by_images): the planes' sums, then the
+ * channels' (in image order), then dx. */
+static void bn_bwd_images(int nt, const struct rt_bn_shape *s, const float *x, const float *y,
+                          const float *dy, const float *gamma, const float *save_mean,
+                          const float *save_invstd, float *dx, float *dgamma, float *dbeta)
+{
+    const bool act = s->act != RT_ACT_IDENTITY;
+    const int N = s->n, C = s->c, HW = s->hw;
+    const float cnt = (float)((double)N * HW);
+    const float *g = act ? dx : dy;
+    double pdy[BN_PLANES], pdyx[BN_PLANES];
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if ((size_t)N * C * HW > CPU_PAR_MIN)
+#endif
+    {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++) {
+                const size_t o = ((size_t)i * C + c) * HW, k = (size_t)i * C + c;
+                pdy[k] = pdyx[k] = 0.0;
+                bn_plane_bwd_sums(s->act, s->alpha, act ? y + o : NULL, dy + o, dx + o, x + o,
+                                  HW, save_mean[c], save_invstd[c], &pdy[k], &pdyx[k]);
+            }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int c = 0; c < C; c++) {
+            double sdy = 0.0, sdyx = 0.0;
+            for (int i = 0; i < N; i++) {
+                sdy += pdy[i * C + c];
+                sdyx += pdyx[i * C + c];
+            }
+            dgamma[c] = (float)sdyx;
+            dbeta[c] = (float)sdy;
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++) {
+                const size_t o = ((size_t)i * C + c) * HW;
+                const float k1 = gamma[c] * save_invstd[c];
+                bn_plane_bwd_dx(x + o, g + o, dx + o, HW, save_mean[c], save_invstd[c], k1,
+                                dbeta[c] / cnt, dgamma[c] / cnt);
+            }
+    }
+}
+
 /* dbeta = sum g, dgamma = sum g*xhat,
  * dx = gamma*invstd/M * (M*g - dbeta - xhat*dgamma), M = n*hw, where g is
  * dy, or with an activation dy * f'(y), formed a plane at a time in dx
@@ -809,6 +945,10 @@ int cpu_bn_bwd(rt_dev *d, const struct rt_bn_shape *s, rt_view xv, rt_view yv, r
     int nt = cpu_nt(d);
     (void)nt;
     (void)total;
+    if (bn_by_images(nt, s)) {
+        bn_bwd_images(nt, s, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+        return RT_OK;
+    }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
 #endif
