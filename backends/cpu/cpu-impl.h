@@ -89,8 +89,12 @@ void cpu_blas_before_parallel(void);
 
 #ifdef _OPENMP
 #define CPU_SIMD _Pragma("omp simd")
+/* inside a parallel region: the loop's iterations in contiguous runs, one
+ * a thread, the same runs every time; a barrier at its end */
+#define CPU_FOR_STATIC _Pragma("omp for schedule(static)")
 #else
 #define CPU_SIMD
+#define CPU_FOR_STATIC
 #endif
 
 /* CPU_CLONES before a function with vector loops: one clone per x86-64 ISA

@@ -766,39 +766,29 @@ static void bn_fwd_train_images(int nt, const struct rt_bn_shape *s, const float
 #pragma omp parallel num_threads(nt) if ((size_t)N * C * HW > CPU_PAR_MIN)
 #endif
     {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+        CPU_FOR_STATIC
         for (int i = 0; i < N; i++)
             for (int c = 0; c < C; c++)
                 psum[i * C + c] = bn_plane_sum(x + ((size_t)i * C + c) * HW, HW);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+        CPU_FOR_STATIC
         for (int c = 0; c < C; c++) { /* the mean, kept in image 0's slot */
             double sum = 0.0;
             for (int i = 0; i < N; i++)
                 sum += psum[i * C + c];
             psum[c] = sum / cnt;
         }
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+        CPU_FOR_STATIC
         for (int i = 0; i < N; i++)
             for (int c = 0; c < C; c++)
                 psq[i * C + c] = bn_plane_sqdev(x + ((size_t)i * C + c) * HW, HW, psum[c]);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+        CPU_FOR_STATIC
         for (int c = 0; c < C; c++) {
             double sq = 0.0;
             for (int i = 0; i < N; i++)
                 sq += psq[i * C + c];
             bn_channel_stats(s, c, psum[c], sq, save_mean, save_invstd, run_mean, run_var);
         }
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+        CPU_FOR_STATIC
         for (int i = 0; i < N; i++)
             for (int c = 0; c < C; c++) {
                 const size_t o = ((size_t)i * C + c) * HW;
@@ -890,9 +880,7 @@ static void bn_bwd_images(int nt, const struct rt_bn_shape *s, const float *x, c
 #pragma omp parallel num_threads(nt) if ((size_t)N * C * HW > CPU_PAR_MIN)
 #endif
     {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+        CPU_FOR_STATIC
         for (int i = 0; i < N; i++)
             for (int c = 0; c < C; c++) {
                 const size_t o = ((size_t)i * C + c) * HW, k = (size_t)i * C + c;
@@ -900,9 +888,7 @@ static void bn_bwd_images(int nt, const struct rt_bn_shape *s, const float *x, c
                 bn_plane_bwd_sums(s->act, s->alpha, act ? y + o : NULL, dy + o, dx + o, x + o,
                                   HW, save_mean[c], save_invstd[c], &pdy[k], &pdyx[k]);
             }
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+        CPU_FOR_STATIC
         for (int c = 0; c < C; c++) {
             double sdy = 0.0, sdyx = 0.0;
             for (int i = 0; i < N; i++) {
@@ -912,9 +898,7 @@ static void bn_bwd_images(int nt, const struct rt_bn_shape *s, const float *x, c
             dgamma[c] = (float)sdyx;
             dbeta[c] = (float)sdy;
         }
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+        CPU_FOR_STATIC
         for (int i = 0; i < N; i++)
             for (int c = 0; c < C; c++) {
                 const size_t o = ((size_t)i * C + c) * HW;
