@@ -1232,6 +1232,60 @@ static void test_bn_threads_same_bits(void **state)
     rt_dev_close(&one);
 }
 
+/* act_bias_bwd large enough to run on several threads, split by images
+ * (lenet's conv planes, dense rows) and by channels (more planes than it
+ * keeps sums for, fewer images than threads): on every thread count dx
+ * and db are the bits of act_bwd then bias_grad on one thread. */
+static void act_bias_run(rt_dev *d, const int *sh, enum rt_act k, bool fused, const float *y,
+                         const float *dy, float *out)
+{
+    const size_t tot = (size_t)sh[0] * sh[1] * sh[2];
+    tb Y = tb_new(d, tot), DY = tb_new(d, tot), DX = tb_new(d, tot), DB = tb_new(d, sh[1]);
+    tb_set(&Y, y);
+    tb_set(&DY, dy);
+    if (fused) {
+        assert_int_equal(rt_op_act_bias_bwd(d, k, 0.1f, sh[0], sh[1], sh[2], Y.v, DY.v, DX.v,
+                                            DB.v), 0);
+    } else {
+        assert_int_equal(rt_op_act_bwd(d, k, 0.1f, tot, Y.v, Y.v, DY.v, DX.v), 0);
+        assert_int_equal(rt_op_bias_grad(d, sh[0], sh[1], sh[2], DX.v, DB.v), 0);
+    }
+    tb_get(&DX, out);
+    tb_get(&DB, out + tot);
+    tb *all[] = {&Y, &DY, &DX, &DB};
+    for (size_t j = 0; j < 4; j++)
+        tb_free(all[j]);
+}
+
+static void test_act_bias_threads_same_bits(void **state)
+{
+    (void)state;
+    static const int shapes[][3] = {{64, 6, 576}, {64, 16, 64}, {9000, 1, 40}, {2, 8, 4000}};
+    rt_dev *one = open_dev(1);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int k = RT_ACT_RELU; k <= RT_ACT_TANH; k++) {
+            const int *sh = shapes[si];
+            const size_t tot = (size_t)sh[0] * sh[1] * sh[2], len = tot + (size_t)sh[1];
+            float *y = frand(tot, -1, 1, 120 + si), *dy = frand(tot, -1, 1, 121 + si);
+            float *want = fvec(len), *got = fvec(len);
+            act_bias_run(one, sh, (enum rt_act)k, false, y, dy, want);
+            for (int t = 0; t < N_THREADS; t++) {
+                rt_dev *d = open_dev(thread_counts[t]);
+                act_bias_run(d, sh, (enum rt_act)k, true, y, dy, got);
+                if (memcmp(want, got, len * sizeof(float)) != 0)
+                    fail_msg("act_bias_bwd %d x %d x %d (act %d) on %d threads: not the bits "
+                             "of act_bwd and bias_grad", sh[0], sh[1], sh[2], k,
+                             thread_counts[t]);
+                rt_dev_close(&d);
+            }
+            free(y);
+            free(dy);
+            free(want);
+            free(got);
+        }
+    rt_dev_close(&one);
+}
+
 static void test_bn_act_fused(void **state)
 {
     (void)state;
@@ -1701,6 +1755,7 @@ int main(void)
         cmocka_unit_test(test_act),           cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_bn),            cmocka_unit_test(test_bn_act_fused),
         cmocka_unit_test(test_bn_threads_same_bits),
+        cmocka_unit_test(test_act_bias_threads_same_bits),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
         cmocka_unit_test(test_sgd),
