@@ -170,8 +170,13 @@ static int conv_groups(int nt, const struct rt_conv_shape *s)
 {
     if (!conv_batch_parallel(nt, s))
         return 1;
-    /* big filters: one partial per thread, or the workspace balloons */
-    int per = (size_t)s->k * conv_crs(s) <= 65536 ? 4 : 1;
+    /* Small filters (lenet's: 150 and 2,400 floats): 8 groups a thread,
+     * the last group's wait at the barrier is short (lenet at 2 threads:
+     * libgomp's waits 363-410 perf samples a run, against 422-445 with 4)
+     * and the partials are few KiB. Big filters: one partial per thread,
+     * or the workspace balloons. */
+    const size_t wsz = (size_t)s->k * conv_crs(s);
+    int per = wsz <= 16384 ? 8 : wsz <= 65536 ? 4 : 1;
     return s->n < per * nt ? s->n : per * nt;
 }
 
