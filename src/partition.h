@@ -20,7 +20,8 @@
 
 #define RT_SPEED_WINDOW 16
 
-/* samples/s over the last RT_SPEED_WINDOW measured steps. */
+/* samples/s over the last RT_SPEED_WINDOW measured steps (the median of the
+ * steps' rates). */
 struct rt_speedo {
     double t[RT_SPEED_WINDOW];
     long n[RT_SPEED_WINDOW];
@@ -29,7 +30,7 @@ struct rt_speedo {
 
 void rt_speedo_reset(struct rt_speedo *s);
 void rt_speedo_add(struct rt_speedo *s, long samples, double seconds);
-/* 0 while nothing was measured. */
+/* 0 while nothing was measured. A few slow steps do not move it. */
 double rt_speedo_rate(const struct rt_speedo *s);
 /* Whether the window is full (a rate worth re-planning on). */
 bool rt_speedo_full(const struct rt_speedo *s);

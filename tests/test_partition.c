@@ -174,6 +174,21 @@ static void test_speed_window(void **state)
     for (int i = 0; i < RT_SPEED_WINDOW; i++)
         rt_speedo_add(&sp, 50, 1.0);
     assert_true(fabs(rt_speedo_rate(&sp) - 50.0) < 1e-9);
+    /* a few steps slowed 10-fold (a busy neighbour) do not move it; a
+     * speed that holds for more than half the window does */
+    for (int i = 0; i < 3; i++)
+        rt_speedo_add(&sp, 50, 10.0);
+    assert_true(fabs(rt_speedo_rate(&sp) - 50.0) < 1e-9);
+    for (int i = 0; i < RT_SPEED_WINDOW / 2 + 1; i++)
+        rt_speedo_add(&sp, 20, 1.0);
+    assert_true(fabs(rt_speedo_rate(&sp) - 20.0) < 1e-9);
+    /* the steps' rates, whatever their shares: 10 at 100/s and 6 at 40/s */
+    rt_speedo_reset(&sp);
+    for (int i = 0; i < 10; i++)
+        rt_speedo_add(&sp, 10, 0.1);
+    for (int i = 0; i < 6; i++)
+        rt_speedo_add(&sp, 40, 1.0);
+    assert_true(fabs(rt_speedo_rate(&sp) - 100.0) < 1e-9);
 }
 
 /* Caps: no share above its cap, the sum is n, the uncapped keep their
