@@ -400,6 +400,19 @@ static void test_conv(void **state)
         conv_make(2, 2, 40, 40, 3, 3, 3, 3, 3, 1, 1),   /* stride 3 */
         conv_make(2, 3, 30, 20, 4, 3, 3, 2, 1, 1, 1),   /* stride 2 in h only */
         conv_make(2, 3, 21, 36, 4, 3, 3, 1, 2, 2, 3),   /* stride 2 in w only, pad > stride */
+        /* the filters' gradient read in place (wgrad.c): by positions in
+         * images one at a time, 25 column rows (pairs and one); by
+         * positions with filters in blocks of 6 and 5; by filters, 16 and
+         * a masked 4, 2-image batches; by filters, padded (staged), 7
+         * filters masked, column rows in blocks of 6 and 3; on x itself
+         * (not wide: more filters than column rows) by positions and by
+         * filters */
+        conv_make(11, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),
+        conv_make(3, 2, 24, 24, 11, 3, 3, 1, 1, 0, 0),
+        conv_make(19, 6, 14, 14, 20, 5, 5, 1, 1, 0, 0),
+        conv_make(9, 3, 12, 12, 7, 3, 3, 1, 1, 1, 1),
+        conv_make(3, 1, 10, 10, 16, 3, 3, 1, 1, 0, 0),
+        conv_make(2, 1, 12, 12, 16, 3, 3, 1, 1, 0, 0),
     };
     for (int t = 0; t < N_THREADS; t++) {
         rt_dev *d = open_dev(thread_counts[t]);

@@ -72,6 +72,46 @@ struct conv_layout {
     size_t off_col, off_out, slice; /* offsets in one thread's slice */
 };
 
+/* The filters' gradient read in place (wgrad.c): on the wide layout, or on
+ * x itself (stride 1, no padding), the column rows are runs of the image. */
+static enum rt_wgrad conv_wgrad(const struct rt_conv_shape *s, const struct conv_layout *l)
+{
+    const bool runs = l->wide || (l->sh == 1 && l->sw == 1 && !s->pad_h && !s->pad_w &&
+                                  !conv_is_pointwise(s));
+    return runs ? cpu_wgrad_kind(s->k, (int)conv_crs(s), s->oh, s->ow) : RT_WGRAD_NONE;
+}
+
+/* It takes a few images at a time: by positions their dy in 16 KiB (L1:
+ * every pair of column rows reads it again); at most 8, and their padded
+ * planes and transposed dy staged in 128 KiB at most. */
+static size_t wgrad_stage(const struct rt_conv_shape *s, const struct conv_layout *l)
+{
+    return align16(l->pad) + align16((size_t)s->k * conv_ohw(s)); /* + dy transposed */
+}
+
+static int wgrad_batch(const struct rt_conv_shape *s, const struct conv_layout *l)
+{
+    size_t n = 32768 / wgrad_stage(s, l);
+    if (conv_wgrad(s, l) == RT_WGRAD_POSITIONS) {
+        const size_t m = 4096 / ((size_t)s->k * conv_ohw(s) + 1);
+        n = m < n ? m : n;
+    }
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
+/* By positions, the lanes first (k x crs x 8 floats); then the row starts
+ * and the staged images. */
+static size_t wgrad_lanes(const struct rt_conv_shape *s, const struct conv_layout *l)
+{
+    return conv_wgrad(s, l) == RT_WGRAD_POSITIONS ? align16((size_t)s->k * conv_crs(s) * 8) : 0;
+}
+
+static size_t wgrad_floats(const struct rt_conv_shape *s, const struct conv_layout *l)
+{
+    return wgrad_lanes(s, l) + align16(conv_crs(s)) +
+           (size_t)wgrad_batch(s, l) * wgrad_stage(s, l);
+}
+
 static struct conv_layout conv_layout(const struct rt_conv_shape *s)
 {
     struct conv_layout l = {0};
@@ -95,6 +135,10 @@ static struct conv_layout conv_layout(const struct rt_conv_shape *s)
         l.len = conv_ohw(s);
     }
     l.col = conv_is_pointwise(s) ? 0 : conv_crs(s) * l.len;
+    /* the filters' gradient read in place keeps its lanes, row starts and
+     * staged images there instead (wgrad.c) */
+    if (conv_wgrad(s, &l) != RT_WGRAD_NONE && l.col < wgrad_floats(s, &l))
+        l.col = wgrad_floats(s, &l);
     l.part = (size_t)s->k * conv_crs(s);
     l.off_col = align16(l.pad);
     l.off_out = l.off_col + align16(l.col);
@@ -516,6 +560,56 @@ static void bwd_filter_one(int nt, const struct rt_conv_shape *s, const struct c
         im2col(s, x, col);
     }
     cpu_sgemm(nt, false, true, crs, s->k, len, 1.0f, col, len, dy, len, beta, acct, s->k);
+}
+
+/* acct = the sum over images [lo, hi) of col(x_i) dy_i^T, as above; on one
+ * thread, read in place (conv_wgrad, wgrad.c) where it can. */
+static void bwd_filter_images(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
+                              const float *x, const float *dy, int lo, int hi, float *sl,
+                              float *acct)
+{
+    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
+    const int crs = (int)conv_crs(s);
+    const enum rt_wgrad kind = nt > 1 ? RT_WGRAD_NONE : conv_wgrad(s, l);
+    if (kind == RT_WGRAD_NONE) {
+        for (int i = lo; i < hi; i++)
+            bwd_filter_one(nt, s, l, x + i * xs, dy + i * ys, i > lo ? 1.0f : 0.0f, sl, acct);
+        return;
+    }
+    float *acc = sl + l->off_col;
+    int32_t *row_at = (int32_t *)(acc + wgrad_lanes(s, l));
+    float *stage = acc + wgrad_lanes(s, l) + align16((size_t)crs);
+    RT_ASSERT(l->pad < INT32_MAX);
+    for (int c = 0, j = 0; c < s->c; c++)
+        for (int r = 0; r < s->r; r++)
+            for (int q = 0; q < s->s; q++)
+                row_at[j++] = (int32_t)wide_row_at(l, c, r, q);
+    /* no padding, stride 1: the padded planes are x's own */
+    const bool in_place = !s->pad_h && !s->pad_w && l->sh == 1 && l->sw == 1;
+    const bool by_filters = kind == RT_WGRAD_FILTERS;
+    const size_t st = wgrad_stage(s, l), dto = align16(l->pad), plane = conv_ohw(s);
+    struct rt_wgrad_images im = {.oh = s->oh, .ow = s->ow, .wq = l->wq,
+                                 .xs = in_place ? xs : st, .dys = by_filters ? st : ys};
+    for (int i = lo; i < hi; i += im.n) {
+        im.n = hi - i < wgrad_batch(s, l) ? hi - i : wgrad_batch(s, l);
+        for (int m = 0; m < im.n; m++) {
+            if (!in_place)
+                pad_image(s, l, x + (size_t)(i + m) * xs, stage + m * st);
+            const float *d = dy + (size_t)(i + m) * ys;
+            float *dt = stage + m * st + dto;
+            for (int q = 0; by_filters && q < s->k; q++) /* dy^T: plane x k */
+                for (size_t p = 0; p < plane; p++)
+                    dt[p * s->k + q] = d[q * plane + p];
+        }
+        im.x = in_place ? x + (size_t)i * xs : stage;
+        im.dy = by_filters ? stage + dto : dy + (size_t)i * ys;
+        if (by_filters)
+            cpu_wgrad_outer(s->k, crs, &im, row_at, i > lo, acct);
+        else
+            cpu_wgrad_images(s->k, crs, &im, row_at, i > lo, acc);
+    }
+    if (hi > lo && !by_filters)
+        cpu_wgrad_lanes(s->k, crs, acc, acct);
 }
 
 /* dw[k][j] = sum over the groups' partials (group order) of part[j][k]. */
@@ -1355,13 +1449,11 @@ int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, 
         return RT_OK;
     }
     const struct conv_layout l = conv_layout(s);
-    const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     const int nt = cpu_nt(d), groups = conv_groups(nt, s);
     const size_t pstride = align16(l.part);
     float *parts = ws + (size_t)nt * l.slice;
     if (!conv_batch_parallel(nt, s)) {
-        for (int i = 0; i < s->n; i++)
-            bwd_filter_one(nt, s, &l, x + i * xs, dy + i * ys, i ? 1.0f : 0.0f, ws, parts);
+        bwd_filter_images(nt, s, &l, x, dy, 0, s->n, ws, parts);
         reduce_dw(s, parts, pstride, 1, dw, 0, wsz);
         return RT_OK;
     }
@@ -1378,8 +1470,7 @@ int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, 
         for (int g = 0; g < groups; g++) {
             const int lo = (int)((long)s->n * g / groups), hi = (int)((long)s->n * (g + 1) / groups);
             float *acct = parts + (size_t)g * pstride;
-            for (int i = lo; i < hi; i++)
-                bwd_filter_one(1, s, &l, x + i * xs, dy + i * ys, i > lo ? 1.0f : 0.0f, sl, acct);
+            bwd_filter_images(1, s, &l, x, dy, lo, hi, sl, acct);
             if (lo == hi)
                 memset(acct, 0, wsz * sizeof(float));
         } /* the end of the loop is a barrier: all partials are in */

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend-impl.h"
 
@@ -83,6 +84,34 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
  * not AVX-512, else cpu_sgemm (gemm_small.c). */
 void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
                     int ldb, float *c, int ldc);
+
+/* Whether the hand-written AVX2 kernels run here: AVX2 and FMA, not
+ * AVX-512 (there the BLAS's kernels are twice as wide; not measured). */
+bool cpu_avx2_kernels(void);
+
+/* The filters' gradient of a convolution whose column rows are runs of the
+ * (padded) image, read in place (wgrad.c). cpu_wgrad_kind: which kernel
+ * suits k filters, crs rows of the column matrix, an oh x ow output, where
+ * the CPU runs them (NONE: the BLAS). By positions, cpu_wgrad_images:
+ * lanes acc (k x crs x 8 floats; set, or added to when more) from n
+ * images: row j of image m's column matrix starts at x + m * xs +
+ * row_at[j], output row r of it wq floats further per row; its dy (k x oh
+ * x ow) at dy + m * dys. cpu_wgrad_lanes: part[j * k + q] = the lanes of
+ * (q, j) added up. By filters, cpu_wgrad_outer: part (crs x k; set, or
+ * added to when more) from the same images, im->dy holding dy transposed
+ * (oh * ow x k an image, dys apart). */
+enum rt_wgrad { RT_WGRAD_NONE, RT_WGRAD_POSITIONS, RT_WGRAD_FILTERS };
+struct rt_wgrad_images {
+    int n, oh, ow;
+    size_t wq, xs, dys;
+    const float *x, *dy;
+};
+enum rt_wgrad cpu_wgrad_kind(int k, int crs, int oh, int ow);
+void cpu_wgrad_images(int k, int crs, const struct rt_wgrad_images *im, const int32_t *row_at,
+                      bool more, float *acc);
+void cpu_wgrad_outer(int k, int crs, const struct rt_wgrad_images *im, const int32_t *row_at,
+                     bool more, float *part);
+void cpu_wgrad_lanes(int k, int crs, const float *acc, float *part);
 
 /* Call before a parallel region whose threads call cpu_sgemm(1, ...). */
 void cpu_blas_before_parallel(void);

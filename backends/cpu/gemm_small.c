@@ -147,7 +147,7 @@ static TGT void gemm_avx2(bool ta, int m, int n, int k, const float *a, int lda,
     }
 }
 
-static bool use_avx2_kernel(void)
+bool cpu_avx2_kernels(void)
 {
     static int use = -1; /* threads that race here store the same value */
     int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
@@ -159,13 +159,15 @@ static bool use_avx2_kernel(void)
     }
     return u;
 }
+#else
+bool cpu_avx2_kernels(void) { return false; }
 #endif
 
 void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
                     int ldb, float *c, int ldc)
 {
 #ifdef GEMM_SMALL_AVX2
-    if (m > 0 && n > 0 && k > 0 && use_avx2_kernel()) {
+    if (m > 0 && n > 0 && k > 0 && cpu_avx2_kernels()) {
         gemm_avx2(ta, m, n, k, a, lda, b, ldb, c, ldc);
         return;
     }
