@@ -18,8 +18,9 @@
  *
  * Winograd's filters' gradient, C (+)= A B^T with the tiles as the inner
  * index, stays with the BLAS (im2col's reads the image in place: wgrad.c):
- * rows dotted 8 lanes at a time in 4 x 2 tiles were 15% slower than OpenBLAS (seedcnn conv2: 12.0 ms against 10.3), the
- * inner of 144 tiles too short to pay each tile's adding up of its lanes.
+ * rows dotted 8 lanes at a time in 4 x 2 tiles were 15% slower than
+ * OpenBLAS (seedcnn conv2: 12.0 ms against 10.3), the inner of 144 tiles
+ * too short to pay each tile's adding up of its lanes.
  *
  * Without AVX2 and FMA (or off x86-64) the BLAS does it (cpu_sgemm), and
  * with AVX-512 too: there OpenBLAS's kernels have twice the width of
