@@ -595,11 +595,8 @@ static void bwd_filter_images(int nt, const struct rt_conv_shape *s, const struc
         for (int m = 0; m < im.n; m++) {
             if (!in_place)
                 pad_image(s, l, x + (size_t)(i + m) * xs, stage + m * st);
-            const float *d = dy + (size_t)(i + m) * ys;
-            float *dt = stage + m * st + dto;
-            for (int q = 0; by_filters && q < s->k; q++) /* dy^T: plane x k */
-                for (size_t p = 0; p < plane; p++)
-                    dt[p * s->k + q] = d[q * plane + p];
+            if (by_filters)
+                cpu_wgrad_transpose(s->k, plane, dy + (size_t)(i + m) * ys, stage + m * st + dto);
         }
         im.x = in_place ? x + (size_t)i * xs : stage;
         im.dy = by_filters ? stage + dto : dy + (size_t)i * ys;

@@ -111,6 +111,8 @@ void cpu_wgrad_images(int k, int crs, const struct rt_wgrad_images *im, const in
                       bool more, float *acc);
 void cpu_wgrad_outer(int k, int crs, const struct rt_wgrad_images *im, const int32_t *row_at,
                      bool more, float *part);
+/* dt (plane x k) = dy (k x plane) transposed, in 8 x 8 blocks. */
+void cpu_wgrad_transpose(int k, size_t plane, const float *dy, float *dt);
 void cpu_wgrad_lanes(int k, int crs, const float *acc, float *part);
 
 /* Call before a parallel region whose threads call cpu_sgemm(1, ...). */
