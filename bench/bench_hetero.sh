@@ -27,7 +27,7 @@
 # per cell, best kept), EPOCHS (accuracy part, default 10), TARGET (default 0.89),
 # MODES (default "static balanced average gossip"), PERIOD_US (CFS period
 # of the quotas, default 100000; see bench/README.md), LOGS (a directory
-# to keep the coordinators' logs and metrics in), HOW (auto, cgroup or
+# to keep the coordinators' logs and metrics in, LABEL.ROUND.log/.jsonl), HOW (auto, cgroup or
 # throttle; default auto: cgroups where cpu-quota.sh can make them, else
 # --throttle F, and the output says so), BATCH (global batch of the speed
 # runs, default 64). Needs root for the cgroups. Never
@@ -153,6 +153,9 @@ run() {
   stop_all
   if [ -n "$LOGS" ]; then
     f=$(echo "$label" | tr -c 'A-Za-z0-9_\n-' _)
+    n=1 # one pair of files per round
+    while [ -e "$LOGS/$f.$n.log" ]; do n=$((n + 1)); done
+    f="$f.$n"
     cp "$tmp/coord.log" "$LOGS/$f.log"
     [ ! -f "$mf" ] || cp "$mf" "$LOGS/$f.jsonl"
   fi

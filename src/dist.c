@@ -227,9 +227,11 @@ int rt_dist_evaluate(struct rt_trainer *t, const rt_dataset *ds, double *loss, d
     long lo, hi;
     rt_planner_eval_part(&d->pl, ds->n, &lo, &hi);
     double sums[3] = {0.0, 0.0, 0.0};
+    const double w0 = rt_now(), c0 = rt_cpu_now();
     RT_TRY(rt_evaluator_sums(t->ev, ds, lo, hi, sums, NULL));
     RT_TRY(COLL(t)->allreduce_f64(CTX(t), sums, 3));
     rt_evaluator_metrics(sums, loss, acc);
+    rt_planner_exclude(&d->pl, rt_cpu_now() - c0, rt_now() - w0);
     return RT_OK;
 }
 

@@ -45,3 +45,9 @@ double rt_pacer_wait(struct rt_pacer *pc)
     pc->slept += ahead;
     return ahead;
 }
+
+void rt_pacer_exclude(struct rt_pacer *pc, double cpu, double wall)
+{
+    pc->cpu0 += cpu;
+    pc->wall0 += wall;
+}

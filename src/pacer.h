@@ -21,5 +21,7 @@ struct rt_pacer {
 void rt_pacer_init(struct rt_pacer *pc, double quota);
 /* Sleep as long as this process is ahead of its rate; returns the seconds slept. */
 double rt_pacer_wait(struct rt_pacer *pc);
+/* CPU and wall time not to pace against (an evaluation between steps). */
+void rt_pacer_exclude(struct rt_pacer *pc, double cpu, double wall);
 
 #endif

@@ -34,10 +34,13 @@ static void planner_quota(struct rt_planner *p, const struct rt_trainer *t)
     p->cpu_clock = p->quota > 0.0 && !strcmp(rt_dev_backend(t->dev), "cpu");
     p->qcpu0 = rt_cpu_now();
     p->qwall0 = rt_now();
+    /* where the workers wait for each other every step (not gossip) */
+    rt_pacer_init(&p->pacer, p->roles ? p->quota : 0.0);
     if (p->quota_scale < 1.0)
         fprintf(stderr, "ragtag: [plan] rank %d: its cgroup allows %.2f cores for %.0f compute "
-                        "threads: its speeds count x %.2f\n",
-                t->rank, q, th, p->quota_scale);
+                        "threads: its speeds count x %.2f%s\n",
+                t->rank, q, th, p->quota_scale,
+                p->pacer.rate > 0.0 ? "; it paces its steps under the quota" : "");
 }
 
 int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balanced, bool roles)
@@ -350,6 +353,7 @@ static double throttle_sleep(float f, double busy)
 
 void rt_planner_step_begin(struct rt_planner *p, struct rt_step *s)
 {
+    rt_pacer_wait(&p->pacer); /* before the clocks: the speeds are the compute's */
     s->t_compute = rt_now();
     s->cpu_compute = p->quota > 0.0 ? rt_cpu_now() : 0.0;
 }
@@ -408,6 +412,13 @@ int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_st
     if (nl > 0)
         rt_speedo_add(&p->speedo, nl, busy_seconds(p, s->t_compute, s->cpu_compute));
     return RT_OK;
+}
+
+void rt_planner_exclude(struct rt_planner *p, double cpu, double wall)
+{
+    p->qcpu0 += cpu;
+    p->qwall0 += wall;
+    rt_pacer_exclude(&p->pacer, cpu, wall);
 }
 
 uint32_t rt_planner_vote(const struct rt_planner *p)

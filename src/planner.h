@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "collective.h"
+#include "pacer.h"
 #include "partition.h"
 
 struct rt_trainer;
@@ -50,6 +51,7 @@ struct rt_planner {
     double qwall0;        /* when qcpu0 was read: the step rate actually reached */
     long qsamples, qsteps;
     double wall_rate;     /* gossip: samples / step-loop seconds of the last epoch */
+    struct rt_pacer pacer; /* under a quota, where the workers wait for each other */
 };
 
 int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balanced, bool roles);
@@ -76,6 +78,11 @@ void rt_planner_eval_part(struct rt_planner *p, long n, long *lo, long *hi);
  * on standby, account for the quota. */
 void rt_planner_step_begin(struct rt_planner *p, struct rt_step *s);
 int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_step *s);
+/* Time and CPU spent between steps on something else (an evaluation):
+ * not the steps' overhead, and not CPU to pace against. At the end of an
+ * epoch a worker at 0.8 cores counted its share of the test set as 19.8 ms
+ * a step outside computing and went on standby. */
+void rt_planner_exclude(struct rt_planner *p, double cpu, double wall);
 /* The vote of this worker on an exchanging step: a re-plan when its speed
  * moved by more than --replan-change since the plan. */
 uint32_t rt_planner_vote(const struct rt_planner *p);

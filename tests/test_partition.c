@@ -9,8 +9,11 @@
 #include "testutil.h"
 
 #include <sys/stat.h>
+#include <time.h>
 
+#include "clock.h"
 #include "memory.h"
+#include "pacer.h"
 #include "partition.h"
 
 static void test_shares_add_up_and_follow_speeds(void **state)
@@ -307,6 +310,55 @@ static void test_memory_limit_fake_cgroups(void **state)
     assert_true(rt_mem_peak() >= rt_mem_rss() / 2);
 }
 
+/* Burn `cpu` seconds of this thread's CPU. */
+static void burn(double cpu)
+{
+    volatile double x = 1.0;
+    const double end = rt_cpu_now() + cpu;
+    while (rt_cpu_now() < end)
+        for (int i = 0; i < 1000; i++)
+            x = x * 1.0000001 + 1e-9;
+}
+
+/* Paced at a quota of 0.2 cores (0.19 with its margin), a process that
+ * burned 60 ms of CPU has slept until it used no more than that rate since
+ * the pacer started; with no quota it never sleeps. Only lower bounds on
+ * time: a busy machine makes the ratio smaller, never larger (the burns
+ * would have to run 5 times slower than the CPU time they use for the
+ * pacer to owe no sleep). */
+static void test_pacer_keeps_under_quota(void **state)
+{
+    (void)state;
+    struct rt_pacer pc;
+    rt_pacer_init(&pc, 0.0);
+    burn(0.02);
+    assert_true(rt_pacer_wait(&pc) == 0.0);
+    rt_pacer_init(&pc, 0.2);
+    const double w0 = rt_now(), c0 = rt_cpu_now();
+    for (int i = 0; i < 3; i++) {
+        burn(0.02);
+        rt_pacer_wait(&pc);
+    }
+    const double used = rt_cpu_now() - c0, wall = rt_now() - w0;
+    assert_true(pc.slept > 0.0);
+    assert_true(used / wall <= 0.2);
+}
+
+/* Credit is capped at a few ms: after 500 ms idle, a 50 ms burst at 0.2
+ * cores (263 ms of wall time at its rate) is paid for by sleeping, not by
+ * the idle time, which would let a worker burst through its CFS period's
+ * quota and be frozen. */
+static void test_pacer_credit_capped(void **state)
+{
+    (void)state;
+    struct rt_pacer pc;
+    rt_pacer_init(&pc, 0.2);
+    nanosleep(&(struct timespec){.tv_nsec = 500000000L}, NULL);
+    assert_true(rt_pacer_wait(&pc) == 0.0); /* idle: nothing to pay, the credit capped */
+    burn(0.05);
+    assert_true(rt_pacer_wait(&pc) > 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +368,8 @@ int main(void)
         cmocka_unit_test(test_plan_worth_a_change),
         cmocka_unit_test(test_unmeasured_speeds_still_get_work),
         cmocka_unit_test(test_speed_window),
+        cmocka_unit_test(test_pacer_keeps_under_quota),
+        cmocka_unit_test(test_pacer_credit_capped),
         cmocka_unit_test(test_shares_capped_by_memory),
         cmocka_unit_test(test_memory_limit_fake_cgroups),
     };
