@@ -24,7 +24,6 @@
 #include "cpu-impl.h"
 
 #include <stdint.h>
-#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
 #define WGRAD_AVX2 1
