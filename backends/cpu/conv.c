@@ -72,26 +72,36 @@ struct conv_layout {
     size_t off_col, off_out, slice; /* offsets in one thread's slice */
 };
 
+/* Stride 1 without padding: x's planes are the padded ones. */
+static bool wgrad_in_place(const struct rt_conv_shape *s, const struct conv_layout *l)
+{
+    return l->sh == 1 && l->sw == 1 && !s->pad_h && !s->pad_w && !conv_is_pointwise(s);
+}
+
 /* The filters' gradient read in place (wgrad.c): on the wide layout, or on
- * x itself (stride 1, no padding), the column rows are runs of the image. */
+ * x itself, the column rows are runs of the image. */
 static enum rt_wgrad conv_wgrad(const struct rt_conv_shape *s, const struct conv_layout *l)
 {
-    const bool runs = l->wide || (l->sh == 1 && l->sw == 1 && !s->pad_h && !s->pad_w &&
-                                  !conv_is_pointwise(s));
-    return runs ? cpu_wgrad_kind(s->k, (int)conv_crs(s), s->oh, s->ow) : RT_WGRAD_NONE;
+    return l->wide || wgrad_in_place(s, l)
+               ? cpu_wgrad_kind(s->k, (int)conv_crs(s), s->oh, s->ow)
+               : RT_WGRAD_NONE;
 }
 
-/* It takes a few images at a time: by positions their dy in 16 KiB (L1:
- * every pair of column rows reads it again); at most 8, and their padded
- * planes and transposed dy staged in 128 KiB at most. */
+/* What it stages an image: the padded planes unless x's own serve, dy
+ * transposed when it sums by filters. */
 static size_t wgrad_stage(const struct rt_conv_shape *s, const struct conv_layout *l)
 {
-    return align16(l->pad) + align16((size_t)s->k * conv_ohw(s)); /* + dy transposed */
+    return (wgrad_in_place(s, l) ? 0 : align16(l->pad)) +
+           (conv_wgrad(s, l) == RT_WGRAD_FILTERS ? align16((size_t)s->k * conv_ohw(s)) : 0);
 }
 
+/* It takes a few images at a time: at most 8, their staging in 128 KiB,
+ * and by positions their dy in 16 KiB (L1: every pair of column rows
+ * reads it again). */
 static int wgrad_batch(const struct rt_conv_shape *s, const struct conv_layout *l)
 {
-    size_t n = 32768 / wgrad_stage(s, l);
+    const size_t st = wgrad_stage(s, l);
+    size_t n = st ? 32768 / st : 8;
     if (conv_wgrad(s, l) == RT_WGRAD_POSITIONS) {
         const size_t m = 4096 / ((size_t)s->k * conv_ohw(s) + 1);
         n = m < n ? m : n;
@@ -584,14 +594,14 @@ static void bwd_filter_images(int nt, const struct rt_conv_shape *s, const struc
         for (int r = 0; r < s->r; r++)
             for (int q = 0; q < s->s; q++)
                 row_at[j++] = (int32_t)wide_row_at(l, c, r, q);
-    /* no padding, stride 1: the padded planes are x's own */
-    const bool in_place = !s->pad_h && !s->pad_w && l->sh == 1 && l->sw == 1;
-    const bool by_filters = kind == RT_WGRAD_FILTERS;
-    const size_t st = wgrad_stage(s, l), dto = align16(l->pad), plane = conv_ohw(s);
+    const bool in_place = wgrad_in_place(s, l), by_filters = kind == RT_WGRAD_FILTERS;
+    const int batch = wgrad_batch(s, l);
+    const size_t st = wgrad_stage(s, l), plane = conv_ohw(s);
+    const size_t dto = in_place ? 0 : align16(l->pad); /* dy^T after the planes */
     struct rt_wgrad_images im = {.oh = s->oh, .ow = s->ow, .wq = l->wq,
                                  .xs = in_place ? xs : st, .dys = by_filters ? st : ys};
     for (int i = lo; i < hi; i += im.n) {
-        im.n = hi - i < wgrad_batch(s, l) ? hi - i : wgrad_batch(s, l);
+        im.n = hi - i < batch ? hi - i : batch;
         for (int m = 0; m < im.n; m++) {
             if (!in_place)
                 pad_image(s, l, x + (size_t)(i + m) * xs, stage + m * st);

@@ -1,24 +1,27 @@
-/* wgrad.c — the filters' gradient of a wide convolution (conv.c's wide
- * layout: stride-1 rows of the padded image), read in place.
+/* wgrad.c — the filters' gradient of a convolution whose column rows are
+ * runs of the (padded) image: conv.c's wide layout, or x itself at stride
+ * 1 without padding. Read in place: no im2col, no BLAS call per image.
  *
- * dW[q][j] = sum over the images and the wide positions p of
- * dy[q][p] * x[row_at[j] + p]: row j of the column matrix is a run of the
- * padded image, so there is nothing to copy, and each product row is a
- * dot product over the whole output plane (896 floats in lenet's conv1,
- * 96 in its conv2). 6 rows of dy by 2 rows of x are summed in 12 AVX2
- * registers, 8 lanes each, over a few staged images at a time; the lanes
- * wait in memory between stagings (acc: k x crs x 8 floats, a few KiB to
- * 128 KiB, in L2) and are added up once a group of images is done. One
- * image per block spent as long loading and storing the lanes as summing
- * lenet's conv2 (12 steps of 8 positions a row).
+ * dW[q][j] = sum over the images and the output positions p of
+ * dy[q][p] * x[row_at[j] + p], in one of two ways:
+ * - by positions: 6 rows of dy by 2 column rows in 12 AVX2 registers, 8
+ *   positions of an output row across the lanes, over a few images at a
+ *   time; the lanes wait in memory between batches (acc: k x crs x 8
+ *   floats, at most 128 KiB, in L2) and are added up once a group of
+ *   images is done. One image per block spent as long loading and
+ *   storing the lanes as summing lenet's conv2;
+ * - by filters: outer products, 16 filters across the lanes by 6 column
+ *   rows, dy transposed; no lane is wasted on short output rows (lenet's
+ *   conv2: rows of 10, 2 vectors a row by positions).
+ * cpu_wgrad_kind picks the one that multiplies fewer idle lanes.
  *
  * OpenBLAS ran these as C (+)= col dy^T with an im2col per image: lenet's
  * conv1 (6 x 25, inner 896) at 9.9 GFLOP/s, conv2 (16 x 150, inner 96) at
  * 21.9, packing both operands on every call (bench_ops, 1 thread).
  *
- * Each lane is one FMA chain over the images and positions in order, and
- * the lanes are added in a fixed order: the bits depend only on the
- * images in the group. */
+ * Each lane (or element) is one FMA chain over the images and positions
+ * in order, and lanes are added in a fixed order: the bits depend only on
+ * the images in the group. */
 #include "config.h"
 
 #include "cpu-impl.h"
@@ -301,7 +304,7 @@ void cpu_wgrad_images(int k, int crs, const struct rt_wgrad_images *im, const in
     wgrad_avx2(k, crs, im, row_at, more, acc);
 #else
     (void)k, (void)crs, (void)im, (void)row_at, (void)more, (void)acc;
-    RT_ASSERT(!"cpu_wgrad_images without cpu_wgrad_ok");
+    RT_ASSERT(!"cpu_wgrad_images where cpu_wgrad_kind says NONE");
 #endif
 }
 
@@ -312,7 +315,7 @@ void cpu_wgrad_outer(int k, int crs, const struct rt_wgrad_images *im, const int
     wgrad_outer_avx2(k, crs, im, row_at, more, part);
 #else
     (void)k, (void)crs, (void)im, (void)row_at, (void)more, (void)part;
-    RT_ASSERT(!"cpu_wgrad_outer without cpu_wgrad_ok");
+    RT_ASSERT(!"cpu_wgrad_outer where cpu_wgrad_kind says NONE");
 #endif
 }
 
