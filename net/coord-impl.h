@@ -61,6 +61,8 @@ struct coord_worker {
     double expelled_at;     /* when it was last told it is out */
     double probe_at;        /* a joiner too slow for a share: when it measures again (0: not held) */
     bool left_standby;      /* it left the ring on standby (its next joins wait longer) */
+    double left_at;         /* when it left the ring (lost or standby) */
+    double back_at;         /* back from standby: when it sets up (its back-off ends) */
     double last_seen, ips;
     long acked;             /* the newest step read from it (its heartbeats); -1: none */
     int fd;                 /* the TCP connection its last message came on, or -1 */
@@ -143,6 +145,7 @@ struct coord {
     double regroup_t0;
     double short_since;     /* members below --min-workers since (0: not) */
     long lost, joined, standby; /* members lost, admitted, gone on standby */
+    bool told_finished;     /* joiners were told the run ended: the socket lingers for them */
     /* the coordinator goes away and comes back (coord_adopt.c) */
     double t_start, last_loop;
     bool adopt_wanted;      /* --resume found the run's id: its workers may be alive */
@@ -229,8 +232,9 @@ static inline struct coord_worker *coord_rank(struct coord *k, int r)
 int coord_job_read_model(struct coord *k);
 int coord_job_send(struct coord *k);
 /* The job to a worker that joins during training (its rank and place come
- * with the generation that admits it). */
-int coord_job_send_late(struct coord *k, struct coord_worker *w);
+ * with the generation that admits it); it sets up after setup_after
+ * seconds (a worker back from standby waits out its back-off idle). */
+int coord_job_send_late(struct coord *k, struct coord_worker *w, double setup_after);
 int coord_job_serve_file(struct coord *k, struct coord_worker *w);
 void coord_job_free(struct coord *k);
 

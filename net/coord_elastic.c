@@ -137,6 +137,7 @@ static int drop_member(struct coord *k, struct coord_worker *w, const char *even
                        const char *why)
 {
     w->gone = true;
+    w->left_at = rt_now();
     if (w->rank < 0) {
         members_note("worker %s (%s) lost while joining: %s", w->m.name, w->m.host, why);
         return RT_OK;
@@ -194,6 +195,40 @@ int coord_joiner_failed(struct coord *k, struct coord_worker *w)
     return coord_lose(k, w, why);
 }
 
+/* How often a worker of this name left the ring on standby, and when it
+ * last did. */
+static int standby_times(const struct coord *k, const char *name, double *last)
+{
+    int n = 0;
+    *last = 0.0;
+    for (int i = 0; i < k->nw; i++) {
+        const struct coord_worker *o = &k->w[i];
+        if (o->gone && o->left_standby && !strcmp(o->m.name, name)) {
+            n++;
+            *last = o->left_at > *last ? o->left_at : *last;
+        }
+    }
+    return n;
+}
+
+/* A worker back from standby: its speed alone does not say what it cost
+ * the ring, so it comes back after a wait that doubles each time it had
+ * to leave (COORD_PROBE_EVERY, then twice that, up to 16 times), counted
+ * from when it left. It waits idle, before it sets up: reading the data
+ * and measuring its speed again at once would take CPU from members that
+ * share its machine, for a worker that cannot take a share yet. The
+ * seconds it still has to wait (0: none), and the note that says so. */
+static double standby_backoff(const struct coord *k, const char *name, int *times)
+{
+    double last;
+    *times = standby_times(k, name, &last);
+    if (*times == 0)
+        return 0.0;
+    double wait = COORD_PROBE_EVERY * (double)(1 << (*times < 5 ? *times - 1 : 4));
+    double left = last + wait - rt_now();
+    return left > 0.0 ? left : 0.0;
+}
+
 int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
 {
     int cap = k->o->max_workers > 0 ? k->o->max_workers : k->o->workers;
@@ -218,11 +253,19 @@ int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
         coord_note("turned away worker %s from %s: %s", m->name, peer, no);
         return RT_OK;
     }
+    int times;
+    double after = standby_backoff(k, m->name, &times);
     struct coord_worker *w = coord_add_member(k, m, peer);
     w->pending = true;
-    members_note("worker %s joining from %s (%s, %s): it sets up, then the members hand it "
-                 "their state", m->name, peer, m->host, m->endpoint);
-    if (coord_job_send_late(k, w) < 0) {
+    if (after > 0.0)
+        members_note("worker %s back from standby (%d time%s) from %s (%s, %s): it waits "
+                     "%.0f s, then sets up and measures its speed", m->name, times,
+                     times == 1 ? "" : "s", peer, m->host, m->endpoint, after);
+    else
+        members_note("worker %s joining from %s (%s, %s): it sets up, then the members hand "
+                     "it their state", m->name, peer, m->host, m->endpoint);
+    w->back_at = after > 0.0 ? rt_now() + after : 0.0;
+    if (coord_job_send_late(k, w, after) < 0) {
         members_note("worker %s left before its job could reach it: %s", m->name,
                      rt_error_detail());
         w->gone = true;
@@ -252,33 +295,14 @@ static bool fast_enough(const struct coord *k, const struct coord_worker *w, dou
            w->ips >= 1.5 * (double)k->c->min_share * *mean;
 }
 
-/* How often a worker of this name left the ring on standby. */
-static int standby_times(const struct coord *k, const char *name)
-{
-    int n = 0;
-    for (int i = 0; i < k->nw; i++)
-        n += k->w[i].gone && k->w[i].left_standby && !strcmp(k->w[i].m.name, name);
-    return n;
-}
-
 int coord_joiner_ready(struct coord *k, struct coord_worker *w)
 {
     if (!w->pending) {
         coord_drop_unexpected(k, w);
         return RT_OK;
     }
-    bool first = !w->ready, was = w->ready && w->probe_at == 0.0;
+    bool was = w->ready && w->probe_at == 0.0;
     RT_TRY(coord_ready(k, w));
-    int times = standby_times(k, w->m.name);
-    if (first && times > 0) {
-        /* Its speed alone does not say what it cost the ring: back after a
-         * wait that doubles each time it had to leave. */
-        double wait = COORD_PROBE_EVERY * (double)(1 << (times < 5 ? times - 1 : 4));
-        members_note("worker %s left the ring on standby %d time%s: it measures again in %.0f s",
-                     w->m.name, times, times == 1 ? "" : "s", wait);
-        w->probe_at = rt_now() + wait;
-        return RT_OK;
-    }
     double mean;
     if (!fast_enough(k, w, &mean)) {
         if (w->probe_at == 0.0)
@@ -355,7 +379,9 @@ void coord_expel(struct coord *k, struct coord_worker *w)
 void coord_elastic_end(struct coord *k)
 {
     for (int i = 0; i < k->nw; i++)
-        if (k->w[i].pending && !k->w[i].gone)
+        if (k->w[i].pending && !k->w[i].gone) {
             coord_send_simple(k, &k->w[i], "finished", "the run ended before this worker was "
                                                        "admitted");
+            k->told_finished = true;
+        }
 }

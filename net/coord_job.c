@@ -64,11 +64,11 @@ static int option_add(void *arg, const char *key, const char *value)
     return RT_OK;
 }
 
-static void put_job(struct coord *k, int r, const struct rt_membership *ms)
+static void put_job(struct coord *k, int r, const struct rt_membership *ms, double setup_after)
 {
     const struct rt_coord_options *o = k->o;
     const struct rt_train_config *c = k->c;
-    rt_wire_begin(&k->wr, k->run, "job", 13 + (o->serve_data ? 1 : 0));
+    rt_wire_begin(&k->wr, k->run, "job", 14 + (o->serve_data ? 1 : 0));
     rt_wire_put_uint(&k->wr, "rank", (uint64_t)r);
     rt_membership_put(&k->wr, ms);
     rt_wire_put_str(&k->wr, "model_name", c->model_path);
@@ -80,6 +80,7 @@ static void put_job(struct coord *k, int r, const struct rt_membership *ms)
     rt_wire_put_f64(&k->wr, "hb", 1.0);
     rt_wire_put_f64(&k->wr, "timeout", o->worker_timeout);
     rt_wire_put_bool(&k->wr, "token_links", o->token_links && k->curve);
+    rt_wire_put_f64(&k->wr, "setup_after", setup_after);
     rt_wire_put_array(&k->wr, "options", k->opts.n);
     for (int i = 0; i < k->opts.n; i++) {
         rt_wire_raw_array(&k->wr, 2);
@@ -101,14 +102,14 @@ int coord_job_send(struct coord *k)
         RT_TRY(option_add(k, "local_batch", v));
     }
     for (int r = 0; r < k->nw; r++) {
-        put_job(k, r, &k->ms);
+        put_job(k, r, &k->ms, 0.0);
         RT_TRY(rt_wire_end(&k->wr));
         RT_TRY(coord_send(k, coord_rank(k, r), NULL, NULL, 0));
     }
     return RT_OK;
 }
 
-int coord_job_send_late(struct coord *k, struct coord_worker *w)
+int coord_job_send_late(struct coord *k, struct coord_worker *w, double setup_after)
 {
     if (k->ms.n >= RT_MAX_WORKERS)
         return rt_error(RT_ERR_ARG, "a run holds at most %d workers", RT_MAX_WORKERS);
@@ -117,7 +118,7 @@ int coord_job_send_late(struct coord *k, struct coord_worker *w)
         return rt_error(RT_ERR_NOMEM, "no memory for a member list");
     *ms = k->ms;
     ms->m[ms->n++] = w->m; /* a place for now: the generation that admits it gives its own */
-    put_job(k, ms->n - 1, ms);
+    put_job(k, ms->n - 1, ms, setup_after);
     free(ms);
     RT_TRY(rt_wire_end(&k->wr));
     return coord_send(k, w, NULL, NULL, 0);

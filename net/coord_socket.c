@@ -115,7 +115,11 @@ void coord_socket_close(struct coord *k, int rc)
         /* Keep the error detail: a failed option sets its own. */
         char keep[1024];
         snprintf(keep, sizeof keep, "%s", rt_error_detail());
-        if (set_option(k, ZMQ_LINGER, "ZMQ_LINGER", rc < 0 ? 2000 : 0) < 0) {
+        /* a failed run's aborts, and the "finished" of joiners still
+         * setting up, must reach them: without it they wait out the
+         * worker timeout and fail */
+        int linger = rc < 0 || k->told_finished ? 2000 : 0;
+        if (set_option(k, ZMQ_LINGER, "ZMQ_LINGER", linger) < 0) {
             coord_note("%s", rt_error_detail());
             rt_error(rc < 0 ? rc : RT_ERR_NET, "%s", keep);
         }

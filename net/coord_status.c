@@ -122,7 +122,8 @@ static void worker_row(struct coord *k, const struct coord_worker *w, double now
     o->images_per_s = w->plan_ips > 0 ? w->plan_ips : w->ips;
     bool member = o->rank >= 0;
     o->share = member && w->plan_share > 0 ? w->plan_share : 0;
-    o->standby = (member && w->plan_standby) || (!w->gone && w->pending && w->probe_at > 0.0);
+    bool held = w->probe_at > 0.0 || w->back_at > now; /* too slow, or backing off */
+    o->standby = (member && w->plan_standby) || (!w->gone && w->pending && held);
     snprintf(o->link, sizeof o->link, "-");
     if (member && k->ms.n > 1 && o->rank < k->ms.n)
         snprintf(o->link, sizeof o->link, "%s",

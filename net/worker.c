@@ -103,6 +103,7 @@ struct worker {
     bool want_ckpt, want_final, allow_shm;
     bool token_links;  /* the job's --link-security token: the inbox re-made for it */
     bool finished;     /* the run ended before this worker was admitted */
+    double setup_after; /* back from standby: seconds to wait before setting up */
     bool have_regroup; /* w->msg holds a "regroup" a ring set-up gave way to */
     size_t chunk;
     double hb, peer_timeout;
@@ -390,6 +391,7 @@ static int parse_job(struct worker *w)
     RT_TRY(rt_wire_get_uint(j, "chunk", 4096, RT_RING_MAX_CHUNK, &chunk));
     RT_TRY(rt_wire_get_f64(j, "hb", 0.05, 60.0, &w->hb));
     RT_TRY(rt_wire_get_f64(j, "timeout", 1.0, 1e6, &w->peer_timeout));
+    RT_TRY(rt_wire_get_f64(j, "setup_after", 0.0, 1e6, &w->setup_after));
     bool token = false;
     RT_TRY(rt_wire_get_bool(j, "token_links", &token));
     if (token && !w->token_links)
@@ -440,6 +442,20 @@ static int parse_job(struct worker *w)
     else
         RT_TRY(rt_data_guard(w->o, c->data_spec));
     return RT_OK;
+}
+
+/* Back from standby: idle (heartbeats only) until the coordinator's
+ * back-off ends, then set up; "finished" ends the wait, and the run for
+ * this worker, with status 0. */
+static int wait_backoff(struct worker *w)
+{
+    static const char *const none[] = {NULL};
+    if (!(w->setup_after > 0.0))
+        return RT_OK;
+    say(w, "back from standby: it sets up in %.0f s (the coordinator's back-off)",
+        w->setup_after);
+    int rc = wait_for(w, none, 1, w->setup_after);
+    return rc == RT_ERR_TIMEOUT ? (rt_error_clear(), RT_OK) : rc;
 }
 
 static int join(struct worker *w)
@@ -1286,7 +1302,7 @@ int rt_worker_run(const struct rt_worker_options *o)
     if ((rc = join(w)) < 0)
         goto out;
     joined = true;
-    if ((rc = get_data(w)) < 0 || (rc = check_memory(w)) < 0)
+    if ((rc = wait_backoff(w)) < 0 || (rc = get_data(w)) < 0 || (rc = check_memory(w)) < 0)
         goto out;
     struct rt_train_net tn = {
         .coll = {.ops = &worker_collectives, .ctx = w, .rank = w->rank, .world = w->world},
