@@ -297,10 +297,10 @@ int rt_dist_end(struct rt_trainer *t)
     return RT_OK;
 }
 
-int rt_dist_local_step(struct rt_trainer *t, struct rt_dist *d)
+int rt_dist_local_step(struct rt_trainer *t, struct rt_dist *d, bool want_norm)
 {
     RT_TRY(rt_replica_pull_grads(&d->r));
-    RT_TRY(rt_optim_step(t->opt, d->r.pv, d->r.gv));
+    RT_TRY(rt_optim_step(t->opt, d->r.pv, d->r.gv, want_norm));
     d->last_norm = rt_optim_last_grad_norm(t->opt);
     return RT_OK;
 }

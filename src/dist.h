@@ -61,7 +61,8 @@ int rt_commit_restore(const struct rt_commit *k, struct rt_trainer *t);
 bool rt_commit_here(const struct rt_commit *k, const struct rt_trainer *t);
 void rt_commit_free(struct rt_commit *k);
 
-/* One optimiser step of this worker alone on all of its parameters (host). */
-int rt_dist_local_step(struct rt_trainer *t, struct rt_dist *d);
+/* One optimiser step of this worker alone on all of its parameters (host);
+ * the gradient's norm measured when want_norm (the step logs it). */
+int rt_dist_local_step(struct rt_trainer *t, struct rt_dist *d, bool want_norm);
 
 #endif

@@ -184,7 +184,7 @@ static int average_after_backward(struct rt_trainer *t, struct rt_step *s)
     long nl = s->b - s->a;
     if (nl > 0) {
         rt_optim_set_steps(t->opt, t->pos.step);
-        RT_TRY(rt_dist_local_step(t, &a->d));
+        RT_TRY(rt_dist_local_step(t, &a->d, s->log_now));
         a->d.local_steps++;
     }
     rt_tally_add(&a->since, &s->tally);

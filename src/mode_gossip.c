@@ -112,7 +112,7 @@ static int gossip_after_backward(struct rt_trainer *t, struct rt_step *s)
     RT_TRY(rt_planner_step_end(&g->d.pl, t, s));
     if (s->b > s->a) {
         rt_optim_set_steps(t->opt, g->epoch * t->spe + g->done * t->spe / (g->count ? g->count : 1));
-        RT_TRY(rt_dist_local_step(t, &g->d));
+        RT_TRY(rt_dist_local_step(t, &g->d, s->log_now));
         g->d.local_steps++;
     }
     int k = t->pairwise->ops->step(t->pairwise->ctx, g->d.r.p, g->d.r.np, true);

@@ -85,7 +85,7 @@ static int local_part(struct rt_trainer *t, struct rt_step *s) { return RT_OK; }
 
 static int local_after_backward(struct rt_trainer *t, struct rt_step *s)
 {
-    RT_TRY(rt_optim_step(t->opt, rt_model_params(t->m), rt_model_grads(t->m)));
+    RT_TRY(rt_optim_step(t->opt, rt_model_params(t->m), rt_model_grads(t->m), s->log_now));
     t->pos.step++;
     s->stop = rt_trainer_stop_asked(t) ||
               rt_train_testing_stop_at(&t->c, t->pos.step);

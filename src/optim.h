@@ -71,10 +71,11 @@ rt_optim *rt_optim_new_spans(rt_dev *d, const struct rt_optim_config *c,
                              const struct rt_span *spans, int nspans);
 void rt_optim_destroy(rt_optim **o);
 
-/* One update of w (n floats) from g: measure g's L2 norm, clip (when asked
- * and the norm is finite; g is scaled in place), schedule, fused step.
- * Counts steps. */
-int rt_optim_step(rt_optim *o, rt_view w, rt_view g);
+/* One update of w (n floats) from g: measure g's L2 norm (when clipping, or
+ * when want_norm: a step that logs it; otherwise the norm is NaN), clip
+ * (when asked and the norm is finite; g is scaled in place), schedule,
+ * fused step. Counts steps. */
+int rt_optim_step(rt_optim *o, rt_view w, rt_view g, bool want_norm);
 /* The same with the gradient's norm measured by the caller (a data-parallel
  * step knows the norm of the whole gradient, not only of the slice w and g
  * cover); NaN: not measured, no clipping. */

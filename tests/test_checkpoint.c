@@ -550,7 +550,7 @@ static void step_with(rt_model *m, rt_optim *o, uint64_t seed)
 {
     size_t pc = rt_model_param_count(m);
     upload_random(rt_model_grads(m), pc, -1.0f, 1.0f, seed);
-    assert_int_equal(rt_optim_step(o, rt_model_params(m), rt_model_grads(m)), RT_OK);
+    assert_int_equal(rt_optim_step(o, rt_model_params(m), rt_model_grads(m), false), RT_OK);
 }
 
 static void assert_views_equal(rt_view a, rt_view b, size_t n, const char *what)

@@ -270,7 +270,7 @@ static void run_against_reference(const struct rt_optim_config *c)
         r[i] = (struct ref){.w = w0[i]};
     for (int s = 0; s < STEPS; s++) {
         assert_int_equal(rt_upload(dev, rt_buf_view(gb), g[s], sizeof g[s]), RT_OK);
-        assert_int_equal(rt_optim_step(o, rt_buf_view(wb), rt_buf_view(gb)), RT_OK);
+        assert_int_equal(rt_optim_step(o, rt_buf_view(wb), rt_buf_view(gb), true), RT_OK);
         double lr = rt_schedule_lr(c, s);
         assert_float_equal(rt_optim_last_lr(o), (float)lr, 0.0);
         for (int i = 0; i < N; i++) {
@@ -395,7 +395,8 @@ static void test_nadam(void **state)
 
 /* A gradient of norm 5 (3-4-0 and a zero tail) through plain SGD with lr 1:
  * the update equals the gradient as the optimiser saw it. */
-static void clip_case(float clip, float *g_after, float *w_after, double *norm)
+static void clip_case_norm(float clip, bool want_norm, float *g_after, float *w_after,
+                           double *norm)
 {
     struct rt_optim_config c = cfg_lr(1.0f);
     c.momentum = 0.0f;
@@ -407,13 +408,18 @@ static void clip_case(float clip, float *g_after, float *w_after, double *norm)
     rt_optim *o = rt_optim_new(dev, &c, N);
     assert_non_null(o);
     assert_true(isnan(rt_optim_last_grad_norm(o)));
-    assert_int_equal(rt_optim_step(o, rt_buf_view(wb), rt_buf_view(gb)), RT_OK);
+    assert_int_equal(rt_optim_step(o, rt_buf_view(wb), rt_buf_view(gb), want_norm), RT_OK);
     *norm = rt_optim_last_grad_norm(o);
     assert_int_equal(rt_download(dev, g_after, rt_buf_view(gb), sizeof g), RT_OK);
     assert_int_equal(rt_download(dev, w_after, rt_buf_view(wb), sizeof w), RT_OK);
     rt_optim_destroy(&o);
     rt_buf_destroy(&gb);
     rt_buf_destroy(&wb);
+}
+
+static void clip_case(float clip, float *g_after, float *w_after, double *norm)
+{
+    clip_case_norm(clip, true, g_after, w_after, norm);
 }
 
 static void test_clip_above(void **state)
@@ -448,6 +454,15 @@ static void test_clip_below(void **state)
     clip_case(0.0f, g, w, &norm); /* clipping off: still measured, not applied */
     assert_float_equal(norm, 5.0, 1e-12);
     assert_true(g[0] == 3.0f && g[1] == 4.0f);
+
+    /* a step that does not log it: no clipping, no norm, the same update */
+    clip_case_norm(0.0f, false, g, w, &norm);
+    assert_true(isnan(norm));
+    assert_true(w[0] == -3.0f && w[1] == -4.0f);
+    /* clipping measures it whether or not the step logs it */
+    clip_case_norm(1.0f, false, g, w, &norm);
+    assert_float_equal(norm, 5.0, 1e-12);
+    assert_float_equal(w[0], -0.6, 1e-7);
 }
 
 int main(void)
