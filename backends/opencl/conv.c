@@ -140,7 +140,8 @@ static int gemm_run(rt_dev *d, const struct rt_conv_shape *s, int dir, rt_view i
  * (the tests run both). */
 
 #define DIRECT_V 16 /* RT_V in conv.cl */
-#define DIRECT_KT 8 /* RT_KT */
+#define DIRECT_KT 6 /* RT_KT */
+#define DIRECT_DV 8 /* RT_DV: the direct kernel's vector */
 
 static size_t up(size_t a, size_t b) { return (a + b - 1) / b * b; }
 
@@ -248,7 +249,7 @@ static int run_wpack(rt_dev *d, int ko, int ci, int r, int s, int flip, rt_view 
 static int run_direct(rt_dev *d, int nb, int ci, int ko, int r, int s, struct pack p, int oh,
                       int ow, rt_view xp, rt_view wt, rt_view y)
 {
-    const int nseg = (ow + DIRECT_V - 1) / DIRECT_V, nkb = (ko + DIRECT_KT - 1) / DIRECT_KT;
+    const int nseg = (ow + DIRECT_DV - 1) / DIRECT_DV, nkb = (ko + DIRECT_KT - 1) / DIRECT_KT;
     size_t items = (size_t)nb * ((oh + 1) / 2) * nseg * nkb;
     return ocl_run_n(d, OCL_K_conv_direct, items, "liiiiiiiiiivvv", items, ci, ko, r, s, p.wp,
                      p.ps, oh, ow, nseg, nkb, xp, wt, y);
@@ -265,10 +266,10 @@ static bool direct_in_place(const struct rt_conv_shape *s, struct pack *xp)
     if (s->pad_h != 0 || s->pad_w != 0 || s->n < 2)
         return false;
     const size_t img = (size_t)s->c * s->h * s->w;
-    const int nseg = (s->ow + DIRECT_V - 1) / DIRECT_V;
+    const int nseg = (s->ow + DIRECT_DV - 1) / DIRECT_DV;
     const size_t fwd = (size_t)(s->c - 1) * s->h * s->w +
                        ((size_t)up((size_t)s->oh, 2) + s->r - 2) * s->w +
-                       (size_t)(nseg - 1) * DIRECT_V + s->s - 1 + DIRECT_V;
+                       (size_t)(nseg - 1) * DIRECT_DV + s->s - 1 + DIRECT_DV;
     const size_t bwf = (size_t)(s->c - 1) * s->h * s->w + (size_t)dy_plane(s) +
                        (size_t)(s->r - 1) * s->w + s->s - 1;
     if (fwd > 2 * img || bwf > 2 * img)

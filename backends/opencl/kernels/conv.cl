@@ -106,7 +106,8 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
  *               as flat dot products over the packed planes. */
 
 #define RT_V 16  /* floats per vector: float16 */
-#define RT_KT 8  /* output channels per work-item of the direct kernel */
+#define RT_KT 6  /* output channels per work-item of the direct kernel */
+#define RT_DV 8  /* floats per vector of the direct kernel: float8 */
 
 /* Row kernel: row `row` of packed plane `p`: dst[p*ps + row*wp + 0..wp) is
  * src plane p (h x w) shifted to (top, left), zeros around it. The last row's
@@ -200,6 +201,29 @@ void rt_vstore_part(float16 v, int n, global float *p)
  * channels k0..k0+7: 16 vector accumulators. Work-item order: channel
  * block fastest, then column segment, row pair, image, so that neighbours
  * share their input rows. */
+/* Store the first n (0..8) lanes of v at p. */
+void rt_vstore_part8(float8 v, int n, global float *p)
+{
+    if (n >= 8) {
+        vstore8(v, 0, p);
+        return;
+    }
+    float4 b = v.lo;
+    if (n & 4) {
+        vstore4(b, 0, p);
+        p += 4;
+        b = v.hi;
+    }
+    float2 c = b.lo;
+    if (n & 2) {
+        vstore2(c, 0, p);
+        p += 2;
+        c = b.hi;
+    }
+    if (n & 1)
+        p[0] = c.x;
+}
+
 kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int ps, int oh,
                            int ow, int nseg, int nkb, global const float *xp, ulong xpo,
                            global const float *wt, ulong wto, global float *y, ulong yo)
@@ -212,23 +236,23 @@ kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int 
     const int pairs = (oh + 1) / 2;
     const int oy = (int)(u % pairs) * 2;
     const ulong ni = u / pairs;
-    const int ox = seg * RT_V, k0 = kb * RT_KT;
+    const int ox = seg * RT_DV, k0 = kb * RT_KT;
     global const float *xb = xp + xpo + ni * c * ps + (ulong)oy * wp + ox;
     global const float *wb = wt + wto + (ulong)kb * c * r * s * RT_KT;
-    float16 a0[RT_KT], a1[RT_KT];
+    float8 a0[RT_KT], a1[RT_KT];
 #pragma unroll
     for (int q = 0; q < RT_KT; q++)
-        a0[q] = a1[q] = (float16)0.0f;
+        a0[q] = a1[q] = (float8)0.0f;
     for (int ch = 0; ch < c; ch++) {
         for (int i = 0; i < r; i++) {
             global const float *x0 = xb + (ulong)ch * ps + i * wp;
             for (int j = 0; j < s; j++) {
-                const float16 v0 = vload16(0, x0 + j), v1 = vload16(0, x0 + wp + j);
+                const float8 v0 = vload8(0, x0 + j), v1 = vload8(0, x0 + wp + j);
 #pragma unroll
                 for (int q = 0; q < RT_KT; q++) {
                     /* a broadcast load per weight, not a shuffle of a vector
                      * load: the shuffle port is the FMA port on x86 */
-                    const float16 wv = (float16)wb[q];
+                    const float8 wv = (float8)wb[q];
                     a0[q] = RT_MAD(wv, v0, a0[q]);
                     a1[q] = RT_MAD(wv, v1, a1[q]);
                 }
@@ -236,16 +260,16 @@ kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int 
             }
         }
     }
-    const int nv = min(ow - ox, RT_V);
+    const int nv = min(ow - ox, RT_DV);
     const bool second = oy + 1 < oh;
 #pragma unroll
     for (int q = 0; q < RT_KT; q++) {
         if (k0 + q >= k)
             break;
         global float *yp = y + yo + ((ni * k + k0 + q) * oh + oy) * ow + ox;
-        rt_vstore_part(a0[q], nv, yp);
+        rt_vstore_part8(a0[q], nv, yp);
         if (second)
-            rt_vstore_part(a1[q], nv, yp + ow);
+            rt_vstore_part8(a1[q], nv, yp + ow);
     }
 }
 
