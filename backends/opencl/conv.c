@@ -130,17 +130,18 @@ static int gemm_run(rt_dev *d, const struct rt_conv_shape *s, int dir, rt_view i
 /* ---- the direct path ------------------------------------------------------------------
  * On a CPU device (PoCL) the GEMMs above have 6 to 32 rows, where CLBlast's
  * tiles waste most of their work (3-17 GFLOP/s at LeNet's shapes). The
- * direct kernels instead hold a tile of 2 rows x 16 columns x 8 output
- * channels in vector registers, or, for the filter gradient, 8 or 4
- * channels x 3-5 window columns of flat dot products over whole planes,
+ * direct kernels instead hold a tile of 2 rows x 8 columns x 6 output
+ * channels in vector registers, or, for the filter gradient, 3 or 2
+ * channels x 3-5 window columns of flat dot products over whole planes
+ * (tiles that fit AVX2's 16 vector registers),
  * split over groups of images whose partial sums a last kernel adds in a
  * fixed order. They need stride 1 and (for the backward-data pass, a
  * forward convolution of dy with the flipped filters) padding below the
  * window. RAGTAG_OPENCL_CONV=direct|gemm forces one path where both apply
  * (the tests run both). */
 
-#define DIRECT_V 16 /* RT_V in conv.cl */
-#define DIRECT_KT 6 /* RT_KT */
+#define DIRECT_V 16 /* packed planes: a multiple of 16 floats (of every kernel's vector) */
+#define DIRECT_KT 6 /* RT_KT in conv.cl */
 #define DIRECT_DV 8 /* RT_DV: the direct kernel's vector */
 
 static size_t up(size_t a, size_t b) { return (a + b - 1) / b * b; }
@@ -332,7 +333,8 @@ static int run_bwdf(rt_dev *d, const struct rt_conv_shape *s, int nb, int per, i
 {
     enum ocl_kernel kern = s->s % 5 == 0 ? OCL_K_conv_bwdf5
                            : s->s % 3 == 0 ? OCL_K_conv_bwdf3 : OCL_K_conv_bwdf4;
-    const int kt = kern == OCL_K_conv_bwdf3 ? 8 : 4, nkb = (s->k + kt - 1) / kt;
+    /* channels a work-item: the kernels' KT in conv.cl */
+    const int kt = kern == OCL_K_conv_bwdf3 ? 3 : 2, nkb = (s->k + kt - 1) / kt;
     size_t items = (size_t)nkb * s->c * s->r * groups;
     return ocl_run_n(d, kern, items, "liiiiiiiiiivvv", items, per, nb, s->c, s->k, s->r, s->s,
                      p.wp, p.ps, dps, nkb, xp, dyp, part);

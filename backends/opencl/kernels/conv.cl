@@ -94,8 +94,10 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
 
 /* ---- direct convolution for CPU devices (PoCL) --------------------------------------
  * Stride-1 convolutions without a column matrix or a skinny GEMM. Every
- * work-item owns a register tile of explicit float16 vectors, which PoCL
+ * work-item owns a register tile of explicit float8 vectors, which PoCL
  * compiles to whole SIMD registers; the loops run over contiguous memory.
+ * A tile must fit AVX2's 16 registers with its operands: float16 tiles of
+ * 32 registers were spilled, and ran 2-4.6x slower (bench_ops opencl).
  * The input is first copied into a zero-padded layout ("packed": planes of
  * pr rows of wp floats, plane stride ps, with spare zero rows at the end),
  * so that no load needs a bounds test: lanes past a row's end read the next
@@ -105,9 +107,10 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
  *   bwd-filter  dw = sum over images of pack(dy) (.) shifted pack(x),
  *               as flat dot products over the packed planes. */
 
-#define RT_V 16  /* floats per vector: float16 */
-#define RT_KT 6  /* output channels per work-item of the direct kernel */
-#define RT_DV 8  /* floats per vector of the direct kernel: float8 */
+#define RT_KT 6 /* output channels per work-item of the direct kernel: 2 rows x 6
+                 * channels, 12 accumulators (lenet's 6-channel layers fill it) */
+#define RT_DV 8 /* floats per vector of the direct kernel: float8 */
+#define RT_FV 8 /* floats per vector of the filter-gradient kernels: float8 */
 
 /* Row kernel: row `row` of packed plane `p`: dst[p*ps + row*wp + 0..wp) is
  * src plane p (h x w) shifted to (top, left), zeros around it. The last row's
@@ -166,41 +169,6 @@ kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, globa
     wt[wto + e] = v;
 }
 
-/* Store the first n (0..16) lanes of v at p. */
-void rt_vstore_part(float16 v, int n, global float *p)
-{
-    if (n >= 16) {
-        vstore16(v, 0, p);
-        return;
-    }
-    float8 a = v.lo;
-    if (n & 8) {
-        vstore8(a, 0, p);
-        p += 8;
-        a = v.hi;
-    }
-    float4 b = a.lo;
-    if (n & 4) {
-        vstore4(b, 0, p);
-        p += 4;
-        b = a.hi;
-    }
-    float2 c = b.lo;
-    if (n & 2) {
-        vstore2(c, 0, p);
-        p += 2;
-        c = b.hi;
-    }
-    if (n & 1)
-        p[0] = c.x;
-}
-
-/* y[ni][k][oy][ox] = sum_{ch,i,j} w[k][ch][i][j] * xp[ni][ch][oy+i][ox+j]
- * (stride 1; xp packed, planes of pr x wp at stride ps; wt from
- * rt_conv_wpack). One work-item: output rows oy, oy+1, columns ox..ox+15,
- * channels k0..k0+7: 16 vector accumulators. Work-item order: channel
- * block fastest, then column segment, row pair, image, so that neighbours
- * share their input rows. */
 /* Store the first n (0..8) lanes of v at p. */
 void rt_vstore_part8(float8 v, int n, global float *p)
 {
@@ -278,6 +246,7 @@ kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int 
  * dyp[ni][k][q] * xp[ni][ch][i*wp + j + q], where dyp holds dy in rows of
  * wp (zeros past ow and past oh*wp: those lanes add nothing). One work-item:
  * KT channels x SJ window columns of one (ch, i), for every j0 = 0, SJ, ..
+ * (KT x SJ accumulators and SJ x vectors: at most 15 registers)
  * (columns past s computed on a duplicate and not stored). Work-item order:
  * channel block fastest, then ch, i, group. */
 #define RT_CONV_BWDF(NAME, SJ, KT)                                                          \
@@ -301,23 +270,23 @@ kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int 
             _Pragma("unroll")                                                               \
             for (int j = 0; j < SJ; j++)                                                    \
                 jj[j] = i * wp + min(j0 + j, s - 1);                                        \
-            float16 acc[KT][SJ];                                                            \
+            float8 acc[KT][SJ];                                                                  \
             _Pragma("unroll")                                                               \
             for (int q = 0; q < KT; q++)                                                    \
                 _Pragma("unroll")                                                           \
                 for (int j = 0; j < SJ; j++)                                                \
-                    acc[q][j] = (float16)0.0f;                                              \
+                    acc[q][j] = (float8)0.0f;                                               \
             for (int ni = n0; ni < n1; ni++) {                                              \
                 global const float *xr = xp + xpo + ((ulong)ni * c + ch) * ps;              \
                 global const float *dr = dyp + dyo + (ulong)ni * k * dps;                   \
-                for (int p = 0; p < dps; p += RT_V) {                                       \
-                    float16 xv[SJ];                                                         \
+                for (int p = 0; p < dps; p += RT_FV) {                                      \
+                    float8 xv[SJ];                                                          \
                     _Pragma("unroll")                                                       \
                     for (int j = 0; j < SJ; j++)                                            \
-                        xv[j] = vload16(0, xr + jj[j] + p);                                 \
+                        xv[j] = vload8(0, xr + jj[j] + p);                                  \
                     _Pragma("unroll")                                                       \
                     for (int q = 0; q < KT; q++) {                                          \
-                        const float16 dv = vload16(0, dr + dq[q] + p);                      \
+                        const float8 dv = vload8(0, dr + dq[q] + p);                        \
                         _Pragma("unroll")                                                   \
                         for (int j = 0; j < SJ; j++)                                        \
                             acc[q][j] = RT_MAD(dv, xv[j], acc[q][j]);                       \
@@ -328,9 +297,8 @@ kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int 
             for (int q = 0; q < KT; q++)                                                    \
                 _Pragma("unroll")                                                           \
                 for (int j = 0; j < SJ; j++) {                                              \
-                    const float16 a = acc[q][j];                                            \
-                    const float8 h8 = a.lo + a.hi;                                          \
-                    const float4 h4 = h8.lo + h8.hi;                                        \
+                    const float8 a = acc[q][j];                                             \
+                    const float4 h4 = a.lo + a.hi;                                          \
                     const float2 h2 = h4.lo + h4.hi;                                        \
                     if (k0 + q < k && j0 + j < s)                                           \
                         part[po + (((ulong)g * k + k0 + q) * c + ch) * r * s + i * s + j0 + \
@@ -339,9 +307,9 @@ kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int 
         }                                                                                   \
     }
 
-RT_CONV_BWDF(rt_conv_bwdf3, 3, 8)
-RT_CONV_BWDF(rt_conv_bwdf5, 5, 4)
-RT_CONV_BWDF(rt_conv_bwdf4, 4, 4)
+RT_CONV_BWDF(rt_conv_bwdf3, 3, 3)
+RT_CONV_BWDF(rt_conv_bwdf5, 5, 2)
+RT_CONV_BWDF(rt_conv_bwdf4, 4, 2)
 
 /* Element kernel: dw[e] (+)= the sum of the groups' partials, in group
  * order (a fixed order: a run repeats exactly). */
