@@ -169,29 +169,12 @@ kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, globa
     wt[wto + e] = v;
 }
 
-/* Store the first n (0..8) lanes of v at p. */
-void rt_vstore_part8(float8 v, int n, global float *p)
-{
-    if (n >= 8) {
-        vstore8(v, 0, p);
-        return;
-    }
-    float4 b = v.lo;
-    if (n & 4) {
-        vstore4(b, 0, p);
-        p += 4;
-        b = v.hi;
-    }
-    float2 c = b.lo;
-    if (n & 2) {
-        vstore2(c, 0, p);
-        p += 2;
-        c = b.hi;
-    }
-    if (n & 1)
-        p[0] = c.x;
-}
-
+/* y[ni][k][oy][ox] = sum_{ch,i,j} w[k][ch][i][j] * xp[ni][ch][oy+i][ox+j]
+ * (stride 1; xp packed, planes of pr x wp at stride ps; wt from
+ * rt_conv_wpack). One work-item: output rows oy, oy+1, columns ox..ox+7,
+ * channels k0..k0+5: 12 vector accumulators. Work-item order: channel
+ * block fastest, then column segment, row pair, image, so that neighbours
+ * share their input rows. */
 kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int ps, int oh,
                            int ow, int nseg, int nkb, global const float *xp, ulong xpo,
                            global const float *wt, ulong wto, global float *y, ulong yo)

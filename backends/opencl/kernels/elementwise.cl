@@ -218,6 +218,40 @@ float16 rt_vload_part(int n, global const float *p)
     return vload16(0, t);
 }
 
+/* Store the first n (0..8) lanes of v at p. */
+void rt_vstore_part8(float8 v, int n, global float *p)
+{
+    if (n >= 8) {
+        vstore8(v, 0, p);
+        return;
+    }
+    float4 b = v.lo;
+    if (n & 4) {
+        vstore4(b, 0, p);
+        p += 4;
+        b = v.hi;
+    }
+    float2 c = b.lo;
+    if (n & 2) {
+        vstore2(c, 0, p);
+        p += 2;
+        c = b.hi;
+    }
+    if (n & 1)
+        p[0] = c.x;
+}
+
+/* Store the first n (0..16) lanes of v at p. */
+void rt_vstore_part16(float16 v, int n, global float *p)
+{
+    if (n >= 8) {
+        vstore8(v.lo, 0, p);
+        rt_vstore_part8(v.hi, n - 8, p + 8);
+    } else {
+        rt_vstore_part8(v.lo, n, p);
+    }
+}
+
 /* Store lanes [0, n) of v at p. */
 void rt_vstore_n(float16 v, int n, global float *p)
 {

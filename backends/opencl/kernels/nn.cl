@@ -131,8 +131,10 @@ kernel void rt_act_bias_grad_cpu(int kind, float alpha, int n, int c, int hw,
 
 /* 2x2 max pooling with stride 2 on planes that the windows tile exactly
  * (h = 2*oh, w = 2*ow), for CPU devices: one work-item per output row,
- * 8 windows per step as float16 vectors (even and odd lanes), the last
- * partial step loaded lane by lane. The arg-max rule of rt_pool_argmax:
+ * 8 windows per step as float16 vectors (even and odd lanes). A row's
+ * last partial step loads whole vectors too, reading into the rows after
+ * it (those lanes are never stored); only near the buffer's end, where
+ * no rows follow, does it load lane by lane. The arg-max rule of rt_pool_argmax:
  * the first maximal element in row-major order (strict '>'). */
 kernel void rt_maxpool2_fwd(ulong rows, int ow, global const float *x, ulong xo, global float *y,
                             ulong yo)
@@ -140,21 +142,17 @@ kernel void rt_maxpool2_fwd(ulong rows, int ow, global const float *x, ulong xo,
     RT_ELEM(t, rows);
     global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
     global float *yr = y + yo + t * ow;
+    const ulong end = rows * 4 * ow; /* x's floats */
     for (int ox = 0; ox < ow; ox += 8) {
         const int nv = min(ow - ox, 8);
-        const float16 u = rt_vload_part(2 * nv, r0 + 2 * ox), v = rt_vload_part(2 * nv, r1 + 2 * ox);
+        const bool room = t * 4 * ow + 2 * ow + 2 * ox + 16 <= end; /* whole vectors fit */
+        const float16 u = room ? vload16(0, r0 + 2 * ox) : rt_vload_part(2 * nv, r0 + 2 * ox);
+        const float16 v = room ? vload16(0, r1 + 2 * ox) : rt_vload_part(2 * nv, r1 + 2 * ox);
         float8 b = u.even;
         b = select(b, u.odd, u.odd > b);
         b = select(b, v.even, v.even > b);
         b = select(b, v.odd, v.odd > b);
-        if (nv == 8) {
-            vstore8(b, 0, yr + ox);
-        } else {
-            float tb[8];
-            vstore8(b, 0, tb);
-            for (int i = 0; i < nv; i++)
-                yr[ox + i] = tb[i];
-        }
+        rt_vstore_part8(b, nv, yr + ox);
     }
 }
 
@@ -167,18 +165,14 @@ kernel void rt_maxpool2_bwd(ulong rows, int ow, global const float *x, ulong xo,
     global const float *g = dy + dyo + t * ow;
     global float *d0 = dx + dxo + t * 4 * ow, *d1 = d0 + 2 * ow;
     const uint16 mix = (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    const ulong end = rows * 4 * ow; /* x's floats */
     for (int ox = 0; ox < ow; ox += 8) {
         const int nv = min(ow - ox, 8);
-        const float16 u = rt_vload_part(2 * nv, r0 + 2 * ox), v = rt_vload_part(2 * nv, r1 + 2 * ox);
-        float8 gv;
-        if (nv == 8) {
-            gv = vload8(0, g + ox);
-        } else {
-            float tg[8];
-            for (int i = 0; i < 8; i++)
-                tg[i] = i < nv ? g[ox + i] : 0.0f;
-            gv = vload8(0, tg);
-        }
+        const bool room = t * 4 * ow + 2 * ow + 2 * ox + 16 <= end; /* whole vectors fit */
+        const float16 u = room ? vload16(0, r0 + 2 * ox) : rt_vload_part(2 * nv, r0 + 2 * ox);
+        const float16 v = room ? vload16(0, r1 + 2 * ox) : rt_vload_part(2 * nv, r1 + 2 * ox);
+        const float8 gv = t * ow + ox + 8 <= rows * ow ? vload8(0, g + ox)
+                                                       : rt_vload_part(nv, g + ox).lo;
         float8 b = u.even;
         int8 idx = (int8)0;
         int8 m = u.odd > b;
@@ -192,18 +186,8 @@ kernel void rt_maxpool2_bwd(ulong rows, int ow, global const float *x, ulong xo,
         const float8 z = (float8)0.0f;
         const float16 o0 = shuffle2(select(z, gv, idx == 0), select(z, gv, idx == 1), mix);
         const float16 o1 = shuffle2(select(z, gv, idx == 2), select(z, gv, idx == 3), mix);
-        if (nv == 8) {
-            vstore16(o0, 0, d0 + 2 * ox);
-            vstore16(o1, 0, d1 + 2 * ox);
-        } else {
-            float t0[16], t1[16];
-            vstore16(o0, 0, t0);
-            vstore16(o1, 0, t1);
-            for (int i = 0; i < 2 * nv; i++) {
-                d0[2 * ox + i] = t0[i];
-                d1[2 * ox + i] = t1[i];
-            }
-        }
+        rt_vstore_part16(o0, 2 * nv, d0 + 2 * ox);
+        rt_vstore_part16(o1, 2 * nv, d1 + 2 * ox);
     }
 }
 
