@@ -130,8 +130,8 @@ static int gemm_run(rt_dev *d, const struct rt_conv_shape *s, int dir, rt_view i
 /* ---- the direct path ------------------------------------------------------------------
  * On a CPU device (PoCL) the GEMMs above have 6 to 32 rows, where CLBlast's
  * tiles waste most of their work (3-17 GFLOP/s at LeNet's shapes). The
- * direct kernels instead hold a tile of 2 rows x 8 columns x 6 output
- * channels in vector registers, or, for the filter gradient, 3 or 2
+ * direct kernels instead hold a tile of 2 rows x 8 columns x 6 (or 4)
+ * output channels in vector registers, or, for the filter gradient, 3 or 2
  * channels x 3-5 window columns of flat dot products over whole planes
  * (tiles that fit AVX2's 16 vector registers),
  * split over groups of images whose partial sums a last kernel adds in a
@@ -141,7 +141,6 @@ static int gemm_run(rt_dev *d, const struct rt_conv_shape *s, int dir, rt_view i
  * (the tests run both). */
 
 #define DIRECT_V 16 /* packed planes: a multiple of 16 floats (of every kernel's vector) */
-#define DIRECT_KT 6 /* RT_KT in conv.cl */
 #define DIRECT_DV 8 /* RT_DV: the direct kernel's vector */
 
 static size_t up(size_t a, size_t b) { return (a + b - 1) / b * b; }
@@ -180,9 +179,17 @@ static int bwdf_groups(rt_dev *d, int nb)
     return g < nb ? g : nb;
 }
 
+/* Output channels a work-item of the direct kernel: 6 (12 accumulators),
+ * or 4 where that leaves fewer idle channels (16, 32, 64: 4 divides them,
+ * 6 does not). */
+static int direct_kt(int ko)
+{
+    return up((size_t)ko, 4) < up((size_t)ko, 6) ? 4 : 6;
+}
+
 static size_t wpack_size(int ko, int ci, int r, int s)
 {
-    return up((size_t)ko, DIRECT_KT) * ci * r * s;
+    return up((size_t)ko, (size_t)direct_kt(ko)) * ci * r * s;
 }
 
 /* Floats of workspace per image and fixed, for every op of the shape. */
@@ -243,16 +250,19 @@ static int run_pack(rt_dev *d, size_t planes, int h, int w, int top, int left, s
 static int run_wpack(rt_dev *d, int ko, int ci, int r, int s, int flip, rt_view w, rt_view wt)
 {
     size_t n = wpack_size(ko, ci, r, s);
-    return ocl_run_n(d, OCL_K_conv_wpack, n, "liiiiivv", n, ko, ci, r, s, flip, w, wt);
+    return ocl_run_n(d, OCL_K_conv_wpack, n, "liiiiiivv", n, ko, ci, r, s, flip, direct_kt(ko), w,
+                     wt);
 }
 
 /* y[nb][ko][oh][ow] = direct convolution of packed xp (ci channels) with wt. */
 static int run_direct(rt_dev *d, int nb, int ci, int ko, int r, int s, struct pack p, int oh,
                       int ow, rt_view xp, rt_view wt, rt_view y)
 {
-    const int nseg = (ow + DIRECT_DV - 1) / DIRECT_DV, nkb = (ko + DIRECT_KT - 1) / DIRECT_KT;
+    const int kt = direct_kt(ko);
+    const int nseg = (ow + DIRECT_DV - 1) / DIRECT_DV, nkb = (ko + kt - 1) / kt;
     size_t items = (size_t)nb * ((oh + 1) / 2) * nseg * nkb;
-    return ocl_run_n(d, OCL_K_conv_direct, items, "liiiiiiiiiivvv", items, ci, ko, r, s, p.wp,
+    const enum ocl_kernel kern = kt == 4 ? OCL_K_conv_direct4 : OCL_K_conv_direct6;
+    return ocl_run_n(d, kern, items, "liiiiiiiiiivvv", items, ci, ko, r, s, p.wp,
                      p.ps, oh, ow, nseg, nkb, xp, wt, y);
 }
 

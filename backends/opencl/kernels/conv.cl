@@ -107,8 +107,6 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
  *   bwd-filter  dw = sum over images of pack(dy) (.) shifted pack(x),
  *               as flat dot products over the packed planes. */
 
-#define RT_KT 6 /* output channels per work-item of the direct kernel: 2 rows x 6
-                 * channels, 12 accumulators (lenet's 6-channel layers fill it) */
 #define RT_DV 8 /* floats per vector of the direct kernel: float8 */
 #define RT_FV 8 /* floats per vector of the filter-gradient kernels: float8 */
 
@@ -148,20 +146,21 @@ kernel void rt_conv_pack(ulong rows, int h, int w, int top, int left, int pr, in
 }
 
 /* Element kernel: the direct kernel's weights, wt[kb][ch][i][j][q] =
- * w'[kb*RT_KT + q][ch][i][j] (zero for channels past ko), where
+ * w'[kb*kt + q][ch][i][j] (zero for channels past ko; kt: the channels of
+ * a work-item of the direct kernel that reads them), where
  * w' = w (flip 0) or w with k and c swapped and the window flipped (flip 1,
  * the backward-data convolution). ko, ci: output and input channels of w'. */
-kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, global const float *w,
-                          ulong wo, global float *wt, ulong wto)
+kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, int kt,
+                          global const float *w, ulong wo, global float *wt, ulong wto)
 {
     RT_ELEM(e, n);
-    const int q = (int)(e % RT_KT);
-    ulong u = e / RT_KT;
+    const int q = (int)(e % kt);
+    ulong u = e / kt;
     const int j = (int)(u % s);
     u /= s;
     const int i = (int)(u % r);
     u /= r;
-    const int ch = (int)(u % ci), kk = (int)(u / ci) * RT_KT + q;
+    const int ch = (int)(u % ci), kk = (int)(u / ci) * kt + q;
     float v = 0.0f;
     if (kk < ko)
         v = flip ? w[wo + (((ulong)ch * ko + kk) * r + (r - 1 - i)) * s + (s - 1 - j)]
@@ -171,58 +170,64 @@ kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, globa
 
 /* y[ni][k][oy][ox] = sum_{ch,i,j} w[k][ch][i][j] * xp[ni][ch][oy+i][ox+j]
  * (stride 1; xp packed, planes of pr x wp at stride ps; wt from
- * rt_conv_wpack). One work-item: output rows oy, oy+1, columns ox..ox+7,
- * channels k0..k0+5: 12 vector accumulators. Work-item order: channel
- * block fastest, then column segment, row pair, image, so that neighbours
- * share their input rows. */
-kernel void rt_conv_direct(ulong items, int c, int k, int r, int s, int wp, int ps, int oh,
-                           int ow, int nseg, int nkb, global const float *xp, ulong xpo,
-                           global const float *wt, ulong wto, global float *y, ulong yo)
-{
-    RT_ELEM(t, items);
-    const int kb = (int)(t % nkb);
-    ulong u = t / nkb;
-    const int seg = (int)(u % nseg);
-    u /= nseg;
-    const int pairs = (oh + 1) / 2;
-    const int oy = (int)(u % pairs) * 2;
-    const ulong ni = u / pairs;
-    const int ox = seg * RT_DV, k0 = kb * RT_KT;
-    global const float *xb = xp + xpo + ni * c * ps + (ulong)oy * wp + ox;
-    global const float *wb = wt + wto + (ulong)kb * c * r * s * RT_KT;
-    float8 a0[RT_KT], a1[RT_KT];
-#pragma unroll
-    for (int q = 0; q < RT_KT; q++)
-        a0[q] = a1[q] = (float8)0.0f;
-    for (int ch = 0; ch < c; ch++) {
-        for (int i = 0; i < r; i++) {
-            global const float *x0 = xb + (ulong)ch * ps + i * wp;
-            for (int j = 0; j < s; j++) {
-                const float8 v0 = vload8(0, x0 + j), v1 = vload8(0, x0 + wp + j);
-#pragma unroll
-                for (int q = 0; q < RT_KT; q++) {
-                    /* a broadcast load per weight, not a shuffle of a vector
-                     * load: the shuffle port is the FMA port on x86 */
-                    const float8 wv = (float8)wb[q];
-                    a0[q] = RT_MAD(wv, v0, a0[q]);
-                    a1[q] = RT_MAD(wv, v1, a1[q]);
-                }
-                wb += RT_KT;
-            }
-        }
+ * rt_conv_wpack with the same KT). One work-item: output rows oy, oy+1,
+ * columns ox..ox+7, channels k0..k0+KT-1: 2 KT vector accumulators (KT 6:
+ * 12, which with the two input vectors and a weight fill AVX2's 16
+ * registers; KT 4 for channel counts that 4 divides and 6 does not).
+ * Work-item order: channel block fastest, then column segment, row pair,
+ * image, so that neighbours share their input rows. */
+#define RT_CONV_DIRECT(NAME, KT)                                                                \
+    kernel void NAME(ulong items, int c, int k, int r, int s, int wp, int ps, int oh, int ow,   \
+                     int nseg, int nkb, global const float *xp, ulong xpo,                      \
+                     global const float *wt, ulong wto, global float *y, ulong yo)              \
+    {                                                                                           \
+        RT_ELEM(t, items);                                                                      \
+        const int kb = (int)(t % nkb);                                                          \
+        ulong u = t / nkb;                                                                      \
+        const int seg = (int)(u % nseg);                                                        \
+        u /= nseg;                                                                              \
+        const int pairs = (oh + 1) / 2;                                                         \
+        const int oy = (int)(u % pairs) * 2;                                                    \
+        const ulong ni = u / pairs;                                                             \
+        const int ox = seg * RT_DV, k0 = kb * KT;                                               \
+        global const float *xb = xp + xpo + ni * c * ps + (ulong)oy * wp + ox;                  \
+        global const float *wb = wt + wto + (ulong)kb * c * r * s * KT;                         \
+        float8 a0[KT], a1[KT];                                                                  \
+        _Pragma("unroll")                                                                       \
+        for (int q = 0; q < KT; q++)                                                            \
+            a0[q] = a1[q] = (float8)0.0f;                                                       \
+        for (int ch = 0; ch < c; ch++) {                                                        \
+            for (int i = 0; i < r; i++) {                                                       \
+                global const float *x0 = xb + (ulong)ch * ps + i * wp;                          \
+                for (int j = 0; j < s; j++) {                                                   \
+                    const float8 v0 = vload8(0, x0 + j), v1 = vload8(0, x0 + wp + j);           \
+                    /* a broadcast load per weight, not a shuffle of a                          \
+                     * vector load: the shuffle port is the FMA port on x86 */                  \
+                    _Pragma("unroll")                                                           \
+                    for (int q = 0; q < KT; q++) {                                              \
+                        const float8 wv = (float8)wb[q];                                        \
+                        a0[q] = RT_MAD(wv, v0, a0[q]);                                          \
+                        a1[q] = RT_MAD(wv, v1, a1[q]);                                          \
+                    }                                                                           \
+                    wb += KT;                                                                   \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+        const int nv = min(ow - ox, RT_DV);                                                     \
+        const bool second = oy + 1 < oh;                                                        \
+        _Pragma("unroll")                                                                       \
+        for (int q = 0; q < KT; q++) {                                                          \
+            if (k0 + q >= k)                                                                    \
+                break;                                                                          \
+            global float *yp = y + yo + ((ni * k + k0 + q) * oh + oy) * ow + ox;                \
+            rt_vstore_part8(a0[q], nv, yp);                                                     \
+            if (second)                                                                         \
+                rt_vstore_part8(a1[q], nv, yp + ow);                                            \
+        }                                                                                       \
     }
-    const int nv = min(ow - ox, RT_DV);
-    const bool second = oy + 1 < oh;
-#pragma unroll
-    for (int q = 0; q < RT_KT; q++) {
-        if (k0 + q >= k)
-            break;
-        global float *yp = y + yo + ((ni * k + k0 + q) * oh + oy) * ow + ox;
-        rt_vstore_part8(a0[q], nv, yp);
-        if (second)
-            rt_vstore_part8(a1[q], nv, yp + ow);
-    }
-}
+
+RT_CONV_DIRECT(rt_conv_direct6, 6)
+RT_CONV_DIRECT(rt_conv_direct4, 4)
 
 /* Partial filter gradients of one group of images, by flat dot products:
  * part[g][k][ch][i][j] = sum over images ni of group g, and q < dps, of
