@@ -734,7 +734,7 @@ static int ocl_blast_status(CLBlastStatusCode st, const char *what)
 }
 
 /* RT_GM in elementwise.cl */
-#define OCL_GEMM_ROWS 8
+#define OCL_GEMM_ROWS 6
 
 /* ragtag's own GEMM kernels (kernels/elementwise.cl) instead of CLBlast:
  * on CPU devices, where CLBlast's GPU-shaped kernels are slow at every
@@ -774,7 +774,7 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
         /* neighbouring work-items share rows of A (column block fastest),
          * so B streams once per row block, or share B (row block fastest),
          * so A streams once per column block: the smaller traffic wins */
-        const int tr = tb ? 4 : OCL_GEMM_ROWS, tc = tb ? 4 : 32;
+        const int tr = tb ? 3 : OCL_GEMM_ROWS, tc = tb ? 3 : 16; /* the kernels' tiles */
         const double nrb = (double)((m + tr - 1) / tr), ncb = (double)((n + tc - 1) / tc);
         const int rowfast = (double)m * k * ncb < (double)k * n * nrb;
         const size_t items = (size_t)nrb * (size_t)ncb;

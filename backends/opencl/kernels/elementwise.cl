@@ -252,44 +252,33 @@ void rt_vstore_part16(float16 v, int n, global float *p)
     }
 }
 
-/* Store lanes [0, n) of v at p. */
-void rt_vstore_n(float16 v, int n, global float *p)
+/* C row = alpha*acc (+ beta*C), its first nv (0..8) lanes. */
+void rt_gemm_put(float8 acc, int nv, float alpha, float beta, global float *c)
 {
-    if (n >= 16) {
-        vstore16(v, 0, p);
-        return;
-    }
-    float t[16];
-    vstore16(v, 0, t);
-    for (int i = 0; i < n; i++)
-        p[i] = t[i];
-}
-
-/* C row = alpha*acc (+ beta*C). */
-void rt_gemm_put(float16 acc, int nv, float alpha, float beta, global float *c)
-{
-    float16 v = alpha * acc;
+    float8 v = alpha * acc;
     if (beta != 0.0f)
-        v += beta * rt_vload_part(nv, c);
-    rt_vstore_n(v, nv, c);
+        v += beta * rt_vload_part(nv, c).lo;
+    rt_vstore_part8(v, nv, c);
 }
 
-#define RT_GM 8 /* rows per work-item of rt_gemm_rows */
+/* The own GEMM's tiles are float8 vectors that fit AVX2's 16 registers
+ * with their operands (float16 tiles of 32 registers were spilled). */
+#define RT_GM 6 /* rows per work-item of rt_gemm_rows */
 
 /* op(B) not transposed: vectors along C's rows. One work-item: RT_GM rows x
- * 32 columns. op(A)[i][kk] = A[i*sai + kk*sak]. Work-items: column block
- * fastest, then row block, or the other way round (rowfast): neighbours
- * then share a panel of B rather than rows of A (the host picks whichever
- * streams less). */
+ * 16 columns, 12 vector accumulators. op(A)[i][kk] = A[i*sai + kk*sak].
+ * Work-items: column block fastest, then row block, or the other way
+ * round (rowfast): neighbours then share a panel of B rather than rows of
+ * A (the host picks whichever streams less). */
 kernel void rt_gemm_rows(int m, int n, int k, float alpha, int sai, int sak,
                          global const float *a, ulong ao, global const float *b, ulong bo,
                          int ldb, float beta, global float *c, ulong co, int ldc, int rowfast)
 {
-    const int ncb = (n + 31) / 32, nrb = (m + RT_GM - 1) / RT_GM;
+    const int ncb = (n + 15) / 16, nrb = (m + RT_GM - 1) / RT_GM;
     const ulong t = get_global_id(0);
     if (t >= (ulong)ncb * nrb)
         return;
-    const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 32;
+    const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 16;
     const int i0 = (int)(rowfast ? t % nrb : t / ncb) * RT_GM;
     a += ao;
     b += bo + j0;
@@ -297,18 +286,18 @@ kernel void rt_gemm_rows(int m, int n, int k, float alpha, int sai, int sak,
 #pragma unroll
     for (int r = 0; r < RT_GM; r++)
         ro[r] = min(i0 + r, m - 1) * sai;
-    float16 p[RT_GM], q[RT_GM];
+    float8 p[RT_GM], q[RT_GM];
 #pragma unroll
     for (int r = 0; r < RT_GM; r++)
-        p[r] = q[r] = (float16)0.0f;
-    const int nv = min(n - j0, 32);
-    if (nv == 32) {
+        p[r] = q[r] = (float8)0.0f;
+    const int nv = min(n - j0, 16);
+    if (nv == 16) {
         for (int kk = 0; kk < k; kk++) {
             global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;
-            const float16 b0 = vload16(0, bk), b1 = vload16(0, bk + 16);
+            const float8 b0 = vload8(0, bk), b1 = vload8(0, bk + 8);
 #pragma unroll
             for (int r = 0; r < RT_GM; r++) {
-                const float16 av = (float16)ak[ro[r]];
+                const float8 av = (float8)ak[ro[r]];
                 p[r] = RT_MAD(av, b0, p[r]);
                 q[r] = RT_MAD(av, b1, q[r]);
             }
@@ -316,10 +305,10 @@ kernel void rt_gemm_rows(int m, int n, int k, float alpha, int sai, int sak,
     } else {
         for (int kk = 0; kk < k; kk++) {
             global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;
-            const float16 b0 = rt_vload_part(nv, bk), b1 = rt_vload_part(nv - 16, bk + 16);
+            const float8 b0 = rt_vload_part(nv, bk).lo, b1 = rt_vload_part(nv - 8, bk + 8).lo;
 #pragma unroll
             for (int r = 0; r < RT_GM; r++) {
-                const float16 av = (float16)ak[ro[r]];
+                const float8 av = (float8)ak[ro[r]];
                 p[r] = RT_MAD(av, b0, p[r]);
                 q[r] = RT_MAD(av, b1, q[r]);
             }
@@ -329,63 +318,54 @@ kernel void rt_gemm_rows(int m, int n, int k, float alpha, int sai, int sak,
     for (int r = 0; r < RT_GM; r++) {
         if (i0 + r < m) {
             global float *cr = c + co + (ulong)(i0 + r) * ldc + j0;
-            rt_gemm_put(p[r], nv, alpha, beta, cr);
-            if (nv > 16)
-                rt_gemm_put(q[r], nv - 16, alpha, beta, cr + 16);
+            rt_gemm_put(p[r], min(nv, 8), alpha, beta, cr);
+            if (nv > 8)
+                rt_gemm_put(q[r], nv - 8, alpha, beta, cr + 8);
         }
     }
 }
 
 /* A not transposed, B transposed: dot products along k. One work-item:
- * 4 x 4 entries of C, 16 vector accumulators. Work-item order as in
- * rt_gemm_rows. */
+ * 3 x 3 entries of C, 9 vector accumulators and 6 loads. Work-item order
+ * as in rt_gemm_rows. */
 kernel void rt_gemm_dots(int m, int n, int k, float alpha, global const float *a, ulong ao,
                          int lda, global const float *b, ulong bo, int ldb, float beta,
                          global float *c, ulong co, int ldc, int rowfast)
 {
-    const int ncb = (n + 3) / 4, nrb = (m + 3) / 4;
+    const int ncb = (n + 2) / 3, nrb = (m + 2) / 3;
     const ulong t = get_global_id(0);
     if (t >= (ulong)ncb * nrb)
         return;
-    const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 4;
-    const int i0 = (int)(rowfast ? t % nrb : t / ncb) * 4;
+    const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 3;
+    const int i0 = (int)(rowfast ? t % nrb : t / ncb) * 3;
     global const float *a0 = a + ao + (ulong)min(i0, m - 1) * lda;
     global const float *a1 = a + ao + (ulong)min(i0 + 1, m - 1) * lda;
     global const float *a2 = a + ao + (ulong)min(i0 + 2, m - 1) * lda;
-    global const float *a3 = a + ao + (ulong)min(i0 + 3, m - 1) * lda;
     global const float *b0 = b + bo + (ulong)min(j0, n - 1) * ldb;
     global const float *b1 = b + bo + (ulong)min(j0 + 1, n - 1) * ldb;
     global const float *b2 = b + bo + (ulong)min(j0 + 2, n - 1) * ldb;
-    global const float *b3 = b + bo + (ulong)min(j0 + 3, n - 1) * ldb;
-    float16 s[16];
+    float8 s[9];
 #pragma unroll
-    for (int e = 0; e < 16; e++)
-        s[e] = (float16)0.0f;
+    for (int e = 0; e < 9; e++)
+        s[e] = (float8)0.0f;
     int kk = 0;
 #define RT_DOTS_STEP(LOAD)                                                                  \
     {                                                                                       \
-        const float16 x0 = LOAD(a0), x1 = LOAD(a1), x2 = LOAD(a2), x3 = LOAD(a3);           \
-        const float16 y0 = LOAD(b0), y1 = LOAD(b1), y2 = LOAD(b2), y3 = LOAD(b3);           \
+        const float8 x0 = LOAD(a0), x1 = LOAD(a1), x2 = LOAD(a2);                           \
+        const float8 y0 = LOAD(b0), y1 = LOAD(b1), y2 = LOAD(b2);                           \
         s[0] = RT_MAD(x0, y0, s[0]);                                                        \
         s[1] = RT_MAD(x0, y1, s[1]);                                                        \
         s[2] = RT_MAD(x0, y2, s[2]);                                                        \
-        s[3] = RT_MAD(x0, y3, s[3]);                                                        \
-        s[4] = RT_MAD(x1, y0, s[4]);                                                        \
-        s[5] = RT_MAD(x1, y1, s[5]);                                                        \
-        s[6] = RT_MAD(x1, y2, s[6]);                                                        \
-        s[7] = RT_MAD(x1, y3, s[7]);                                                        \
-        s[8] = RT_MAD(x2, y0, s[8]);                                                        \
-        s[9] = RT_MAD(x2, y1, s[9]);                                                        \
-        s[10] = RT_MAD(x2, y2, s[10]);                                                      \
-        s[11] = RT_MAD(x2, y3, s[11]);                                                      \
-        s[12] = RT_MAD(x3, y0, s[12]);                                                      \
-        s[13] = RT_MAD(x3, y1, s[13]);                                                      \
-        s[14] = RT_MAD(x3, y2, s[14]);                                                      \
-        s[15] = RT_MAD(x3, y3, s[15]);                                                      \
+        s[3] = RT_MAD(x1, y0, s[3]);                                                        \
+        s[4] = RT_MAD(x1, y1, s[4]);                                                        \
+        s[5] = RT_MAD(x1, y2, s[5]);                                                        \
+        s[6] = RT_MAD(x2, y0, s[6]);                                                        \
+        s[7] = RT_MAD(x2, y1, s[7]);                                                        \
+        s[8] = RT_MAD(x2, y2, s[8]);                                                        \
     }
-#define RT_LOAD_FULL(p) vload16(0, (p) + kk)
-#define RT_LOAD_TAIL(p) rt_vload_part(k - kk, (p) + kk)
-    for (; kk + 16 <= k; kk += 16)
+#define RT_LOAD_FULL(p) vload8(0, (p) + kk)
+#define RT_LOAD_TAIL(p) rt_vload_part(k - kk, (p) + kk).lo
+    for (; kk + 8 <= k; kk += 8)
         RT_DOTS_STEP(RT_LOAD_FULL)
     if (kk < k)
         RT_DOTS_STEP(RT_LOAD_TAIL)
@@ -393,10 +373,9 @@ kernel void rt_gemm_dots(int m, int n, int k, float alpha, global const float *a
 #undef RT_LOAD_TAIL
 #undef RT_DOTS_STEP
 #pragma unroll
-    for (int e = 0; e < 16; e++) {
-        const int i = i0 + e / 4, j = j0 + e % 4;
-        const float8 h8 = s[e].lo + s[e].hi;
-        const float4 h4 = h8.lo + h8.hi;
+    for (int e = 0; e < 9; e++) {
+        const int i = i0 + e / 3, j = j0 + e % 3;
+        const float4 h4 = s[e].lo + s[e].hi;
         const float2 h2 = h4.lo + h4.hi;
         if (i < m && j < n) {
             global float *cp = c + co + (ulong)i * ldc + j;
