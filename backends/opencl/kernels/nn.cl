@@ -133,9 +133,10 @@ kernel void rt_act_bias_grad_cpu(int kind, float alpha, int n, int c, int hw,
  * (h = 2*oh, w = 2*ow), for CPU devices: one work-item per output row,
  * 8 windows per step as float16 vectors (even and odd lanes). A row's
  * last partial step loads whole vectors too, reading into the rows after
- * it (those lanes are never stored); only near the buffer's end, where
- * no rows follow, does it load lane by lane. The arg-max rule of rt_pool_argmax:
- * the first maximal element in row-major order (strict '>'). */
+ * it (those lanes are never stored); only near the buffer's end, where no
+ * rows follow, does it load lane by lane. The arg-max rule of
+ * rt_pool_argmax: the first maximal element in row-major order (strict
+ * '>'). */
 kernel void rt_maxpool2_fwd(ulong rows, int ow, global const float *x, ulong xo, global float *y,
                             ulong yo)
 {
