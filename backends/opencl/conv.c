@@ -242,9 +242,8 @@ size_t ocl_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
 static int run_pack(rt_dev *d, size_t planes, int h, int w, int top, int left, struct pack p,
                     rt_view src, rt_view dst)
 {
-    size_t rows = planes * (size_t)p.pr;
-    return ocl_run_n(d, OCL_K_conv_pack, rows, "liiiiiiivv", rows, h, w, top, left, p.pr, p.wp,
-                     p.ps, src, dst);
+    return ocl_run_n(d, OCL_K_conv_pack, planes, "liiiiiiivv", planes, h, w, top, left, p.pr,
+                     p.wp, p.ps, src, dst);
 }
 
 static int run_wpack(rt_dev *d, int ko, int ci, int r, int s, int flip, rt_view w, rt_view wt)

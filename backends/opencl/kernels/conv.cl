@@ -110,39 +110,30 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
 #define RT_DV 8 /* floats per vector of the direct kernel: float8 */
 #define RT_FV 8 /* floats per vector of the filter-gradient kernels: float8 */
 
-/* Row kernel: row `row` of packed plane `p`: dst[p*ps + row*wp + 0..wp) is
- * src plane p (h x w) shifted to (top, left), zeros around it. The last row's
- * work-item also zeros the plane's tail [pr*wp, ps). */
-kernel void rt_conv_pack(ulong rows, int h, int w, int top, int left, int pr, int wp, int ps,
+/* Plane kernel: packed plane `p`, dst[p*ps + 0..ps), is src plane p (h x w)
+ * shifted to (top, left) in rows of wp, zeros around it and in the tail
+ * [pr*wp, ps). A work-item a plane, not a row: rows of 20-40 floats were
+ * too little work for a work-item on a CPU device. */
+kernel void rt_conv_pack(ulong planes, int h, int w, int top, int left, int pr, int wp, int ps,
                          global const float *src, ulong so, global float *dst, ulong dso)
 {
-    RT_ELEM(t, rows);
-    const ulong p = t / pr;
-    const int row = (int)(t % pr), iy = row - top;
-    global float *d = dst + dso + p * ps + (ulong)row * wp;
-    const float16 z = (float16)0.0f;
-    if (iy < 0 || iy >= h) {
+    RT_ELEM(p, planes);
+    global float *d = dst + dso + p * ps;
+    global const float *sp = src + so + p * h * w;
+    const float8 z = (float8)0.0f;
+    /* ps is a multiple of 16 floats: zeros everywhere, then the rows */
+    for (int j = 0; j < ps; j += 8)
+        vstore8(z, 0, d + j);
+    const int y0 = max(top, 0), y1 = min(top + h, pr);
+    for (int row = y0; row < y1; row++) {
+        global const float *s = sp + (ulong)(row - top) * w;
+        global float *e = d + (ulong)row * wp + left;
         int j = 0;
-        for (; j + 16 <= wp; j += 16)
-            vstore16(z, 0, d + j);
-        for (; j < wp; j++)
-            d[j] = 0.0f;
-    } else {
-        global const float *s = src + so + (p * h + iy) * w;
-        for (int j = 0; j < left; j++)
-            d[j] = 0.0f;
-        global float *e = d + left;
-        int j = 0;
-        for (; j + 16 <= w; j += 16)
-            vstore16(vload16(0, s + j), 0, e + j);
+        for (; j + 8 <= w; j += 8)
+            vstore8(vload8(0, s + j), 0, e + j);
         for (; j < w; j++)
             e[j] = s[j];
-        for (j = left + w; j < wp; j++)
-            d[j] = 0.0f;
     }
-    if (row == pr - 1)
-        for (int j = pr * wp; j < ps; j++)
-            dst[dso + p * ps + j] = 0.0f;
 }
 
 /* Element kernel: the direct kernel's weights, wt[kb][ch][i][j][q] =
