@@ -74,8 +74,8 @@ static bool pool_max2(rt_dev *d, const struct rt_pool_shape *s)
 int ocl_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y)
 {
     if (pool_max2(d, s)) {
-        size_t rows = (size_t)s->n * s->c * s->oh;
-        return ocl_run_n(d, OCL_K_maxpool2_fwd, rows, "livv", rows, s->ow, x, y);
+        size_t planes = (size_t)s->n * s->c;
+        return ocl_run_n(d, OCL_K_maxpool2_fwd, planes, "liivv", planes, s->oh, s->ow, x, y);
     }
     size_t rows = (size_t)s->n * s->c * s->oh;
     return ocl_run_n(d, OCL_K_pool_fwd, rows, "liiiiiiiiiiivv", rows, POOL_GEOM(s), x, y);
@@ -88,8 +88,9 @@ int ocl_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view x, rt_view y,
                  rt_view dx)
 {
     if (pool_max2(d, s)) {
-        size_t rows = (size_t)s->n * s->c * s->oh;
-        return ocl_run_n(d, OCL_K_maxpool2_bwd, rows, "livvv", rows, s->ow, x, dy, dx);
+        size_t planes = (size_t)s->n * s->c;
+        return ocl_run_n(d, OCL_K_maxpool2_bwd, planes, "liivvv", planes, s->oh, s->ow, x, dy,
+                         dx);
     }
     if (s->stride_h == s->r && s->stride_w == s->s && s->pad_h == 0 && s->pad_w == 0) {
         size_t rows = (size_t)s->n * s->c * s->oh;

@@ -130,65 +130,76 @@ kernel void rt_act_bias_grad_cpu(int kind, float alpha, int n, int c, int hw,
 }
 
 /* 2x2 max pooling with stride 2 on planes that the windows tile exactly
- * (h = 2*oh, w = 2*ow), for CPU devices: one work-item per output row,
- * 8 windows per step as float16 vectors (even and odd lanes). A row's
+ * (h = 2*oh, w = 2*ow), for CPU devices: one work-item per plane (a row
+ * was too little work for a work-item), row after row, 8 windows per step
+ * as float16 vectors (even and odd lanes). A row's
  * last partial step loads whole vectors too, reading into the rows after
  * it (those lanes are never stored); only near the buffer's end, where no
  * rows follow, does it load lane by lane. The arg-max rule of
  * rt_pool_argmax: the first maximal element in row-major order (strict
  * '>'). */
-kernel void rt_maxpool2_fwd(ulong rows, int ow, global const float *x, ulong xo, global float *y,
-                            ulong yo)
+kernel void rt_maxpool2_fwd(ulong planes, int oh, int ow, global const float *x, ulong xo,
+                            global float *y, ulong yo)
 {
-    RT_ELEM(t, rows);
-    global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
-    global float *yr = y + yo + t * ow;
-    const ulong end = rows * 4 * ow; /* x's floats */
-    for (int ox = 0; ox < ow; ox += 8) {
-        const int nv = min(ow - ox, 8);
-        const bool room = t * 4 * ow + 2 * ow + 2 * ox + 16 <= end; /* whole vectors fit */
-        const float16 u = room ? vload16(0, r0 + 2 * ox) : rt_vload_part(2 * nv, r0 + 2 * ox);
-        const float16 v = room ? vload16(0, r1 + 2 * ox) : rt_vload_part(2 * nv, r1 + 2 * ox);
-        float8 b = u.even;
-        b = select(b, u.odd, u.odd > b);
-        b = select(b, v.even, v.even > b);
-        b = select(b, v.odd, v.odd > b);
-        rt_vstore_part8(b, nv, yr + ox);
+    RT_ELEM(p, planes);
+    const ulong end = planes * oh * 4 * ow; /* x's floats */
+    for (int ry = 0; ry < oh; ry++) {
+        const ulong t = p * oh + ry;
+        global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
+        global float *yr = y + yo + t * ow;
+        for (int ox = 0; ox < ow; ox += 8) {
+            const int nv = min(ow - ox, 8);
+            /* whole vectors fit */
+            const bool room = t * 4 * ow + 2 * ow + 2 * ox + 16 <= end;
+            global const float *a0 = r0 + 2 * ox, *a1 = r1 + 2 * ox;
+            const float16 u = room ? vload16(0, a0) : rt_vload_part(2 * nv, a0);
+            const float16 v = room ? vload16(0, a1) : rt_vload_part(2 * nv, a1);
+            float8 b = u.even;
+            b = select(b, u.odd, u.odd > b);
+            b = select(b, v.even, v.even > b);
+            b = select(b, v.odd, v.odd > b);
+            rt_vstore_part8(b, nv, yr + ox);
+        }
     }
 }
 
 /* dx of rt_maxpool2_fwd: each window's arg-max gets dy, the rest zeros. */
-kernel void rt_maxpool2_bwd(ulong rows, int ow, global const float *x, ulong xo,
+kernel void rt_maxpool2_bwd(ulong planes, int oh, int ow, global const float *x, ulong xo,
                             global const float *dy, ulong dyo, global float *dx, ulong dxo)
 {
-    RT_ELEM(t, rows);
-    global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
-    global const float *g = dy + dyo + t * ow;
-    global float *d0 = dx + dxo + t * 4 * ow, *d1 = d0 + 2 * ow;
+    RT_ELEM(p, planes);
+    const ulong rows = planes * oh, end = rows * 4 * ow; /* dy's rows, x's floats */
     const uint16 mix = (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-    const ulong end = rows * 4 * ow; /* x's floats */
-    for (int ox = 0; ox < ow; ox += 8) {
-        const int nv = min(ow - ox, 8);
-        const bool room = t * 4 * ow + 2 * ow + 2 * ox + 16 <= end; /* whole vectors fit */
-        const float16 u = room ? vload16(0, r0 + 2 * ox) : rt_vload_part(2 * nv, r0 + 2 * ox);
-        const float16 v = room ? vload16(0, r1 + 2 * ox) : rt_vload_part(2 * nv, r1 + 2 * ox);
-        const float8 gv = t * ow + ox + 8 <= rows * ow ? vload8(0, g + ox)
-                                                       : rt_vload_part(nv, g + ox).lo;
-        float8 b = u.even;
-        int8 idx = (int8)0;
-        int8 m = u.odd > b;
-        b = select(b, u.odd, m);
-        idx = select(idx, (int8)1, m);
-        m = v.even > b;
-        b = select(b, v.even, m);
-        idx = select(idx, (int8)2, m);
-        m = v.odd > b;
-        idx = select(idx, (int8)3, m);
-        const float8 z = (float8)0.0f;
-        const float16 o0 = shuffle2(select(z, gv, idx == 0), select(z, gv, idx == 1), mix);
-        const float16 o1 = shuffle2(select(z, gv, idx == 2), select(z, gv, idx == 3), mix);
-        rt_vstore_part16(o0, 2 * nv, d0 + 2 * ox);
-        rt_vstore_part16(o1, 2 * nv, d1 + 2 * ox);
+    for (int ry = 0; ry < oh; ry++) {
+        const ulong t = p * oh + ry;
+        global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
+        global const float *g = dy + dyo + t * ow;
+        global float *d0 = dx + dxo + t * 4 * ow, *d1 = d0 + 2 * ow;
+        for (int ox = 0; ox < ow; ox += 8) {
+            const int nv = min(ow - ox, 8);
+            /* whole vectors fit */
+            const bool room = t * 4 * ow + 2 * ow + 2 * ox + 16 <= end;
+            global const float *a0 = r0 + 2 * ox, *a1 = r1 + 2 * ox;
+            const float16 u = room ? vload16(0, a0) : rt_vload_part(2 * nv, a0);
+            const float16 v = room ? vload16(0, a1) : rt_vload_part(2 * nv, a1);
+            const float8 gv = t * ow + ox + 8 <= rows * ow ? vload8(0, g + ox)
+                                                           : rt_vload_part(nv, g + ox).lo;
+            float8 b = u.even;
+            int8 idx = (int8)0;
+            int8 m = u.odd > b;
+            b = select(b, u.odd, m);
+            idx = select(idx, (int8)1, m);
+            m = v.even > b;
+            b = select(b, v.even, m);
+            idx = select(idx, (int8)2, m);
+            m = v.odd > b;
+            idx = select(idx, (int8)3, m);
+            const float8 z = (float8)0.0f;
+            const float16 o0 = shuffle2(select(z, gv, idx == 0), select(z, gv, idx == 1), mix);
+            const float16 o1 = shuffle2(select(z, gv, idx == 2), select(z, gv, idx == 3), mix);
+            rt_vstore_part16(o0, 2 * nv, d0 + 2 * ox);
+            rt_vstore_part16(o1, 2 * nv, d1 + 2 * ox);
+        }
     }
 }
 
