@@ -404,13 +404,13 @@ int cpu_fill(rt_dev *d, size_t n, float value, rt_view xv)
     return RT_OK;
 }
 
-/* The sum of squares of one block in double, in SUMSQ_LANES interleaved
- * chains added in a fixed tree at the end. A float's square is exact in
- * double, so a fused multiply-add gives the bits of a multiply and an add
- * and every CPU_CLONES clone gives the same sum (GCC vectors, lowered to
- * SSE2 pairs in the default clone). Sixteen chains: four
- * chains were bound by the add's latency (one float a cycle: 20 us of
- * lenet's 124 us per-step overhead, 330 us a seedcnn step). */
+/* The sum of squares of one block in double, in 16 interleaved chains
+ * (four vectors of 4 doubles) added in a fixed tree at the end. A float's
+ * square is exact in double, so a fused multiply-add gives the bits of a
+ * multiply and an add, and every CPU_CLONES clone gives the same sum (GCC
+ * vectors, lowered to SSE2 pairs in the default clone). Four scalar chains
+ * were bound by the add's latency, one float a cycle: 20 us of lenet's
+ * 124 us per-step overhead. */
 typedef float sumsq_v4f __attribute__((vector_size(16)));
 typedef double sumsq_v4d __attribute__((vector_size(32)));
 /* acc += the squares of x[0..3], in double (a macro: a function returning
