@@ -3,7 +3,7 @@
  *   "ragtag: [plan] step 120 (why): shares of batch 64 by rank: 30 34 at img/s 900 1020"
  *   "ragtag: [plan] rank 2 on standby at step 300: ..."
  *   "ragtag: [plan] rank 2 back from standby at step 420: 850 img/s"
- *   "ragtag: [plan] gossip epoch 3: local batches of 32 by rank: 400 537"
+ *   "ragtag: [plan] gossip epoch 3: local batches of 32 by rank: 400 537 at img/s 900 1200 (...)"
  * The plan is the workers' (the coordinator takes no part in it) and these
  * lines are what they already tell it, written by src/planner.c and
  * src/mode_gossip.c of the same version; a line that does not parse, or
@@ -109,11 +109,14 @@ void coord_plan_line(struct coord *k, const char *text)
         plan_to_metrics(k, step, true);
         plan_event(k, text);
     } else if (!strncmp(text + 15, "gossip epoch ", 13) && (p = strstr(text, " by rank: "))) {
-        if (read_numbers(p + 10, v, n, NULL) != n)
+        const char *rest;
+        if (read_numbers(p + 10, v, n, &rest) != n)
             return;
+        bool speeds = strncmp(rest, " at img/s", 9) == 0 &&
+                      read_numbers(rest + 9, v + n, n, NULL) == n;
         step = k->srun.step;
-        take_plan(k, step, v, NULL, false);
-        plan_to_metrics(k, step, false);
+        take_plan(k, step, v, speeds ? v + n : NULL, false);
+        plan_to_metrics(k, step, speeds);
         plan_event(k, text);
     } else if (sscanf(text + 15, "rank %d ", &rank) == 1 && rank >= 0 && rank < n &&
                strstr(text, "standby")) {

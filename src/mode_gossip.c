@@ -45,6 +45,7 @@ static int gossip_init(struct rt_trainer *t)
     if (!g)
         return rt_error(RT_ERR_NOMEM, "out of memory");
     RT_TRY(rt_dist_init(t, &g->d, false, false, gossip_rows(t)));
+    g->d.pl.whole_epochs = true;
     if (!(g->mean = malloc((g->d.r.np ? g->d.r.np : 1) * sizeof(float))))
         return rt_error(RT_ERR_NOMEM, "out of memory");
     return RT_OK;
@@ -84,12 +85,18 @@ static int gossip_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
     g->count = pl->nshare[t->rank];
     g->done = 0;
     if (t->rank == 0) {
-        char buf[1024];
-        int len = 0;
-        for (int r = 0; r < t->world && len < (int)sizeof buf - 24; r++)
+        char buf[1024], ips[1024];
+        int len = 0, il = 0;
+        for (int r = 0; r < t->world && len < (int)sizeof buf - 24 && il < (int)sizeof ips - 24;
+             r++) {
             len += snprintf(buf + len, sizeof buf - len, "%s%ld", r ? " " : "", pl->nshare[r]);
-        RT_TRY(rt_trainer_say(t, "ragtag: [plan] gossip epoch %ld: local batches of %d by rank: %s",
-                              e->epoch + 1, gossip_rows(t), buf));
+            il += snprintf(ips + il, sizeof ips - il, "%s%.0f", r ? " " : "", pl->speed[r]);
+        }
+        RT_TRY(rt_trainer_say(t, "ragtag: [plan] gossip epoch %ld: local batches of %d by rank: %s "
+                                 "at img/s %s (%s)",
+                              e->epoch + 1, gossip_rows(t), buf, ips,
+                              pl->wall_rate > 0.0 ? "each over its last epoch's loop"
+                                                  : "the speed probes"));
     }
     e->first = g->first;
     e->count = g->count;

@@ -24,6 +24,8 @@ struct rt_planner {
     bool balanced;        /* shares by speed (else even, static) */
     bool roles;           /* standby decisions (not gossip) */
     bool can_leave;       /* the members may change: a worker on standby leaves the ring */
+    bool whole_epochs;    /* gossip: the mode cuts each epoch's local batches by the speeds
+                           * (rt_plan_shares), so every plan takes the speeds just measured */
     bool leaving;         /* this worker just went on standby and leaves */
     /* speeds and roles as last exchanged; the shares of a full batch and
      * of the last short one */

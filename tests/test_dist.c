@@ -565,6 +565,51 @@ static void test_gossip_each_does_its_part(void **state)
     assert_true(fabs(sync - slow) <= 2.0);
 }
 
+/* The gossip plan line of epoch `epoch` in log: local batches and the
+ * img/s they were cut by, for 3 ranks; false if absent. */
+static bool gossip_plan(const char *log, int epoch, long share[3], double ips[3], char *line,
+                        size_t cap)
+{
+    char key[64];
+    snprintf(key, sizeof key, "gossip epoch %d: local batches of ", epoch);
+    if (!log_last(log, key, line, cap))
+        return false;
+    int mb;
+    return sscanf(strstr(line, "local batches of "), "local batches of %d by rank: %ld %ld %ld "
+                  "at img/s %lf %lf %lf", &mb, &share[0], &share[1], &share[2], &ips[0], &ips[1],
+                  &ips[2]) == 7;
+}
+
+/* Gossip cuts each epoch by the speeds of the epoch before: its plan takes
+ * them even when they would not move the rows of one batch (the step
+ * plan's hysteresis kept a 0.2-core worker at the speed of its first
+ * probe, 11% of the batches for a whole run at 10% of the speed). */
+static void test_gossip_replans_each_epoch(void **state)
+{
+    (void)state;
+    assert_int_equal(run("gos_ep.log", "train %s --data fashion-mnist --limit 6000 --val 0 "
+                                       "--epochs 2 --batch 32 --threads 1 --progress off "
+                                       "--workers 3 --mode gossip --min-share 0 "
+                                       "--throttle 1,1,0.25",
+                         LENET),
+                     0);
+    long s1[3], s2[3];
+    double v1[3], v2[3];
+    char line[4096];
+    assert_true(gossip_plan("gos_ep.log", 1, s1, v1, line, sizeof line));
+    assert_non_null(strstr(line, "(the speed probes)"));
+    assert_true(gossip_plan("gos_ep.log", 2, s2, v2, line, sizeof line));
+    assert_non_null(strstr(line, "(each over its last epoch's loop)"));
+    printf("epoch 1: %ld %ld %ld at %.0f %.0f %.0f; epoch 2: %ld %ld %ld at %.0f %.0f %.0f\n",
+           s1[0], s1[1], s1[2], v1[0], v1[1], v1[2], s2[0], s2[1], s2[2], v2[0], v2[1], v2[2]);
+    /* the speeds were measured again, and epoch 2's cut follows them */
+    assert_true(v2[0] != v1[0] || v2[1] != v1[1] || v2[2] != v1[2]);
+    long nb = s2[0] + s2[1] + s2[2];
+    double sum = v2[0] + v2[1] + v2[2];
+    for (int r = 0; r < 3; r++)
+        assert_true(fabs((double)s2[r] - (double)nb * v2[r] / sum) <= 1.0);
+}
+
 int main(void)
 {
     if (!(ragtag = getenv("RAGTAG")))
@@ -585,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_average_h1_is_sync),
         cmocka_unit_test(test_average_reaches_sync_accuracy),
         cmocka_unit_test(test_gossip_each_does_its_part),
+        cmocka_unit_test(test_gossip_replans_each_epoch),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[400];
