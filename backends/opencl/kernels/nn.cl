@@ -129,6 +129,19 @@ kernel void rt_act_bias_grad_cpu(int kind, float alpha, int n, int c, int hw,
     db[dbo + j] = (float)(s + t);
 }
 
+/* The two input rows (r0, and r0 + 2*ow) of windows ox..ox+7 of an output
+ * row whose first input row starts `at` floats into x (end floats in all),
+ * nv of the windows real: whole vectors where x holds them, reading into
+ * the rows after (lanes never stored), lane by lane near its end. */
+void rt_pool2_rows(global const float *r0, ulong at, int ow, int ox, int nv, ulong end,
+                   float16 *u, float16 *v)
+{
+    global const float *a0 = r0 + 2 * ox, *a1 = a0 + 2 * ow;
+    const bool room = at + 2 * ow + 2 * ox + 16 <= end;
+    *u = room ? vload16(0, a0) : rt_vload_part(2 * nv, a0);
+    *v = room ? vload16(0, a1) : rt_vload_part(2 * nv, a1);
+}
+
 /* 2x2 max pooling with stride 2 on planes that the windows tile exactly
  * (h = 2*oh, w = 2*ow), for CPU devices: one work-item per plane (a row
  * was too little work for a work-item), row after row, 8 windows per step
@@ -145,15 +158,12 @@ kernel void rt_maxpool2_fwd(ulong planes, int oh, int ow, global const float *x,
     const ulong end = planes * oh * 4 * ow; /* x's floats */
     for (int ry = 0; ry < oh; ry++) {
         const ulong t = p * oh + ry;
-        global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
+        global const float *r0 = x + xo + t * 4 * ow;
         global float *yr = y + yo + t * ow;
         for (int ox = 0; ox < ow; ox += 8) {
             const int nv = min(ow - ox, 8);
-            /* whole vectors fit */
-            const bool room = t * 4 * ow + 2 * ow + 2 * ox + 16 <= end;
-            global const float *a0 = r0 + 2 * ox, *a1 = r1 + 2 * ox;
-            const float16 u = room ? vload16(0, a0) : rt_vload_part(2 * nv, a0);
-            const float16 v = room ? vload16(0, a1) : rt_vload_part(2 * nv, a1);
+            float16 u, v;
+            rt_pool2_rows(r0, t * 4 * ow, ow, ox, nv, end, &u, &v);
             float8 b = u.even;
             b = select(b, u.odd, u.odd > b);
             b = select(b, v.even, v.even > b);
@@ -172,16 +182,13 @@ kernel void rt_maxpool2_bwd(ulong planes, int oh, int ow, global const float *x,
     const uint16 mix = (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
     for (int ry = 0; ry < oh; ry++) {
         const ulong t = p * oh + ry;
-        global const float *r0 = x + xo + t * 4 * ow, *r1 = r0 + 2 * ow;
+        global const float *r0 = x + xo + t * 4 * ow;
         global const float *g = dy + dyo + t * ow;
         global float *d0 = dx + dxo + t * 4 * ow, *d1 = d0 + 2 * ow;
         for (int ox = 0; ox < ow; ox += 8) {
             const int nv = min(ow - ox, 8);
-            /* whole vectors fit */
-            const bool room = t * 4 * ow + 2 * ow + 2 * ox + 16 <= end;
-            global const float *a0 = r0 + 2 * ox, *a1 = r1 + 2 * ox;
-            const float16 u = room ? vload16(0, a0) : rt_vload_part(2 * nv, a0);
-            const float16 v = room ? vload16(0, a1) : rt_vload_part(2 * nv, a1);
+            float16 u, v;
+            rt_pool2_rows(r0, t * 4 * ow, ow, ox, nv, end, &u, &v);
             const float8 gv = t * ow + ox + 8 <= rows * ow ? vload8(0, g + ox)
                                                            : rt_vload_part(nv, g + ox).lo;
             float8 b = u.even;
