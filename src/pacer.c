@@ -9,10 +9,15 @@
 
 #include "clock.h"
 
-/* The share of the quota a worker paces itself to: the rest is margin for
- * the CPU a step spends after this point (the comm thread's ring work
- * counts against the same quota). */
-#define PACE_SHARE 0.95
+/* The share of the quota a worker paces itself to: the quota itself. The
+ * kernel freezes a cgroup only once a period's use passes its quota, and a
+ * step's CPU after the pacing point (the comm thread's ring work) is a few
+ * ms at most against a 100 ms period. Below the quota the pacer must not
+ * bind: in sync mode a worker's own use is already under it (it waits for
+ * the others every step), and every sleep of one worker is a wait of all
+ * the others. At 0.95 it bound there, and two 0.8-core workers lost 5% of
+ * their speed (bench/README.md, tenth pass). */
+#define PACE_SHARE 1.0
 /* Credit a worker may save up (seconds of wall time at its rate): a few
  * ms, well inside one CFS period, so that a worker that waited for the
  * others does not burst through its quota after. */

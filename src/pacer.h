@@ -7,7 +7,8 @@
  * other one's freezes, and those fall at different times (each cgroup has
  * its own period). Sleeping a little before each step instead keeps the
  * process at PACE_SHARE of its quota: the workers sleep at the same
- * moment, right after the exchange, and nobody freezes. Not installed. */
+ * moment, right after the exchange, and nobody freezes. A worker whose use
+ * stays under its quota never sleeps. Not installed. */
 #ifndef RT_PACER_H
 #define RT_PACER_H
 
