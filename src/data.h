@@ -27,6 +27,10 @@ typedef struct rt_dataset {
     uint8_t *u8;     /* n * c * h * w bytes, or NULL */
     float *f32;      /* n * c * h * w floats (already scaled), or NULL */
     float lut[256];  /* byte v in a batch: v / 255, then (. - mean) / std */
+    /* lut[v] is ((float)v / 255 - lut_sub) / lut_div, checked bit for bit
+     * for all 256 values: batches compute it 8 bytes an instruction */
+    bool lut_affine;
+    float lut_sub, lut_div;
     int32_t *y;      /* n, or NULL for shards */
     struct rt_shards *shards; /* owned, unless the set is a slice */
     uint32_t *map;   /* n record numbers, or NULL */
@@ -108,6 +112,8 @@ void rt_dataset_destroy(rt_dataset **ds);
 /* x = (x - mean) / std, one mean/std over all pixels (for bytes: over the
  * 256 entries of lut). */
 void rt_dataset_normalize(rt_dataset *ds, float mean, float std);
+/* dst's pixels become floats as src's do (the table, and its form). */
+void rt_dataset_copy_lut(rt_dataset *dst, const rt_dataset *src);
 void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std);
 /* Values per sample (c*h*w), bytes per stored value (1 or 4), and the
  * bytes the pixels and labels take in memory. */

@@ -59,7 +59,7 @@ static rt_dataset *gather(const rt_dataset *src, const uint32_t *idx, long n)
         memcpy(dst + (size_t)i * bytes, from + (size_t)idx[i] * bytes, bytes);
         ds->y[i] = src->y[idx[i]];
     }
-    memcpy(ds->lut, src->lut, sizeof ds->lut);
+    rt_dataset_copy_lut(ds, src);
     ds->classes = src->classes;
     return ds;
 }
@@ -145,7 +145,7 @@ static int split_shards(rt_dataset *all, const unsigned char *is_val, long nval,
         free(tmap);
         return RT_ERR_NOMEM;
     }
-    memcpy(va->lut, all->lut, sizeof va->lut);
+    rt_dataset_copy_lut(va, all);
     va->classes = all->classes;
     free(all->map);
     all->map = tmap;

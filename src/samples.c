@@ -12,8 +12,76 @@
 #include "status.h"
 
 #include <math.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define RT_PIXELS_AVX2 1
+#endif
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- bytes to the model's floats ---------------------------------------------------- */
+
+/* dst[k] = ((float)s[k] / 255 - sub) / div, 8 bytes at a time: the same
+ * correctly rounded operations as the table's, so the same bits (lut_check
+ * makes sure). A table look-up a byte bound the prefetch thread's gather
+ * (lenet at 2 threads: 47 us a batch of 64, taken from the compute threads);
+ * this runs at 2/3 of its time. */
+#ifdef RT_PIXELS_AVX2
+__attribute__((target("avx2"))) static void affine_bytes_avx2(const uint8_t *s, size_t n,
+                                                              float sub, float div, float *dst)
+{
+    const __m256 k255 = _mm256_set1_ps(255.0f), vs = _mm256_set1_ps(sub),
+                 vd = _mm256_set1_ps(div);
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m128i b = _mm_loadl_epi64((const __m128i *)(s + k));
+        __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+        _mm256_storeu_ps(dst + k, _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(v, k255), vs), vd));
+    }
+    for (; k < n; k++)
+        dst[k] = ((float)s[k] / 255.0f - sub) / div;
+}
+#endif
+
+static bool have_avx2(void)
+{
+#ifdef RT_PIXELS_AVX2
+    static int avx2 = -1;
+    if (avx2 < 0)
+        avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return avx2 == 1;
+#else
+    return false;
+#endif
+}
+
+/* n bytes of pixels to floats: by arithmetic where the table allows it and
+ * the CPU has AVX2, else through the table. */
+static void bytes_to_floats(const rt_dataset *ds, const uint8_t *s, size_t n, float *dst)
+{
+#ifdef RT_PIXELS_AVX2
+    if (ds->lut_affine && have_avx2()) {
+        affine_bytes_avx2(s, n, ds->lut_sub, ds->lut_div, dst);
+        return;
+    }
+#endif
+    for (size_t k = 0; k < n; k++)
+        dst[k] = ds->lut[s[k]];
+}
+
+/* The arithmetic path is kept only where it gives the table's bits for
+ * every byte value. */
+static void lut_check(rt_dataset *ds)
+{
+    if (!ds->lut_affine)
+        return;
+    uint8_t all[256];
+    float got[256];
+    for (int v = 0; v < 256; v++)
+        all[v] = (uint8_t)v;
+    bytes_to_floats(ds, all, 256, got);
+    ds->lut_affine = memcmp(got, ds->lut, sizeof got) == 0;
+}
 
 /* The table of a set that is not normalised yet: v / 255, as the readers
  * computed it for each pixel before sets were kept as bytes. */
@@ -21,6 +89,10 @@ static void lut_scaled(rt_dataset *ds)
 {
     for (int v = 0; v < 256; v++)
         ds->lut[v] = (float)v / 255.0f;
+    ds->lut_affine = true; /* (v / 255 - 0) / 1: the same bits */
+    ds->lut_sub = 0.0f;
+    ds->lut_div = 1.0f;
+    lut_check(ds);
 }
 
 static rt_dataset *dataset_alloc(int n, int c, int h, int w, size_t value_size)
@@ -140,9 +212,7 @@ float rt_dataset_value(const rt_dataset *ds, size_t i)
 static void sample_out(const rt_dataset *ds, size_t j, size_t per, float *dst)
 {
     if (ds->u8) {
-        const uint8_t *s = ds->u8 + j * per;
-        for (size_t k = 0; k < per; k++)
-            dst[k] = ds->lut[s[k]];
+        bytes_to_floats(ds, ds->u8 + j * per, per, dst);
     } else {
         memcpy(dst, ds->f32 + j * per, per * sizeof(float));
     }
@@ -174,9 +244,7 @@ static int shard_samples(const rt_dataset *ds, const uint32_t *idx, long first, 
         int32_t label;
         if ((rc = rt_shards_read(ds->shards, record_of(ds, idx, first, i), buf, &px, &label)) < 0)
             break;
-        float *d = dst + (size_t)i * per;
-        for (size_t k = 0; k < per; k++)
-            d[k] = ds->lut[px[k]];
+        bytes_to_floats(ds, px, per, dst + (size_t)i * per);
         if (y)
             y[i] = label;
     }
@@ -197,6 +265,15 @@ int rt_dataset_rows(const rt_dataset *ds, long first, long n, float *dst, int32_
     return RT_OK;
 }
 
+/* A sample's bytes into the cache ahead of its turn: rows picked at random
+ * from tens of MB miss every cache, and the hardware prefetcher only finds a
+ * row's lines once it walks them (a batch's gather: 31 -> 21 us). */
+static void prefetch_row(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o);
+}
+
 int rt_dataset_gather(const rt_dataset *ds, const uint32_t *idx, long n, float *dst, int32_t *y)
 {
     RT_ASSERT(ds && n >= 0 && (dst || n == 0));
@@ -205,6 +282,8 @@ int rt_dataset_gather(const rt_dataset *ds, const uint32_t *idx, long n, float *
     size_t per = rt_dataset_sample_values(ds);
     for (long i = 0; i < n; i++) {
         RT_ASSERT(idx[i] < (uint32_t)ds->n);
+        if (ds->u8 && i + 2 < n) /* random rows: ask for the one after next now */
+            prefetch_row(ds->u8 + (size_t)idx[i + 2] * per, per);
         sample_out(ds, idx[i], per, dst + (size_t)i * per);
         if (y)
             y[i] = ds->y[idx[i]];
@@ -303,12 +382,26 @@ void rt_dataset_stats(const rt_dataset *ds, float *mean, float *std)
     *std = (float)sqrt(var > 0.0 ? var : 0.0);
 }
 
+void rt_dataset_copy_lut(rt_dataset *dst, const rt_dataset *src)
+{
+    memcpy(dst->lut, src->lut, sizeof dst->lut);
+    dst->lut_affine = src->lut_affine;
+    dst->lut_sub = src->lut_sub;
+    dst->lut_div = src->lut_div;
+}
+
 void rt_dataset_normalize(rt_dataset *ds, float mean, float std)
 {
     RT_ASSERT(ds && std > 0.0f);
     if (ds->u8 || ds->shards) {
         for (int v = 0; v < 256; v++)
             ds->lut[v] = (ds->lut[v] - mean) / std;
+        /* once: (v / 255 - 0) / 1 becomes (v / 255 - mean) / std */
+        bool once = ds->lut_affine && ds->lut_sub == 0.0f && ds->lut_div == 1.0f;
+        ds->lut_affine = once;
+        ds->lut_sub = mean;
+        ds->lut_div = std;
+        lut_check(ds);
         return;
     }
     size_t total = (size_t)ds->n * rt_dataset_sample_values(ds);
