@@ -500,7 +500,8 @@ static void test_conv_thread_bits(void **state)
         conv_make(64, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),
         conv_make(11, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1), /* uneven chunks */
         conv_make(6, 4, 12, 12, 8, 3, 3, 1, 1, 1, 1),    /* im2col, wide */
-        conv_make(6, 8, 12, 12, 8, 3, 3, 2, 2, 1, 1),    /* im2col, strided */
+        conv_make(6, 8, 12, 12, 8, 3, 3, 2, 2, 1, 1),    /* im2col, strided, wide */
+        conv_make(6, 1, 12, 12, 16, 3, 3, 2, 2, 1, 1),   /* im2col, strided, exact (k > crs) */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const struct rt_conv_shape *s = &shapes[i];

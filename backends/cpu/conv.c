@@ -53,7 +53,7 @@ static size_t conv_ohw(const struct rt_conv_shape *s) { return (size_t)s->oh * s
  * ow + q / sw), so its row is again one contiguous run, and the strided
  * gather happens once per pixel, not once per tap (resnet8's stride-2
  * layers). The price is wq - ow more GEMM columns per output row, so it is
- * used while that stays under a half (an eighth when strided), and k*oh
+ * used while that stays under a half, and k*oh
  * short copies of the output (or dy) to or from the wide grid, so only when
  * k < c*r*s: with one input channel and many filters, the exact layout
  * moves less. Valid outputs
@@ -131,10 +131,12 @@ static struct conv_layout conv_layout(const struct rt_conv_shape *s)
     l.wp = (size_t)s->w + 2 * (size_t)s->pad_w;
     l.hq = (l.hp + (size_t)l.sh - 1) / (size_t)l.sh;
     l.wq = (l.wp + (size_t)l.sw - 1) / (size_t)l.sw;
-    /* extra columns: up to half of ow at stride 1; strided, up to an
-     * eighth (resnet8's 14 -> 7 layer, 8 columns for 7, ran 5-10% slower
-     * wide; its 28 -> 14 layer, 15 for 14, 10-20% faster) */
-    const size_t extra = (l.wq - (size_t)s->ow) * (l.sh > 1 || l.sw > 1 ? 8 : 2);
+    /* extra columns: up to half of ow, at any stride. Strided layers had
+     * an eighth, from when resnet8's 14 -> 7 layer (8 columns for 7) ran
+     * 5-10% slower wide; since the filter gradient reads the wide layout
+     * in place (wgrad.c) it runs 20% faster wide (bench_ops, its three
+     * ops: 3.94 -> 3.19 ms at 2 threads, 7.42 -> 5.93 at 1) */
+    const size_t extra = (l.wq - (size_t)s->ow) * 2;
     l.wide = !conv_is_pointwise(s) && s->ow > 0 && extra <= (size_t)s->ow &&
              (size_t)s->k < conv_crs(s);
     if (l.wide) {
