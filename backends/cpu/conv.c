@@ -705,7 +705,7 @@ struct wino_layout {
     size_t u;         /* 16 es: U, or a partial dU */
     size_t vxs, mxs;  /* V's and M's stride from one xi to the next */
     size_t v, m;      /* 16 vxs, 16 mxs */
-    size_t off_m, off_pad, off_tmp, off_g, off_idx, slice;
+    size_t off_m, off_pad, off_tmp, off_g, off_idx, off_vt, slice;
 };
 
 /* The transforms' vector loops over a row of tiles run a multiple of WG_VW
@@ -714,6 +714,12 @@ struct wino_layout {
  * workspace, or in the row of tiles after, which is written later. */
 #define WG_VW 8
 static size_t wg_round(size_t n) { return (n + WG_VW - 1) / WG_VW * WG_VW; }
+/* Tiles of V transposed at a time for the filters' gradient (64 KiB for
+ * 64 channels, in L2): blocks of 64 ran 5% slower than 256, which loads
+ * and stores the sums in dU a quarter as often; 512 and more, no faster. */
+#ifndef WG_VT
+#define WG_VT 256
+#endif
 
 /* The chunk count rounded up to a multiple of WG_BALANCE, the images
  * spread evenly over the chunks: with 2 or 4 threads (and bwd-filter's
@@ -793,7 +799,9 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
     l.off_g = l.off_tmp + align16(tmp + 2 * WG_VW);
     /* idx: wino_dy's gather offsets, 4 tpi int32 */
     l.off_idx = l.off_g + align16((size_t)s->oh * s->ow);
-    l.slice = l.off_idx + align16(4 * l.tpi);
+    /* vt: a block of WG_VT tiles of V transposed (wino_du) */
+    l.off_vt = l.off_idx + align16(4 * l.tpi);
+    l.slice = l.off_vt + align16((size_t)WG_VT * s->c);
     return l;
 }
 
@@ -1265,6 +1273,30 @@ struct act_grad {
     const float *y, *dy;
 };
 
+/* dU (+)= dM V^T for one xi over T tiles (K x C, dotted along the tiles).
+ * With the AVX2 kernels: V transposed a block of WG_VT tiles at a time
+ * into vt, and each block's dU += dM vt in registers (gemm_small.c's
+ * outer products, which the dots along the tiles were not: there OpenBLAS
+ * won). OpenBLAS packed both operands on every one of the 16 calls a
+ * chunk; this is 8-14% faster (bench_ops cpu 2, bwd-filter: resnet8's
+ * three stages 2,030-2,106 -> 1,758-1,807 us, 1,736-1,754 -> 1,599-1,629,
+ * 2,001-2,017 -> 1,789-1,806; seedcnn conv2 3,990-4,049 -> 3,497-3,561).
+ * Else the BLAS with B transposed. */
+static void wino_du(const struct rt_conv_shape *s, const struct wino_layout *l, int T,
+                    const float *dM, const float *V, bool acc, float *vt, float *dU)
+{
+    const int K = s->k, C = s->c, ld = (int)l->ldt;
+    if (!cpu_avx2_kernels()) {
+        cpu_sgemm(1, false, true, K, C, T, 1.0f, dM, ld, V, ld, acc ? 1.0f : 0.0f, dU, C);
+        return;
+    }
+    for (int p0 = 0; p0 < T; p0 += WG_VT) {
+        const int tb = T - p0 < WG_VT ? T - p0 : WG_VT;
+        cpu_transpose(C, (size_t)tb, V + p0, (size_t)ld, vt);
+        cpu_gemm_small_acc(false, K, C, tb, dM + p0, ld, vt, C, acc || p0 > 0, dU, C);
+    }
+}
+
 /* One chunk of the backward: dM from the gradient (g formed a plane at a
  * time in the slice, its sum kept for db); dU (+)= dM V^T; then, with dx,
  * dV = U^T dM and the patches as wino_data_chunk (V's room holds dV: the
@@ -1293,8 +1325,8 @@ static void wino_bwd_act_chunk(const struct rt_conv_shape *s, const struct wino_
     }
     wino_in_chunk(s, l, x, i0, i1, V, sl);
     for (int e = 0; e < 16; e++)
-        cpu_sgemm(1, false, true, K, C, T, 1.0f, M + e * l->mxs, ld, V + e * l->vxs, ld, beta,
-                  dU + (size_t)e * wino_es(s), C);
+        wino_du(s, l, T, M + e * l->mxs, V + e * l->vxs, beta != 0.0f, sl + l->off_vt,
+                dU + (size_t)e * wino_es(s));
     if (!dx)
         return;
     for (int e = 0; e < 16; e++)

@@ -84,6 +84,9 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
  * not AVX-512, else cpu_sgemm (gemm_small.c). */
 void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
                     int ldb, float *c, int ldc);
+/* The same with C added to (C += op(A) B) when acc. */
+void cpu_gemm_small_acc(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                        int ldb, bool acc, float *c, int ldc);
 
 /* Whether the hand-written AVX2 kernels run here: AVX2 and FMA, not
  * AVX-512 (there the BLAS's kernels are twice as wide; not measured). */
@@ -113,6 +116,8 @@ void cpu_wgrad_outer(int k, int crs, const struct rt_wgrad_images *im, const int
                      bool more, float *part);
 /* dt (plane x k) = dy (k x plane) transposed, in 8 x 8 blocks. */
 void cpu_wgrad_transpose(int k, size_t plane, const float *dy, float *dt);
+/* The same from k rows of plane floats, ls apart. */
+void cpu_transpose(int k, size_t plane, const float *src, size_t ls, float *dt);
 void cpu_wgrad_lanes(int k, int crs, const float *acc, float *part);
 
 /* Call before a parallel region whose threads call cpu_sgemm(1, ...). */

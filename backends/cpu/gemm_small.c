@@ -17,10 +17,11 @@
  * do not depend on the blocking.
  *
  * Winograd's filters' gradient, C (+)= A B^T with the tiles as the inner
- * index, stays with the BLAS (im2col's reads the image in place: wgrad.c):
- * rows dotted 8 lanes at a time in 4 x 2 tiles were 15% slower than
- * OpenBLAS (seedcnn conv2: 12.0 ms against 10.3), the inner of 144 tiles
- * too short to pay each tile's adding up of its lanes.
+ * index, comes here with B transposed a block at a time (conv.c, wino_du;
+ * C added to: cpu_gemm_small_acc): rows dotted 8 lanes at a time in 4 x 2
+ * tiles were 15% slower than OpenBLAS (seedcnn conv2: 12.0 ms against
+ * 10.3), the inner of 144 tiles too short to pay each tile's adding up of
+ * its lanes. (im2col's reads the image in place: wgrad.c.)
  *
  * Without AVX2 and FMA (or off x86-64) the BLAS does it (cpu_sgemm), and
  * with AVX-512 too: there OpenBLAS's kernels have twice the width of
@@ -132,7 +133,7 @@ static TGT void panels(bool ta, int m, int n, int k, __m256i mask, bool more, co
 }
 
 static TGT void gemm_avx2(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
-                          int ldb, float *c, int ldc)
+                          int ldb, bool acc, float *c, int ldc)
 {
     const int rem = n % 8;
     int32_t lanes[8];
@@ -143,7 +144,7 @@ static TGT void gemm_avx2(bool ta, int m, int n, int k, const float *a, int lda,
     const int blocks = fit >= k ? 1 : (int)((k + fit - 1) / (fit > 0 ? fit : 1));
     for (int bk = 0; bk < blocks; bk++) {
         const int k0 = (int)((long)k * bk / blocks), k1 = (int)((long)k * (bk + 1) / blocks);
-        panels(ta, m, n, k1 - k0, mask, bk > 0, ta ? a + (size_t)k0 * lda : a + k0, lda,
+        panels(ta, m, n, k1 - k0, mask, acc || bk > 0, ta ? a + (size_t)k0 * lda : a + k0, lda,
                b + (size_t)k0 * ldb, ldb, c, ldc);
     }
 }
@@ -164,14 +165,20 @@ bool cpu_avx2_kernels(void)
 bool cpu_avx2_kernels(void) { return false; }
 #endif
 
-void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
-                    int ldb, float *c, int ldc)
+void cpu_gemm_small_acc(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                        int ldb, bool acc, float *c, int ldc)
 {
 #ifdef GEMM_SMALL_AVX2
     if (m > 0 && n > 0 && k > 0 && cpu_avx2_kernels()) {
-        gemm_avx2(ta, m, n, k, a, lda, b, ldb, c, ldc);
+        gemm_avx2(ta, m, n, k, a, lda, b, ldb, acc, c, ldc);
         return;
     }
 #endif
-    cpu_sgemm(1, ta, false, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    cpu_sgemm(1, ta, false, m, n, k, 1.0f, a, lda, b, ldb, acc ? 1.0f : 0.0f, c, ldc);
+}
+
+void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                    int ldb, float *c, int ldc)
+{
+    cpu_gemm_small_acc(ta, m, n, k, a, lda, b, ldb, false, c, ldc);
 }

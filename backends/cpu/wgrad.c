@@ -262,16 +262,16 @@ static inline TGT __attribute__((always_inline)) void tr8(const float *s, size_t
         _mm256_storeu_ps(d + (size_t)i * ld, t[i]);
 }
 
-static TGT void transpose_avx2(int k, size_t plane, const float *dy, float *dt)
+static TGT void transpose_avx2(int k, size_t plane, const float *dy, size_t ls, float *dt)
 {
     const int k8 = k / 8 * 8;
     const size_t p8 = plane / 8 * 8;
     for (int q = 0; q < k8; q += 8)
         for (size_t p = 0; p < p8; p += 8)
-            tr8(dy + (size_t)q * plane + p, plane, dt + p * k + q, (size_t)k);
+            tr8(dy + (size_t)q * ls + p, ls, dt + p * k + q, (size_t)k);
     for (int q = 0; q < k; q++) /* the edges */
         for (size_t p = q < k8 ? p8 : 0; p < plane; p++)
-            dt[p * k + q] = dy[(size_t)q * plane + p];
+            dt[p * k + q] = dy[(size_t)q * ls + p];
 }
 #endif
 
@@ -321,13 +321,20 @@ void cpu_wgrad_outer(int k, int crs, const struct rt_wgrad_images *im, const int
 
 void cpu_wgrad_transpose(int k, size_t plane, const float *dy, float *dt)
 {
+    cpu_transpose(k, plane, dy, plane, dt);
+}
+
+void cpu_transpose(int k, size_t plane, const float *src, size_t ls, float *dt)
+{
 #ifdef WGRAD_AVX2
-    transpose_avx2(k, plane, dy, dt);
-#else
+    if (cpu_avx2_kernels()) {
+        transpose_avx2(k, plane, src, ls, dt);
+        return;
+    }
+#endif
     for (int q = 0; q < k; q++)
         for (size_t p = 0; p < plane; p++)
-            dt[p * k + q] = dy[(size_t)q * plane + p];
-#endif
+            dt[p * k + q] = src[(size_t)q * ls + p];
 }
 
 void cpu_wgrad_lanes(int k, int crs, const float *acc, float *part)
