@@ -142,17 +142,19 @@ static void test_device(void **state)
     rt_dev *all = open_dev(0); /* 0: every thread OpenMP offers, resolved */
     assert_true(rt_dev_threads(all) >= 1);
     rt_dev_close(&all);
-    /* upload / copy / download, overlapping copy, sync */
-    tb a = tb_new(d, 1001), b = tb_new(d, 1001);
-    float *x = frand(1001, -1, 1, 1), *y = fvec(1001);
+    /* upload / copy / download, overlapping copy, sync; long enough for
+     * the copy's blocks over threads (CPU_PAR_MIN), with a part block */
+    enum { NC = 100003 };
+    tb a = tb_new(d, NC), b = tb_new(d, NC);
+    float *x = frand(NC, -1, 1, 1), *y = fvec(NC);
     tb_set(&a, x);
-    assert_int_equal(rt_copy(d, b.v, a.v, 1001), 0);
+    assert_int_equal(rt_copy(d, b.v, a.v, NC), 0);
     assert_int_equal(rt_sync(d), 0);
     expect_close(&b, x, 0, 1, "copy");
-    assert_int_equal(rt_copy(d, rt_view_at(a.v, 1), a.v, 1000), 0);
+    assert_int_equal(rt_copy(d, rt_view_at(a.v, 1), a.v, NC - 1), 0);
     tb_get(&a, y);
     assert_true(y[0] == x[0]);
-    for (int i = 1; i < 1001; i++)
+    for (int i = 1; i < NC; i++)
         assert_true(y[i] == x[i - 1]);
     assert_int_equal(rt_copy(d, b.v, a.v, 0), 0);
     tb_free(&a);

@@ -152,9 +152,24 @@ static int cpu_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
     return RT_OK;
 }
 
+/* Long copies that do not overlap in blocks over the threads (resnet8's
+ * shortcuts copy a 3.2 MB gradient a step, which one core moves at half
+ * the speed two do); the others with one memmove. */
 static int cpu_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 {
-    memmove(cpu_f(dst), cpu_f(src), n * sizeof(float));
+    float *y = cpu_f(dst);
+    const float *x = cpu_f(src);
+    const int nt = cpu_nt(d);
+    const uintptr_t a = (uintptr_t)y, b = (uintptr_t)x, bytes = n * sizeof(float);
+    if (nt == 1 || n <= CPU_PAR_MIN || (a < b + bytes && b < a + bytes)) {
+        memmove(y, x, n * sizeof(float));
+        return RT_OK;
+    }
+    CPU_FOR_BLOCKS(k)
+    {
+        const size_t lo = cpu_block_lo(k);
+        memcpy(y + lo, x + lo, cpu_block_len(n, lo) * sizeof(float));
+    }
     return RT_OK;
 }
 
