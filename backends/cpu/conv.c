@@ -69,7 +69,8 @@ struct conv_layout {
     size_t col;    /* column matrix, crs x len (0 for pointwise) */
     size_t out;    /* wide output or widened dy, k x len */
     size_t part;   /* a partial dW^T, crs x k */
-    size_t off_col, off_out, slice; /* offsets in one thread's slice */
+    size_t dyt;    /* dy transposed, len x k, for the BLAS-free filter gradient */
+    size_t off_col, off_out, off_dyt, slice; /* offsets in one thread's slice */
 };
 
 /* Stride 1 without padding: x's planes are the padded ones. */
@@ -153,8 +154,10 @@ static struct conv_layout conv_layout(const struct rt_conv_shape *s)
         l.col = wgrad_floats(s, &l);
     l.part = (size_t)s->k * conv_crs(s);
     l.off_col = align16(l.pad);
+    l.dyt = conv_wgrad(s, &l) == RT_WGRAD_NONE && cpu_avx2_kernels() ? l.len * (size_t)s->k : 0;
     l.off_out = l.off_col + align16(l.col);
-    l.slice = l.off_out + align16(l.out);
+    l.off_dyt = l.off_out + align16(l.out);
+    l.slice = l.off_dyt + align16(l.dyt);
     return l;
 }
 
@@ -577,6 +580,12 @@ static void bwd_filter_one(int nt, const struct rt_conv_shape *s, const struct c
         col = (float *)x;
     } else {
         im2col(s, x, col);
+    }
+    if (nt == 1 && l->dyt) { /* dy transposed, then the outer-product kernel */
+        float *dyt = sl + l->off_dyt;
+        cpu_transpose(s->k, (size_t)len, dy, (size_t)len, dyt);
+        cpu_gemm_small_acc(false, crs, s->k, len, col, len, dyt, s->k, beta != 0.0f, acct, s->k);
+        return;
     }
     cpu_sgemm(nt, false, true, crs, s->k, len, 1.0f, col, len, dy, len, beta, acct, s->k);
 }
