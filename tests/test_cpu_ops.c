@@ -230,10 +230,11 @@ static void test_gemm(void **state)
 {
     (void)state;
     /* the last ones are big enough to be split over threads, by rows of C
-     * (m >= n) or by columns */
+     * (m >= n) or by columns; the very last has B over the small-GEMM
+     * kernel's 65,536 floats (the BLAS's) */
     static const int sizes[][3] = {{1, 1, 1},      {7, 5, 3},     {13, 17, 19}, {3, 200, 9},
                                    {120, 1, 37},   {64, 33, 100}, {20, 300, 50},
-                                   {201, 40, 30},  {33, 129, 64}};
+                                   {201, 40, 30},  {33, 129, 64}, {40, 400, 170}};
     for (int t = 0; t < N_THREADS; t++) {
         rt_dev *d = open_dev(thread_counts[t]);
         uint64_t seed = 100;
@@ -245,6 +246,9 @@ static void test_gemm(void **state)
                     gemm_case(d, ta, tb_, sizes[s][0], sizes[s][1], sizes[s][2], -0.5f, 1.0f, 3,
                               seed += 3);
                     gemm_case(d, ta, tb_, sizes[s][0], sizes[s][1], sizes[s][2], 2.0f, 0.25f, 1,
+                              seed += 3);
+                    /* C added to: the small-GEMM kernel's accumulating form */
+                    gemm_case(d, ta, tb_, sizes[s][0], sizes[s][1], sizes[s][2], 1.0f, 1.0f, 2,
                               seed += 3);
                 }
         /* k == 0: C = beta*C, and a/b are not looked at */
