@@ -305,6 +305,7 @@ static void cpu_gemm_c(int nt, bool ta, bool tb, int m, int n, int k, float alph
 }
 #endif
 
+#ifdef RT_HAVE_CBLAS
 /* Whether gemm_small.c's kernel takes a call: B read in place (not
  * transposed), C set or added to, and B within half an L2 (the kernel
  * blocks the inner index for L1, but not B's columns for L2). On those,
@@ -328,6 +329,7 @@ static void blas_part(bool ta, bool tb, int m, int n, int k, float alpha, const 
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+#endif
 
 void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
                int lda, const float *b, int ldb, float beta, float *c, int ldc)
@@ -339,7 +341,6 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
         return;
     }
 #ifdef RT_HAVE_CBLAS
-    const enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
     /* Split over our threads: along the longer side of C, in blocks that
      * stay big enough for the BLAS kernels (16 rows / columns at least). */
     const double work = (double)m * n * k;
@@ -359,23 +360,19 @@ void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const
             if (hi > lo) {
                 if (by_rows) /* rows lo..hi of op(A) and of C */
                     blas_part(ta, tb, hi - lo, n, k, alpha,
-                                a + (ta ? (size_t)lo : (size_t)lo * lda), lda, b, ldb, beta,
-                                c + (size_t)lo * ldc, ldc);
+                              a + (ta ? (size_t)lo : (size_t)lo * lda), lda, b, ldb, beta,
+                              c + (size_t)lo * ldc, ldc);
                 else /* columns lo..hi of op(B) and of C */
                     blas_part(ta, tb, m, hi - lo, k, alpha, a, lda,
-                                b + (tb ? (size_t)lo * ldb : (size_t)lo), ldb, beta, c + lo,
-                                ldc);
+                              b + (tb ? (size_t)lo * ldb : (size_t)lo), ldb, beta, c + lo, ldc);
             }
         }
         return;
     }
     /* too small to split: on one thread, when we would have split it */
-    if (small_fits(tb, n, k, alpha, beta)) {
-        cpu_gemm_small_acc(ta, m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
-        return;
-    }
-    cpu_blas_threads(cpu_blas_split_here() ? 1 : nt);
-    cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (!small_fits(tb, n, k, alpha, beta))
+        cpu_blas_threads(cpu_blas_split_here() ? 1 : nt);
+    blas_part(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #else
     cpu_scale_block(m, n, beta, c, ldc);
     cpu_gemm_c(nt, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc);
