@@ -808,9 +808,9 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
     l.off_g = l.off_tmp + align16(tmp + 2 * WG_VW);
     /* idx: wino_dy's gather offsets, 4 tpi int32 */
     l.off_idx = l.off_g + align16((size_t)s->oh * s->ow);
-    /* vt: a block of WG_VT tiles of V transposed (wino_du) */
+    /* vt: a block of WG_VT tiles of V transposed (wino_du, AVX2 only) */
     l.off_vt = l.off_idx + align16(4 * l.tpi);
-    l.slice = l.off_vt + align16((size_t)WG_VT * s->c);
+    l.slice = l.off_vt + (cpu_avx2_kernels() ? align16((size_t)WG_VT * s->c) : 0);
     return l;
 }
 
