@@ -624,7 +624,7 @@ static void bwd_filter_images(int nt, const struct rt_conv_shape *s, const struc
             if (!in_place)
                 pad_image(s, l, x + (size_t)(i + m) * xs, stage + m * st);
             if (by_filters)
-                cpu_wgrad_transpose(s->k, plane, dy + (size_t)(i + m) * ys, stage + m * st + dto);
+                cpu_transpose(s->k, plane, dy + (size_t)(i + m) * ys, plane, stage + m * st + dto);
         }
         im.x = in_place ? x + (size_t)i * xs : stage;
         im.dy = by_filters ? stage + dto : dy + (size_t)i * ys;

@@ -114,9 +114,8 @@ void cpu_wgrad_images(int k, int crs, const struct rt_wgrad_images *im, const in
                       bool more, float *acc);
 void cpu_wgrad_outer(int k, int crs, const struct rt_wgrad_images *im, const int32_t *row_at,
                      bool more, float *part);
-/* dt (plane x k) = dy (k x plane) transposed, in 8 x 8 blocks. */
-void cpu_wgrad_transpose(int k, size_t plane, const float *dy, float *dt);
-/* The same from k rows of plane floats, ls apart. */
+/* dt (plane x k) = src (k rows of plane floats, ls apart) transposed, in
+ * 8 x 8 blocks where the CPU has the AVX2 kernels. */
 void cpu_transpose(int k, size_t plane, const float *src, size_t ls, float *dt);
 void cpu_wgrad_lanes(int k, int crs, const float *acc, float *part);
 

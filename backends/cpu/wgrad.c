@@ -319,11 +319,6 @@ void cpu_wgrad_outer(int k, int crs, const struct rt_wgrad_images *im, const int
 #endif
 }
 
-void cpu_wgrad_transpose(int k, size_t plane, const float *dy, float *dt)
-{
-    cpu_transpose(k, plane, dy, plane, dt);
-}
-
 void cpu_transpose(int k, size_t plane, const float *src, size_t ls, float *dt)
 {
 #ifdef WGRAD_AVX2
