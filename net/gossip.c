@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gossip_shm.h"
 #include "membership.h"
 #include "clock.h"
 #include "rng.h"
@@ -41,6 +42,7 @@
 #define GOSSIP_STREAM 0x676f73736970ull /* rng stream: "gossip" */
 #define DEFAULT_REPLY_TIMEOUT 30.0
 #define DRAIN_POLL_MS 10
+#define DRAIN_POLL_SHM_MS 1 /* with shared memory links, which a poll does not see */
 /* Messages taken per step: every legitimate request (at most one per peer
  * and abandoned exchange) fits many times; a flood of garbage cannot make
  * one step boundary arbitrarily long. */
@@ -48,6 +50,9 @@
 /* On a clean shutdown right after a drain, the last "drained" messages
  * may still sit in the queues: give them this long to leave. */
 #define LINGER_AFTER_DRAIN_MS 1000
+/* The peers made their queues before anybody learned their addresses: a
+ * queue missing at the connect belongs to a peer lost meanwhile. */
+#define SHM_OPEN_TIMEOUT 10.0
 
 enum kind { K_REQ, K_REP, K_DRAINED };
 static const char *const kind_names[] = {"req", "rep", "drained"};
@@ -82,6 +87,8 @@ struct rt_gossip {
     bool connected;
     rt_curve *curve;                   /* NULL: plain links */
     char (*keys)[RT_KEY_LEN + 1];      /* [world]: each rank's key, with curve */
+    struct rt_gshm shm;                /* links to the peers of this host (gossip_shm.h) */
+    char (*secrets)[RT_SHM_SECRET_MAX]; /* [world]: their shared memory secrets */
     char endpoint[RT_ENDPOINT_MAX];
 
     uint64_t seq;
@@ -131,6 +138,26 @@ static int bind_inbox(rt_gossip *g, const char *ip)
     snprintf(g->endpoint, sizeof g->endpoint, v6 ? "tcp://[%s]%s" : "tcp://%s%s", ip, port);
     rt_error_clear();
     return RT_OK;
+}
+
+/* This rank's inbound queues from the peers of its host; their secrets
+ * kept to open theirs at the connect. */
+static int make_queues(rt_gossip *g, const char *const *secrets)
+{
+    if (!(g->secrets = calloc((size_t)g->world, sizeof g->secrets[0])))
+        return rt_error(RT_ERR_NOMEM, "out of memory");
+    const char **ptr = calloc((size_t)g->world, sizeof *ptr);
+    if (!ptr)
+        return rt_error(RT_ERR_NOMEM, "out of memory");
+    for (int j = 0; j < g->world; j++) {
+        if (secrets[j] && strlen(secrets[j]) < sizeof g->secrets[j]) {
+            snprintf(g->secrets[j], sizeof g->secrets[j], "%s", secrets[j]);
+            ptr[j] = g->secrets[j];
+        }
+    }
+    int rc = rt_gshm_create(&g->shm, g->run, g->gen, g->rank, g->world, g->bytes, ptr);
+    free(ptr);
+    return rc < 0 ? rt_error_wrap(rc, "gossip rank %d", g->rank) : RT_OK;
 }
 
 rt_gossip *rt_gossip_new(const struct rt_gossip_config *c)
@@ -190,6 +217,8 @@ rt_gossip *rt_gossip_new(const struct rt_gossip_config *c)
         rt_error_wrap(RT_ERR_NET, "gossip rank %d", g->rank);
         goto fail;
     }
+    if (c->shm_secrets && g->world > 1 && make_queues(g, c->shm_secrets) < 0)
+        goto fail;
     return g;
 
 fail:
@@ -212,6 +241,8 @@ void rt_gossip_destroy(rt_gossip **gp)
         rt_zsock_close(&g->out[j]);
     }
     rt_zsock_close(&g->inbox);
+    rt_gshm_close(&g->shm);
+    free(g->secrets);
     free(g->out);
     free(g->keys);
     free(g->drained);
@@ -244,7 +275,7 @@ int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *co
             snprintf(g->keys[j], sizeof g->keys[j], "%s", keys[j] ? keys[j] : "");
     }
     for (int j = 0; j < g->world; j++) {
-        if (j == g->rank)
+        if (j == g->rank || rt_gshm_linked(&g->shm, j))
             continue;
         if (!endpoints[j] || !endpoints[j][0])
             return rt_error(RT_ERR_ARG, "gossip: no endpoint for rank %d", j);
@@ -258,8 +289,28 @@ int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *co
         RT_TRY(rt_link_client(g->curve, g->out[j], g->keys ? g->keys[j] : NULL));
         RT_TRY(rt_zsock_connect(g->out[j], endpoints[j]));
     }
+    if (g->secrets) {
+        const char **ptr = calloc((size_t)g->world, sizeof *ptr);
+        if (!ptr)
+            return rt_error(RT_ERR_NOMEM, "out of memory");
+        for (int j = 0; j < g->world; j++)
+            ptr[j] = g->secrets[j];
+        int rc = rt_gshm_open(&g->shm, g->run, g->gen, ptr, SHM_OPEN_TIMEOUT);
+        free(ptr);
+        if (rc < 0)
+            return rt_error_wrap(rc, "gossip rank %d", g->rank);
+    }
     g->connected = true;
     return RT_OK;
+}
+
+int rt_gossip_shm_links(const rt_gossip *g)
+{
+    check(g);
+    int n = 0;
+    for (int j = 0; j < g->world; j++)
+        n += rt_gshm_linked(&g->shm, j);
+    return n;
 }
 
 void rt_gossip_stats(const rt_gossip *g, struct rt_gossip_stats *s)
@@ -291,9 +342,17 @@ static int encode(rt_gossip *g, enum kind k, uint64_t seq, uint64_t epoch)
 
 /* One message (header, and the payload unless NULL) without blocking:
  * 1 queued, 0 it would block (nothing queued: libzmq queues a multipart
- * message whole or not at all), < 0 error. */
-static int send_nb(rt_gossip *g, int peer, const void *payload)
+ * message whole or not at all, and so does a shared memory queue), < 0
+ * error. */
+static int send_nb(rt_gossip *g, int peer, enum kind k, uint64_t seq, uint64_t epoch,
+                   const void *payload)
 {
+    if (rt_gshm_linked(&g->shm, peer)) {
+        struct rt_gshm_msg m = {.kind = (uint32_t)k, .from = (uint32_t)g->rank, .gen = g->gen,
+                                .seq = seq, .epoch = epoch, .n = g->n};
+        return rt_gshm_send(&g->shm, peer, &m, payload);
+    }
+    RT_TRY(encode(g, k, seq, epoch));
     void *s = g->out[peer];
     int flags = ZMQ_DONTWAIT | (payload ? ZMQ_SNDMORE : 0);
     for (;;) {
@@ -322,8 +381,7 @@ static int initiate(rt_gossip *g, const float *params)
     int peer = (int)k >= g->rank ? (int)k + 1 : (int)k;
     uint64_t seq = g->seq + 1;
     memcpy(g->mine.copy, params, g->bytes);
-    RT_TRY(encode(g, K_REQ, seq, g->epoch));
-    int rc = send_nb(g, peer, g->mine.copy);
+    int rc = send_nb(g, peer, K_REQ, seq, g->epoch, g->mine.copy);
     if (rc <= 0)
         return rc; /* would block: not started, the next step tries again */
     g->seq = seq;
@@ -357,7 +415,43 @@ static int expire(rt_gossip *g, double now)
 
 /* ---- receiving ---------------------------------------------------------------------- */
 
-/* Check a message completely; on failure `why` says what was wrong. */
+/* What every message must be, whatever link brought it: of this
+ * generation, a known kind, from another rank, for n parameters, with a
+ * payload of n floats exactly when it is a request or a reply. */
+static bool check_fields(rt_gossip *g, uint64_t gen, int k, const char *kind, uint64_t from,
+                         uint64_t n, bool has_payload, size_t payload_bytes, char *why,
+                         size_t cap)
+{
+    if (gen != g->gen) {
+        snprintf(why, cap, "gossip of generation %" PRIu64 " (ours: %" PRIu64 ")", gen, g->gen);
+        return false;
+    }
+    if (k < 0) {
+        snprintf(why, cap, "gossip of unknown kind '%s'", kind);
+        return false;
+    }
+    if (from >= (uint64_t)g->world || (int)from == g->rank) {
+        snprintf(why, cap, "gossip '%s' claiming to come from rank %" PRIu64 " (this is rank %d "
+                 "of %d)", kind, from, g->rank, g->world);
+        return false;
+    }
+    if (n != g->n) {
+        snprintf(why, cap, "gossip '%s' of %" PRIu64 " parameters (ours: %zu)", kind, n, g->n);
+        return false;
+    }
+    if (has_payload != (k != K_DRAINED)) {
+        snprintf(why, cap, "gossip '%s' %s a payload", kind, has_payload ? "with" : "without");
+        return false;
+    }
+    if (has_payload && payload_bytes != g->bytes) {
+        snprintf(why, cap, "gossip '%s' with a payload of %zu bytes (expected %zu)", kind,
+                 payload_bytes, g->bytes);
+        return false;
+    }
+    return true;
+}
+
+/* Check a ZeroMQ message completely; on failure `why` says what was wrong. */
 static bool validate(rt_gossip *g, struct header *h, char *why, size_t cap)
 {
     rt_wire_map m = rt_wire_root(&g->msg);
@@ -380,36 +474,18 @@ static bool validate(rt_gossip *g, struct header *h, char *why, size_t cap)
         snprintf(why, cap, "%s", rt_error_detail());
         return false;
     }
-    if (gen != g->gen) {
-        snprintf(why, cap, "gossip of generation %" PRIu64 " (ours: %" PRIu64 ")", gen, g->gen);
-        return false;
-    }
     int k = -1;
     for (int i = 0; i < 3; i++)
         if (!strcmp(kind, kind_names[i]))
             k = i;
-    if (k < 0) {
-        snprintf(why, cap, "gossip of unknown kind '%s'", kind);
+    if (g->fr.n > 2) {
+        snprintf(why, cap, "gossip '%s' in %d frames (expected at most 2)", kind, g->fr.n);
         return false;
     }
-    if ((int)from == g->rank) {
-        snprintf(why, cap, "gossip '%s' claiming to come from this rank", kind);
+    bool has_payload = g->fr.n == 2;
+    if (!check_fields(g, gen, k, kind, from, n, has_payload,
+                      has_payload ? rt_zframe_size(&g->fr, 1) : 0, why, cap))
         return false;
-    }
-    if (n != g->n) {
-        snprintf(why, cap, "gossip '%s' of %" PRIu64 " parameters (ours: %zu)", kind, n, g->n);
-        return false;
-    }
-    int frames = k == K_DRAINED ? 1 : 2;
-    if (g->fr.n != frames) {
-        snprintf(why, cap, "gossip '%s' in %d frames (expected %d)", kind, g->fr.n, frames);
-        return false;
-    }
-    if (frames == 2 && rt_zframe_size(&g->fr, 1) != g->bytes) {
-        snprintf(why, cap, "gossip '%s' with a payload of %zu bytes (expected %zu)", kind,
-                 rt_zframe_size(&g->fr, 1), g->bytes);
-        return false;
-    }
     h->kind = (enum kind)k;
     h->from = (int)from;
     h->seq = seq;
@@ -417,9 +493,30 @@ static bool validate(rt_gossip *g, struct header *h, char *why, size_t cap)
     return true;
 }
 
-/* The payload as an aligned array (libzmq may put small frames at any
- * offset of a shared buffer). */
-static const float *payload(rt_gossip *g)
+/* The same for a message from a shared memory queue, which only `peer` fills. */
+static bool validate_shm(rt_gossip *g, int peer, const struct rt_gshm_msg *m, size_t bytes,
+                         struct header *h, char *why, size_t cap)
+{
+    int k = m->kind < 3 ? (int)m->kind : -1;
+    char kind[16];
+    snprintf(kind, sizeof kind, "%s", k >= 0 ? kind_names[k] : "?");
+    if (!check_fields(g, m->gen, k, kind, m->from, m->n, bytes > 0, bytes, why, cap))
+        return false;
+    if ((int)m->from != peer) {
+        snprintf(why, cap, "gossip '%s' claiming to come from rank %u on rank %d's queue", kind,
+                 m->from, peer);
+        return false;
+    }
+    h->kind = (enum kind)k;
+    h->from = peer;
+    h->seq = m->seq;
+    h->epoch = m->epoch;
+    return true;
+}
+
+/* The payload of a ZeroMQ message as an aligned array (libzmq may put small
+ * frames at any offset of a shared buffer). */
+static const float *zmq_payload(rt_gossip *g)
 {
     const void *p = rt_zframe_data(&g->fr, 1);
     if ((uintptr_t)p % _Alignof(float) == 0)
@@ -430,14 +527,12 @@ static const float *payload(rt_gossip *g)
 
 /* params := (params + theirs) / 2, answered with that average. 1 done, 0
  * the reply cannot be queued now (nothing changed), < 0 error. */
-static int answer(rt_gossip *g, float *params, const struct header *h)
+static int answer(rt_gossip *g, float *params, const struct header *h, const float *theirs)
 {
-    const float *theirs = payload(g);
     float *avg = g->tmp;
     for (size_t i = 0; i < g->n; i++)
         avg[i] = (params[i] + theirs[i]) * 0.5f; /* theirs may alias avg: same index */
-    RT_TRY(encode(g, K_REP, h->seq, h->epoch));
-    int rc = send_nb(g, h->from, avg);
+    int rc = send_nb(g, h->from, K_REP, h->seq, h->epoch, avg);
     if (rc <= 0)
         return rc;
     memcpy(params, avg, g->bytes);
@@ -445,9 +540,8 @@ static int answer(rt_gossip *g, float *params, const struct header *h)
     return 1;
 }
 
-static void apply_delta(rt_gossip *g, float *params, const float *copy)
+static void apply_delta(rt_gossip *g, float *params, const float *avg, const float *copy)
 {
-    const float *avg = payload(g);
     for (size_t i = 0; i < g->n; i++)
         params[i] += avg[i] - copy[i];
 }
@@ -460,12 +554,65 @@ static bool from_rank(rt_gossip *g, int from)
     return g->keys && uid && !strcmp(uid, g->keys[from]);
 }
 
-/* One message handled: the number of averagings applied to params (0 or
- * 1), or < 0 for an error of this rank's own (never for a bad message). */
+/* What a valid message does: the number of averagings applied to params
+ * (0 or 1), 0 with `why` set when it is dropped, or < 0 for an error of
+ * this rank's own (never for a bad message). theirs: the payload, NULL
+ * for "drained". */
+static int act(rt_gossip *g, float *params, const struct header *h, const float *theirs,
+               char *why, size_t cap)
+{
+    switch (h->kind) {
+    case K_REQ: {
+        if (h->epoch < g->epoch) {
+            snprintf(why, cap, "a request of rank %d of epoch %" PRIu64 ", which every rank has "
+                     "drained (ours: %" PRIu64 ")", h->from, h->epoch, g->epoch);
+            return 0;
+        }
+        if (!g->out[h->from] && !rt_gshm_linked(&g->shm, h->from)) {
+            snprintf(why, cap, "a request of rank %d before the peers were connected", h->from);
+            return 0;
+        }
+        int rc = answer(g, params, h, theirs);
+        if (rc == 0)
+            g->st.refused++;
+        return rc;
+    }
+    case K_REP:
+        if (g->mine.active && h->from == g->mine.peer && h->seq == g->mine.seq) {
+            apply_delta(g, params, theirs, g->mine.copy);
+            g->mine.active = false;
+            g->st.applied++;
+            return 1;
+        }
+        if (g->late.active && h->from == g->late.peer && h->seq == g->late.seq) {
+            apply_delta(g, params, theirs, g->late.copy);
+            g->late.active = false;
+            g->st.applied++;
+            g->st.late++;
+            fprintf(stderr, "ragtag: [%s] the reply of rank %d to abandoned request %" PRIu64
+                            " came after all: applied\n", g->who, h->from, h->seq);
+            return 1;
+        }
+        snprintf(why, cap, "a reply of rank %d to request %" PRIu64 ", which is not outstanding",
+                 h->from, h->seq);
+        return 0;
+    case K_DRAINED:
+        if (h->epoch < g->epoch || h->epoch + 1 <= g->drained[h->from]) {
+            snprintf(why, cap, "rank %d drained epoch %" PRIu64 " again", h->from, h->epoch);
+            return 0;
+        }
+        g->drained[h->from] = h->epoch + 1;
+        return 0;
+    }
+    return 0;
+}
+
+/* The message in g->fr, from the ZeroMQ inbox. */
 static int handle(rt_gossip *g, float *params)
 {
     char why[320], peer[64];
     struct header h;
+    why[0] = '\0';
     rt_zframes_peer(&g->fr, 0, peer, sizeof peer);
     if (!validate(g, &h, why, sizeof why))
         goto drop;
@@ -474,61 +621,61 @@ static int handle(rt_gossip *g, float *params)
                  "of another key", h.from);
         goto drop;
     }
-    switch (h.kind) {
-    case K_REQ: {
-        if (h.epoch < g->epoch) {
-            snprintf(why, sizeof why, "a request of rank %d of epoch %" PRIu64 ", which every "
-                     "rank has drained (ours: %" PRIu64 ")", h.from, h.epoch, g->epoch);
-            goto drop;
-        }
-        if (!g->out[h.from]) {
-            snprintf(why, sizeof why, "a request of rank %d before the peers were connected",
-                     h.from);
-            goto drop;
-        }
-        int rc = answer(g, params, &h);
-        if (rc == 0)
-            g->st.refused++;
-        return rc;
-    }
-    case K_REP:
-        if (g->mine.active && h.from == g->mine.peer && h.seq == g->mine.seq) {
-            apply_delta(g, params, g->mine.copy);
-            g->mine.active = false;
-            g->st.applied++;
-            return 1;
-        }
-        if (g->late.active && h.from == g->late.peer && h.seq == g->late.seq) {
-            apply_delta(g, params, g->late.copy);
-            g->late.active = false;
-            g->st.applied++;
-            g->st.late++;
-            fprintf(stderr, "ragtag: [%s] the reply of rank %d to abandoned request %" PRIu64
-                            " came after all: applied\n", g->who, h.from, h.seq);
-            return 1;
-        }
-        snprintf(why, sizeof why, "a reply of rank %d to request %" PRIu64 ", which is not "
-                 "outstanding", h.from, h.seq);
+    if (rt_gshm_linked(&g->shm, h.from)) { /* its messages keep their order in its queue */
+        snprintf(why, sizeof why, "a message that says it is from rank %d, which sends "
+                 "through shared memory", h.from);
         goto drop;
-    case K_DRAINED:
-        if (h.epoch < g->epoch || h.epoch + 1 <= g->drained[h.from]) {
-            snprintf(why, sizeof why, "rank %d drained epoch %" PRIu64 " again", h.from,
-                     h.epoch);
-            goto drop;
-        }
-        g->drained[h.from] = h.epoch + 1;
-        return 0;
     }
+    int rc = act(g, params, &h, h.kind == K_DRAINED ? NULL : zmq_payload(g), why, sizeof why);
+    if (rc != 0 || !why[0])
+        return rc;
 drop:
     rt_wire_drop(&g->drops, peer, why);
     return 0;
 }
 
-/* Take what the inbox holds (at most `max` messages). */
+/* The next message of a peer's shared memory queue, if any: 1 + the
+ * averagings applied (0 or 1), 0 when the queue is empty, < 0 error. */
+static int handle_shm(rt_gossip *g, float *params, int j)
+{
+    struct rt_gshm_msg m;
+    const float *theirs;
+    size_t bytes;
+    char why[320], peer[32];
+    why[0] = '\0';
+    int rc = rt_gshm_peek(&g->shm, j, &m, &theirs, &bytes, why, sizeof why);
+    if (rc <= 0)
+        return rc;
+    struct header h;
+    rc = 0;
+    if (!why[0] && validate_shm(g, j, &m, bytes, &h, why, sizeof why))
+        rc = act(g, params, &h, theirs, why, sizeof why);
+    rt_gshm_consume(&g->shm, j);
+    if (rc < 0)
+        return rc;
+    if (why[0]) {
+        snprintf(peer, sizeof peer, "rank %d (shared memory)", j);
+        rt_wire_drop(&g->drops, peer, why);
+    }
+    return 1 + rc;
+}
+
+/* Take what the queues and the inbox hold (at most `max` messages). */
 static int pump(rt_gossip *g, float *params, int max)
 {
-    int applied = 0;
-    for (int k = 0; k < max; k++) {
+    int applied = 0, k = 0;
+    for (int j = 0; j < g->world && g->shm.in; j++) {
+        while (rt_gshm_linked(&g->shm, j) && k < max) {
+            int rc = handle_shm(g, params, j);
+            if (rc < 0)
+                return rt_error_wrap(rc, "%s", g->who);
+            if (rc == 0)
+                break;
+            applied += rc - 1;
+            k++;
+        }
+    }
+    for (; k < max; k++) {
         int rc = rt_zframes_recv(g->inbox, &g->fr, ZMQ_DONTWAIT);
         if (rc == 0 || rc == RT_ERR_INTERRUPTED)
             break;
@@ -552,6 +699,7 @@ int rt_gossip_step(rt_gossip *g, float *params, bool want)
     if (g->world == 1)
         return 0;
     RT_ASSERT(g->connected);
+    rt_gshm_unlink_attached(&g->shm);
     int applied = pump(g, params, STEP_MAX_MSGS(g->world));
     if (applied < 0)
         return applied;
@@ -617,8 +765,7 @@ int rt_gossip_drain(rt_gossip *g, float *params, uint64_t epoch, double timeout)
             for (int j = 0; j < g->world; j++) {
                 if (j == g->rank || g->drained_sent[j])
                     continue;
-                RT_TRY(encode(g, K_DRAINED, g->seq, epoch));
-                rc = send_nb(g, j, NULL);
+                rc = send_nb(g, j, K_DRAINED, g->seq, epoch, NULL);
                 if (rc < 0)
                     return rc;
                 g->drained_sent[j] = rc == 1;
@@ -633,7 +780,8 @@ int rt_gossip_drain(rt_gossip *g, float *params, uint64_t epoch, double timeout)
         if (timeout > 0 && now - t0 > timeout)
             return drain_timeout(g, epoch, timeout);
         zmq_pollitem_t it = {.socket = g->inbox, .events = ZMQ_POLLIN};
-        if (zmq_poll(&it, 1, blocked ? 1 : DRAIN_POLL_MS) < 0 && errno != EINTR)
+        int wait_ms = blocked || g->shm.in ? DRAIN_POLL_SHM_MS : DRAIN_POLL_MS;
+        if (zmq_poll(&it, 1, wait_ms) < 0 && errno != EINTR)
             return rt_error(RT_ERR_NET, "%s: poll: %s", g->who, zmq_strerror(errno));
     }
     g->epoch = epoch + 1;

@@ -18,7 +18,7 @@
  * ranks quiesce with rt_gossip_drain: stop initiating, wait for the own
  * reply while answering requests, tell every peer "drained epoch E", and
  * answer requests until every peer said the same. Requests and "drained"
- * from i to j travel on one PUSH socket, in order, and i says "drained"
+ * from i to j travel on one link (PUSH socket or queue), in order, and i says "drained"
  * only once its reply is back; so when j has heard "drained" from every
  * peer, every request to j was answered and every reply of j was received.
  * Nothing of epoch E is then in flight to or from j (the "drained" of the
@@ -29,6 +29,8 @@
  * one raw frame of n little-endian floats. Everything is checked (version,
  * run, generation, rank range, n, frame count and size, sequence number);
  * anything else is dropped, logged (rate-limited) and counted.
+ * Between ranks of one host the same messages go through a shared memory
+ * queue per direction instead (gossip_shm.h), checked the same way.
  *
  * Threads: a gossip object and all its sockets belong to the thread that
  * calls rt_gossip_new (the training thread); only the ZeroMQ context is
@@ -58,6 +60,11 @@ struct rt_gossip_config {
                              abandoned (0: 30) */
     uint64_t epoch;       /* the epoch the first steps belong to (0 for a fresh run) */
     rt_curve *curve;      /* CurveZMQ links (curve.h); NULL: plain (--insecure) */
+    /* NULL, or world entries: the shared memory secret (membership.h) of
+     * each rank whose memory this rank shares (its own included), NULL for
+     * the others. Pairs that both name link through shared memory
+     * (gossip_shm.h) instead of ZeroMQ. */
+    const char *const *shm_secrets;
 };
 
 /* Binds the PULL inbox. NULL with a detail on error. world == 1 is valid
@@ -72,6 +79,8 @@ const char *rt_gossip_endpoint(const rt_gossip *g);
  * one PUSH socket per peer. Once, before the first step. keys: each rank's
  * public key (the membership's), required with a curve, else NULL. */
 int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *const *keys);
+/* How many peers this rank reaches through shared memory. */
+int rt_gossip_shm_links(const rt_gossip *g);
 
 /* At a step boundary, never blocking: (1) answer every waiting request
  * (params := (params + theirs) / 2, reply with that); (2) apply the reply

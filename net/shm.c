@@ -228,11 +228,21 @@ void rt_shm_close(rt_shm **sp)
     *sp = NULL;
 }
 
+bool rt_shm_unlink_if_attached(rt_shm *s)
+{
+    RT_ASSERT(s && s->tag == SHM_TAG && s->owner);
+    if (!s->unlinked && atomic_load(&s->h->attached) >= s->expect_attach) {
+        shm_unlink(s->name);
+        s->unlinked = true;
+    }
+    return s->unlinked;
+}
+
 int rt_shm_unlink_when_attached(rt_shm *s, const struct rt_shm_wait *w)
 {
     RT_ASSERT(s && s->tag == SHM_TAG && s->owner);
     double t0 = rt_now(), last_idle = t0;
-    while (atomic_load(&s->h->attached) < s->expect_attach) {
+    while (!rt_shm_unlink_if_attached(s)) {
         int rc = pause_setup(w, t0, &last_idle);
         if (rc > 0)
             return rt_error(RT_ERR_TIMEOUT, "a neighbour did not map shared memory %s within "
@@ -240,8 +250,6 @@ int rt_shm_unlink_when_attached(rt_shm *s, const struct rt_shm_wait *w)
         if (rc < 0)
             return RT_ERR_NET; /* the idle callback set the reason */
     }
-    shm_unlink(s->name);
-    s->unlinked = true;
     return RT_OK;
 }
 

@@ -58,6 +58,8 @@ void rt_shm_close(rt_shm **s);
 /* Owner: wait (up to timeout_s) until every neighbour mapped the segment,
  * then remove its name. */
 int rt_shm_unlink_when_attached(rt_shm *s, const struct rt_shm_wait *w);
+/* The same without waiting: whether the name is gone (now or before). */
+bool rt_shm_unlink_if_attached(rt_shm *s);
 
 uint32_t rt_shm_slots(const rt_shm *s);
 size_t rt_shm_slot_bytes(const rt_shm *s);

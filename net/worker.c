@@ -978,6 +978,13 @@ static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
     rt_gossip_destroy(&w->gossip);
     char ip[RT_ENDPOINT_MAX];
     RT_TRY(rt_net_endpoint_host(w->me.endpoint, ip, sizeof ip));
+    /* the members of this host, as the ring's links (unless --no-shm) */
+    const char **secrets = calloc((size_t)w->world, sizeof *secrets);
+    if (!secrets)
+        return rt_error(RT_ERR_NOMEM, "out of memory");
+    for (int r = 0; r < w->world; r++)
+        if (w->allow_shm && rt_membership_same_host(&w->ms, w->rank, r))
+            secrets[r] = w->ms.m[r].shm;
     struct rt_gossip_config gc = {
         .zctx = w->zctx,
         .run = w->run,
@@ -990,8 +997,11 @@ static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
         .reply_timeout = w->peer_timeout,
         .epoch = (uint64_t)first_epoch,
         .curve = w->sec.curve,
+        .shm_secrets = secrets,
     };
-    if (!(w->gossip = rt_gossip_new(&gc)))
+    w->gossip = rt_gossip_new(&gc);
+    free(secrets);
+    if (!w->gossip)
         return RT_ERR_NET;
     char(*eps)[RT_ENDPOINT_MAX] = calloc((size_t)w->world, RT_ENDPOINT_MAX);
     const char **ptr = calloc((size_t)w->world, sizeof *ptr);
@@ -1011,6 +1021,11 @@ static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
         rc = rt_error(RT_ERR_NOMEM, "out of memory");
     if (rc == RT_OK)
         rc = rt_gossip_connect(w->gossip, ptr, w->sec.curve ? keys : NULL);
+    if (rc == RT_OK && w->world > 1) {
+        int shm = rt_gossip_shm_links(w->gossip);
+        say(w, "gossip links: %d through shared memory, %d over ZeroMQ", shm,
+            w->world - 1 - shm);
+    }
     free(eps);
     free(ptr);
     free(keys);

@@ -4,16 +4,21 @@
  * (without local updates), the delta rule keeps local updates in the sum,
  * drains end without deadlock whatever the arrival order, a slow rank
  * does not hold back the fast ones, garbage is dropped without effect and
- * a peer that never answers costs one reply timeout per request. */
+ * a peer that never answers costs one reply timeout per request. The same
+ * with ranks that share memory (gossip_shm.h), alone and mixed with ranks
+ * over TCP, and garbage in a shared memory queue. */
 #include "config.h"
 
 #include "testutil.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "gossip.h"
+#include "gossip_shm.h"
 #include "junk.h"
 #include "clock.h"
 #include "status.h"
@@ -34,10 +39,49 @@ struct world {
     const char *ep[MAXR];
 };
 
+/* The ranks of the next world_init that share memory (bit r: rank r), and
+ * their secrets: random, so that test runs side by side never meet. */
+static unsigned shm_mask;
+static char shm_secret[MAXR][RT_SHM_SECRET_MAX];
+
+static void make_secrets(void)
+{
+    static unsigned count;
+    for (int r = 0; r < MAXR; r++)
+        snprintf(shm_secret[r], sizeof shm_secret[r], "%08x%04x%04x", (unsigned)getpid(),
+                 (unsigned)(junk_rand() & 0xffff), ++count & 0xffff);
+}
+
+/* Names in /dev/shm of this process's secrets: none once every queue is
+ * mapped by its producer and a step of its owner went by. */
+static int shm_names_left(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return 0;
+    int left = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        for (int r = 0; r < MAXR; r++)
+            left += strstr(e->d_name, shm_secret[r]) != NULL;
+    closedir(d);
+    return left;
+}
+
 static void world_init(struct world *w, int ranks, size_t n, double reply_timeout,
                        uint64_t seed)
 {
     memset(w, 0, sizeof *w);
+    const char *secrets[MAXR] = {NULL};
+    int linked = 0;
+    if (shm_mask) {
+        make_secrets();
+        for (int r = 0; r < ranks; r++)
+            if (shm_mask >> r & 1) {
+                secrets[r] = shm_secret[r];
+                linked++;
+            }
+    }
     w->zctx = zmq_ctx_new();
     assert_non_null(w->zctx);
     w->ranks = ranks;
@@ -45,7 +89,8 @@ static void world_init(struct world *w, int ranks, size_t n, double reply_timeou
     for (int r = 0; r < ranks; r++) {
         struct rt_gossip_config c = {.zctx = w->zctx, .run = RUN, .gen = GEN, .rank = r,
                                      .world = ranks, .bind_ip = "127.0.0.1", .n = n,
-                                     .seed = seed, .reply_timeout = reply_timeout};
+                                     .seed = seed, .reply_timeout = reply_timeout,
+                                     .shm_secrets = shm_mask ? secrets : NULL};
         w->g[r] = rt_gossip_new(&c);
         if (!w->g[r])
             fail_msg("rt_gossip_new rank %d: %s", r, rt_error_detail());
@@ -59,10 +104,14 @@ static void world_init(struct world *w, int ranks, size_t n, double reply_timeou
     for (int r = 0; r < ranks; r++)
         if (rt_gossip_connect(w->g[r], w->ep, NULL) < 0)
             fail_msg("rt_gossip_connect rank %d: %s", r, rt_error_detail());
+    for (int r = 0; r < ranks; r++)
+        assert_int_equal(rt_gossip_shm_links(w->g[r]), shm_mask >> r & 1 ? linked - 1 : 0);
 }
 
 static void world_free(struct world *w)
 {
+    if (shm_mask) /* every rank stepped: no queue's name is left */
+        assert_int_equal(shm_names_left(), 0);
     for (int r = 0; r < w->ranks; r++) {
         rt_gossip_destroy(&w->g[r]);
         assert_null(w->g[r]);
@@ -650,6 +699,141 @@ static void test_reply_timeout(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* ---- shared memory ------------------------------------------------------------------ */
+
+/* All four ranks on one host: every exchange through shared memory. */
+static void test_mass_shm(void **state)
+{
+    shm_mask = 0xf;
+    test_mass(state);
+    shm_mask = 0;
+}
+
+/* Ranks 0 and 1 share memory, rank 2 is elsewhere: both kinds of link at
+ * once keep the sum. */
+static void test_delta_mixed(void **state)
+{
+    shm_mask = 0x3;
+    test_delta(state);
+    shm_mask = 0;
+}
+
+/* The drain's order ("drained" after the last request on each link) holds
+ * on shared memory queues too; rank 3 over TCP. */
+static void test_drain_mixed(void **state)
+{
+    shm_mask = 0x7;
+    test_drain(state);
+    shm_mask = 0;
+}
+
+/* Queue msg (and a payload of n floats unless NULL) as rank 1; step rank 0
+ * once: it must be dropped, x untouched. */
+static void shm_junk(rt_gossip *g, struct rt_gshm *fake, const struct rt_gshm_msg *m,
+                     const float *payload, float *x, const float *before, size_t n, long *dropped)
+{
+    assert_int_equal(rt_gshm_send(fake, 0, m, payload), 1);
+    assert_int_equal(rt_gossip_step(g, x, false), 0);
+    struct rt_gossip_stats s;
+    rt_gossip_stats(g, &s);
+    assert_int_equal(s.dropped, ++*dropped);
+    assert_memory_equal(x, before, n * sizeof *x);
+}
+
+/* Rank 0 of two, rank 1 played by hand through its queues: every wrong
+ * field is dropped and counted, a request is answered through the queue. */
+static void test_garbage_shm(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    enum { N = 100 };
+    make_secrets();
+    const char *secrets[2] = {shm_secret[0], shm_secret[1]};
+    struct rt_gossip_config c = {.zctx = ctx, .run = RUN, .gen = GEN, .rank = 0, .world = 2,
+                                 .bind_ip = "127.0.0.1", .n = N, .seed = 8,
+                                 .shm_secrets = secrets};
+    rt_gossip *g = rt_gossip_new(&c);
+    assert_non_null(g);
+    struct rt_gshm fake;
+    assert_int_equal(rt_gshm_create(&fake, RUN, GEN, 1, 2, N * sizeof(float), secrets), RT_OK);
+    const char *eps[2] = {rt_gossip_endpoint(g), "tcp://127.0.0.1:9"}; /* never used */
+    assert_int_equal(rt_gossip_connect(g, eps, NULL), RT_OK);
+    assert_int_equal(rt_gshm_open(&fake, RUN, GEN, secrets, 1.0), RT_OK);
+    assert_int_equal(rt_gossip_shm_links(g), 1);
+    float x[N], before[N], theirs[N];
+    tu_fill_uniform(x, N, -1.0f, 1.0f, 88);
+    tu_fill_uniform(theirs, N, 3.0f, 4.0f, 89);
+    memcpy(before, x, sizeof x);
+    long dropped = 0;
+    const struct rt_gshm_msg req = {.kind = 0, .from = 1, .gen = GEN, .seq = 1, .epoch = 0,
+                                    .n = N};
+    struct rt_gshm_msg m = req;
+    m.gen = GEN + 1; /* a stale generation */
+    shm_junk(g, &fake, &m, theirs, x, before, N, &dropped);
+    m = req;
+    m.from = 0; /* another rank's name on rank 1's queue */
+    shm_junk(g, &fake, &m, theirs, x, before, N, &dropped);
+    m = req;
+    m.n = N + 1;
+    shm_junk(g, &fake, &m, theirs, x, before, N, &dropped);
+    m = req;
+    m.kind = 7;
+    shm_junk(g, &fake, &m, theirs, x, before, N, &dropped);
+    shm_junk(g, &fake, &req, NULL, x, before, N, &dropped); /* a request without payload */
+    m = req;
+    m.kind = 2; /* "drained" with a payload */
+    shm_junk(g, &fake, &m, theirs, x, before, N, &dropped);
+    m = req;
+    m.kind = 1; /* a reply to a request never made */
+    shm_junk(g, &fake, &m, theirs, x, before, N, &dropped);
+    /* a slot that is no gossip message at all */
+    rt_shm_slot_to_fill(fake.out[0]);
+    struct rt_shm_desc d = {.op = 0, .t = 1, .sig = 0x12345678u, .bytes = 4};
+    rt_shm_publish(fake.out[0], &d);
+    assert_int_equal(rt_gossip_step(g, x, false), 0);
+    /* a message over ZeroMQ that says it is from rank 1, whose messages
+     * come through its queue only */
+    void *push = rt_zsock_new(ctx, ZMQ_PUSH, 0, 0);
+    assert_int_equal(rt_zsock_connect(push, rt_gossip_endpoint(g)), RT_OK);
+    rt_wire_writer w;
+    rt_wire_writer_init(&w);
+    jmap(&w, RUN, "gossip", GEN, "req", 1, 1, N, NULL);
+    const void *f[1] = {theirs};
+    size_t fn[1] = {sizeof theirs};
+    assert_int_equal(rt_zsend_msg(push, &w, f, fn, 1), RT_OK);
+    struct rt_gossip_stats s;
+    double t0 = rt_now();
+    do {
+        assert_int_equal(rt_gossip_step(g, x, false), 0);
+        rt_gossip_stats(g, &s);
+    } while (s.dropped < dropped + 2 && rt_now() - t0 < 5.0);
+    assert_int_equal(s.dropped, dropped + 2);
+    assert_memory_equal(x, before, sizeof x);
+    /* a good request: answered with the average, through rank 1's queue */
+    assert_int_equal(rt_gshm_send(&fake, 0, &req, theirs), 1);
+    assert_int_equal(rt_gossip_step(g, x, false), 1);
+    struct rt_gshm_msg rep;
+    const float *avg;
+    size_t bytes;
+    char why[200];
+    assert_int_equal(rt_gshm_peek(&fake, 0, &rep, &avg, &bytes, why, sizeof why), 1);
+    assert_int_equal(rep.kind, 1);
+    assert_int_equal(rep.from, 0);
+    assert_int_equal(rep.seq, 1);
+    assert_int_equal(bytes, sizeof theirs);
+    for (int k = 0; k < N; k++) {
+        assert_true(avg[k] == (before[k] + theirs[k]) * 0.5f);
+        assert_true(x[k] == avg[k]);
+    }
+    rt_gshm_consume(&fake, 0);
+    assert_int_equal(shm_names_left(), 0);
+    rt_wire_writer_free(&w);
+    rt_zsock_close(&push);
+    rt_gshm_close(&fake);
+    rt_gossip_destroy(&g);
+    zmq_ctx_term(ctx);
+}
+
 /* Wrong configurations are refused with a detail. */
 static void test_config(void **state)
 {
@@ -678,6 +862,10 @@ int main(void)
         cmocka_unit_test(test_slow),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_reply_timeout),
+        cmocka_unit_test(test_mass_shm),
+        cmocka_unit_test(test_delta_mixed),
+        cmocka_unit_test(test_drain_mixed),
+        cmocka_unit_test(test_garbage_shm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
