@@ -89,6 +89,7 @@ struct rt_gossip {
     char (*keys)[RT_KEY_LEN + 1];      /* [world]: each rank's key, with curve */
     struct rt_gshm shm;                /* links to the peers of this host (gossip_shm.h) */
     char (*secrets)[RT_SHM_SECRET_MAX]; /* [world]: their shared memory secrets */
+    bool shm_failed;                   /* its queues could not be made */
     char endpoint[RT_ENDPOINT_MAX];
 
     uint64_t seq;
@@ -157,7 +158,16 @@ static int make_queues(rt_gossip *g, const char *const *secrets)
     }
     int rc = rt_gshm_create(&g->shm, g->run, g->gen, g->rank, g->world, g->bytes, ptr);
     free(ptr);
-    return rc < 0 ? rt_error_wrap(rc, "gossip rank %d", g->rank) : RT_OK;
+    if (rc == RT_ERR_NOMEM)
+        return rc;
+    if (rc < 0) { /* /dev/shm full, or not writable: the slower links still work */
+        fprintf(stderr, "ragtag: [%s] %s: its peers of this host go over ZeroMQ\n", g->who,
+                rt_error_detail());
+        rt_error_clear();
+        rt_gshm_close(&g->shm);
+        g->shm_failed = true;
+    }
+    return RT_OK;
 }
 
 rt_gossip *rt_gossip_new(const struct rt_gossip_config *c)
@@ -264,7 +274,14 @@ const char *rt_gossip_endpoint(const rt_gossip *g)
     return g->endpoint;
 }
 
-int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *const *keys)
+bool rt_gossip_shm_ready(const rt_gossip *g)
+{
+    check(g);
+    return !g->shm_failed;
+}
+
+int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *const *keys,
+                      const bool *shm_ready)
 {
     check(g);
     RT_ASSERT(endpoints && !g->connected && (keys || !g->curve));
@@ -274,6 +291,9 @@ int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *co
         for (int j = 0; j < g->world; j++)
             snprintf(g->keys[j], sizeof g->keys[j], "%s", keys[j] ? keys[j] : "");
     }
+    for (int j = 0; shm_ready && j < g->world; j++)
+        if (!shm_ready[j])
+            rt_gshm_drop(&g->shm, j);
     for (int j = 0; j < g->world; j++) {
         if (j == g->rank || rt_gshm_linked(&g->shm, j))
             continue;

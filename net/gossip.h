@@ -75,10 +75,17 @@ void rt_gossip_destroy(rt_gossip **g);
 /* "tcp://IP:PORT" of this rank's inbox (borrowed). */
 const char *rt_gossip_endpoint(const rt_gossip *g);
 
+/* Whether this rank's shared memory queues could be made (or none were
+ * wanted). When not, it said why, and its peers must hear it: they pass
+ * it to rt_gossip_connect, and the pair goes over ZeroMQ. */
+bool rt_gossip_shm_ready(const rt_gossip *g);
+
 /* world entries, one per rank (this rank's own is ignored, may be NULL):
  * one PUSH socket per peer. Once, before the first step. keys: each rank's
- * public key (the membership's), required with a curve, else NULL. */
-int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *const *keys);
+ * public key (the membership's), required with a curve, else NULL.
+ * shm_ready: each rank's rt_gossip_shm_ready (NULL: all ready). */
+int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *const *keys,
+                      const bool *shm_ready);
 /* How many peers this rank reaches through shared memory. */
 int rt_gossip_shm_links(const rt_gossip *g);
 

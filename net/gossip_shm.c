@@ -82,14 +82,28 @@ int rt_gshm_open(struct rt_gshm *l, const char *run, uint64_t gen, const char *c
     return RT_OK;
 }
 
-void rt_gshm_unlink_attached(struct rt_gshm *l)
+/* Unlink what its producer mapped; count what is left. */
+static void recount(struct rt_gshm *l)
 {
-    if (!l->pending)
-        return;
     l->pending = 0;
-    for (int j = 0; j < l->world; j++)
+    for (int j = 0; l->in && j < l->world; j++)
         if (l->in[j] && !rt_shm_unlink_if_attached(l->in[j]))
             l->pending++;
+}
+
+void rt_gshm_unlink_attached(struct rt_gshm *l)
+{
+    if (l->pending)
+        recount(l);
+}
+
+void rt_gshm_drop(struct rt_gshm *l, int peer)
+{
+    if (!rt_gshm_linked(l, peer))
+        return;
+    rt_shm_close(&l->in[peer]); /* (removes its name if still there) */
+    rt_shm_close(&l->out[peer]);
+    recount(l);
 }
 
 void rt_gshm_close(struct rt_gshm *l)

@@ -75,6 +75,8 @@ int rt_gshm_open(struct rt_gshm *l, const char *run, uint64_t gen, const char *c
 /* Remove the names of this rank's segments that their producers mapped;
  * never waits. */
 void rt_gshm_unlink_attached(struct rt_gshm *l);
+/* The peer could not make its queues: the pair goes over ZeroMQ. */
+void rt_gshm_drop(struct rt_gshm *l, int peer);
 void rt_gshm_close(struct rt_gshm *l);
 
 static inline bool rt_gshm_linked(const struct rt_gshm *l, int peer)

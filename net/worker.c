@@ -1019,8 +1019,18 @@ static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
     }
     if (rc == RT_OK && !keys)
         rc = rt_error(RT_ERR_NOMEM, "out of memory");
+    /* a rank whose shared memory queues could not be made reaches its
+     * peers of this host over ZeroMQ: they must know */
+    bool *ready = calloc((size_t)w->world, sizeof *ready);
+    if (rc == RT_OK && !ready)
+        rc = rt_error(RT_ERR_NOMEM, "out of memory");
     if (rc == RT_OK)
-        rc = rt_gossip_connect(w->gossip, ptr, w->sec.curve ? keys : NULL);
+        ready[w->rank] = rt_gossip_shm_ready(w->gossip);
+    for (int r = 0; rc == RT_OK && r < w->world; r++)
+        rc = rt_comm_broadcast(w->comm, &ready[r], sizeof ready[r], r);
+    if (rc == RT_OK)
+        rc = rt_gossip_connect(w->gossip, ptr, w->sec.curve ? keys : NULL, ready);
+    free(ready);
     if (rc == RT_OK && w->world > 1) {
         int shm = rt_gossip_shm_links(w->gossip);
         say(w, "gossip links: %d through shared memory, %d over ZeroMQ", shm,

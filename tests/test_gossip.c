@@ -12,6 +12,8 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -43,6 +45,7 @@ struct world {
  * their secrets: random, so that test runs side by side never meet. */
 static unsigned shm_mask;
 static char shm_secret[MAXR][RT_SHM_SECRET_MAX];
+static bool shm_keep_secrets; /* the test drew them already */
 
 static void make_secrets(void)
 {
@@ -75,7 +78,8 @@ static void world_init(struct world *w, int ranks, size_t n, double reply_timeou
     const char *secrets[MAXR] = {NULL};
     int linked = 0;
     if (shm_mask) {
-        make_secrets();
+        if (!shm_keep_secrets)
+            make_secrets();
         for (int r = 0; r < ranks; r++)
             if (shm_mask >> r & 1) {
                 secrets[r] = shm_secret[r];
@@ -101,11 +105,20 @@ static void world_init(struct world *w, int ranks, size_t n, double reply_timeou
         /* rank r's values in [r, r+1): far apart at first */
         tu_fill_uniform(w->x[r], n, (float)r, (float)r + 1.0f, seed * 31 + (uint64_t)r);
     }
+    /* as the worker does: who could make its queues is told to all */
+    bool ready[MAXR];
+    int ok = 0;
+    for (int r = 0; r < ranks; r++) {
+        ready[r] = rt_gossip_shm_ready(w->g[r]);
+        ok += ready[r] && (shm_mask >> r & 1);
+    }
     for (int r = 0; r < ranks; r++)
-        if (rt_gossip_connect(w->g[r], w->ep, NULL) < 0)
+        if (rt_gossip_connect(w->g[r], w->ep, NULL, ready) < 0)
             fail_msg("rt_gossip_connect rank %d: %s", r, rt_error_detail());
+    (void)linked;
     for (int r = 0; r < ranks; r++)
-        assert_int_equal(rt_gossip_shm_links(w->g[r]), shm_mask >> r & 1 ? linked - 1 : 0);
+        assert_int_equal(rt_gossip_shm_links(w->g[r]),
+                         (shm_mask >> r & 1) && ready[r] ? ok - 1 : 0);
 }
 
 static void world_free(struct world *w)
@@ -596,7 +609,7 @@ static void test_reply_timeout(void **state)
     rt_gossip *g = rt_gossip_new(&c);
     assert_non_null(g);
     const char *eps[2] = {NULL, mute_ep};
-    assert_int_equal(rt_gossip_connect(g, eps, NULL), RT_OK);
+    assert_int_equal(rt_gossip_connect(g, eps, NULL, NULL), RT_OK);
     float x[64], before[64];
     tu_fill_uniform(x, n, -1.0f, 1.0f, 66);
     memcpy(before, x, sizeof x);
@@ -727,6 +740,49 @@ static void test_drain_mixed(void **state)
     shm_mask = 0;
 }
 
+/* Rank 1 of three cannot make its queues (a name taken, as a full
+ * /dev/shm would fail it): it says so, and its pairs go over ZeroMQ while
+ * ranks 0 and 2 keep theirs; the sum holds. */
+static void test_shm_fallback(void **state)
+{
+    make_secrets();
+    char name[128];
+    snprintf(name, sizeof name, "/ragtag-%s-g%d-gossip0", shm_secret[1], GEN);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    shm_keep_secrets = true; /* world_init must use the secrets drawn above */
+    shm_mask = 0x7;
+    struct world w;
+    size_t n = 1001;
+    world_init(&w, 3, n, 0, 66);
+    assert_false(rt_gossip_shm_ready(w.g[1]));
+    assert_true(rt_gossip_shm_ready(w.g[0]) && rt_gossip_shm_ready(w.g[2]));
+    assert_int_equal(rt_gossip_shm_links(w.g[0]), 1);
+    assert_int_equal(rt_gossip_shm_links(w.g[1]), 0);
+    double *s0 = malloc(n * sizeof *s0), *s1 = malloc(n * sizeof *s1);
+    sums(&w, s0);
+    struct plan p[3];
+    for (int r = 0; r < 3; r++)
+        p[r] = (struct plan){.secs = 0.5, .sleep_us = 200 + 300 * r, .initiate = true,
+                             .epochs = 1};
+    struct rank_run rr[3];
+    run_ranks(&w, p, rr, NULL);
+    print_stats("fallback", &w, rr);
+    sums(&w, s1);
+    assert_true(rel_diff(s1, s0, n) <= 1e-5);
+    check_books(&w);
+    struct rt_gossip_stats s;
+    rt_gossip_stats(w.g[1], &s);
+    assert_true(s.sent > 0 && s.answered > 0); /* rank 1 took part, over ZeroMQ */
+    shm_unlink(name);
+    world_free(&w);
+    free(s0);
+    free(s1);
+    shm_mask = 0;
+    shm_keep_secrets = false;
+}
+
 /* Queue msg (and a payload of n floats unless NULL) as rank 1; step rank 0
  * once: it must be dropped, x untouched. */
 static void shm_junk(rt_gossip *g, struct rt_gshm *fake, const struct rt_gshm_msg *m,
@@ -757,7 +813,7 @@ static void test_garbage_shm(void **state)
     struct rt_gshm fake;
     assert_int_equal(rt_gshm_create(&fake, RUN, GEN, 1, 2, N * sizeof(float), secrets), RT_OK);
     const char *eps[2] = {rt_gossip_endpoint(g), "tcp://127.0.0.1:9"}; /* never used */
-    assert_int_equal(rt_gossip_connect(g, eps, NULL), RT_OK);
+    assert_int_equal(rt_gossip_connect(g, eps, NULL, NULL), RT_OK);
     assert_int_equal(rt_gshm_open(&fake, RUN, GEN, secrets, 1.0), RT_OK);
     assert_int_equal(rt_gossip_shm_links(g), 1);
     float x[N], before[N], theirs[N];
@@ -866,6 +922,7 @@ int main(void)
         cmocka_unit_test(test_delta_mixed),
         cmocka_unit_test(test_drain_mixed),
         cmocka_unit_test(test_garbage_shm),
+        cmocka_unit_test(test_shm_fallback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
