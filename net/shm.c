@@ -3,6 +3,8 @@
 
 #include "shm.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -61,9 +63,78 @@ static size_t layout(uint32_t nslots, size_t slot_bytes, size_t *payload_off)
     return *payload_off + (size_t)nslots * slot_bytes;
 }
 
+/* "ragtag-" 16 hex digits "-g" digits, and "-gossip" digits or nothing
+ * (ring.c's and gossip_shm.c's names). */
+static const char *digits(const char *n)
+{
+    if (!isdigit((unsigned char)*n))
+        return NULL;
+    while (isdigit((unsigned char)*n))
+        n++;
+    return n;
+}
+
+static bool our_name(const char *n)
+{
+    if (strncmp(n, "ragtag-", 7) != 0)
+        return false;
+    n += 7;
+    for (int i = 0; i < 16; i++, n++)
+        if (!isxdigit((unsigned char)*n))
+            return false;
+    if (strncmp(n, "-g", 2) != 0 || !(n = digits(n + 2)))
+        return false;
+    if (!*n)
+        return true;
+    return strncmp(n, "-gossip", 7) == 0 && (n = digits(n + 7)) && !*n;
+}
+
+int rt_shm_sweep(const char *dir, double max_age_s, uint64_t *bytes)
+{
+    uint64_t b = 0;
+    int removed = 0;
+    DIR *d = opendir(dir);
+    if (d) {
+        time_t now = time(NULL);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            struct stat st;
+            if (!our_name(e->d_name) ||
+                fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+                !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+                continue;
+            /* (sizing and every write through a mapping move the mtime) */
+            if (difftime(now, st.st_mtime) >= max_age_s &&
+                unlinkat(dirfd(d), e->d_name, 0) == 0) {
+                removed++;
+                b += (uint64_t)st.st_size;
+            }
+        }
+        closedir(d);
+    }
+    if (bytes)
+        *bytes = b;
+    return removed;
+}
+
+/* Once a process, before its first segment. */
+static void sweep_once(void)
+{
+    static atomic_flag done = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&done))
+        return;
+    uint64_t bytes;
+    int n = rt_shm_sweep("/dev/shm", RT_SHM_STALE_AGE, &bytes);
+    if (n > 0)
+        fprintf(stderr, "ragtag: removed %d shared memory segment%s that killed processes left "
+                        "in /dev/shm (%.1f MB, unused for %.0f minutes or more)\n",
+                n, n == 1 ? "" : "s", (double)bytes / 1e6, RT_SHM_STALE_AGE / 60.0);
+}
+
 rt_shm *rt_shm_create(const char *name, const char *run, uint64_t gen, uint32_t nslots,
                       size_t slot_bytes, uint32_t expect_attach)
 {
+    sweep_once();
     RT_ASSERT(name && run && nslots <= SHM_MAX_SLOTS && (slot_bytes % 64) == 0);
     size_t payload_off, size = layout(nslots, slot_bytes, &payload_off);
     rt_shm *s = calloc(1, sizeof *s);

@@ -14,9 +14,14 @@
  *     one word whatever it waits for;
  *   - its inbound queue: a single-producer single-consumer ring of slots
  *     filled by its left neighbour (no slots when that neighbour is remote).
- * Names carry the run id, a per-process nonce and the generation; the
- * owner unlinks its segment as soon as its neighbours have mapped it, so a
- * crash leaves nothing behind in /dev/shm after start-up.
+ * Names carry the owner's random secret and the generation; the owner
+ * unlinks its segment as soon as its neighbours have mapped it, so a
+ * crash leaves nothing behind in /dev/shm after start-up. A process killed
+ * during the set-up (before its neighbours mapped its segment) leaves its
+ * name: the next process of the user that creates a segment on this host
+ * removes such names once they are older than RT_SHM_STALE_AGE
+ * (rt_shm_sweep), so repeated crashes cannot fill a small /dev/shm (a
+ * container's 64 MB).
  *
  * Slot descriptors are written by another process: the consumer checks
  * every field (see ring.c) before touching payload bytes. */
@@ -28,6 +33,10 @@
 #include <stdint.h>
 
 typedef struct rt_shm rt_shm;
+
+/* Seconds after which a segment's name is nobody's: a set-up waits for its
+ * neighbours tens of seconds at most. */
+#define RT_SHM_STALE_AGE 600.0
 
 /* What a slot carries besides its payload (the ring's chunk header). */
 struct rt_shm_desc {
@@ -60,6 +69,13 @@ void rt_shm_close(rt_shm **s);
 int rt_shm_unlink_when_attached(rt_shm *s, const struct rt_shm_wait *w);
 /* The same without waiting: whether the name is gone (now or before). */
 bool rt_shm_unlink_if_attached(rt_shm *s);
+
+/* Remove from dir the segments this file names (ragtag-SECRET-gN and
+ * gossip's ragtag-SECRET-gN-gossipR) that belong to this user and were
+ * last changed at least max_age_s ago. Returns how many, their bytes in
+ * *bytes (may be NULL). rt_shm_create runs it once a process on
+ * /dev/shm with RT_SHM_STALE_AGE, and says what it removed. */
+int rt_shm_sweep(const char *dir, double max_age_s, uint64_t *bytes);
 
 uint32_t rt_shm_slots(const rt_shm *s);
 size_t rt_shm_slot_bytes(const rt_shm *s);
