@@ -169,6 +169,11 @@ int rt_mem_estimate(const char *model_text, const struct rt_train_config *c, int
     /* average and gossip keep a copy of the agreed state */
     if (world > 1 && c->mode != RT_MODE_SYNC)
         copies += 1 + copies;
+    /* gossip: the copy of the parameters its request sent, and the average
+     * it answers with (net/gossip.c). Not the queues of its peers on one
+     * host (gossip_shm.h): who shares the host is not known yet */
+    if (world > 1 && c->mode == RT_MODE_GOSSIP)
+        copies += 2;
     if (!host)
         copies += 2; /* host replica: parameters and gradients */
     rt_mem_set_process(out, rt_mem_rss());

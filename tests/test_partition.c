@@ -15,6 +15,7 @@
 #include "memory.h"
 #include "pacer.h"
 #include "partition.h"
+#include "status.h"
 
 static void test_shares_add_up_and_follow_speeds(void **state)
 {
@@ -310,6 +311,38 @@ static void test_memory_limit_fake_cgroups(void **state)
     assert_true(rt_mem_peak() >= rt_mem_rss() / 2);
 }
 
+/* The estimate counts what each mode keeps beside the model: average and
+ * gossip a copy of the agreed state and of the optimiser's, gossip also
+ * the copy its request sent and the average it answers with. */
+static void test_memory_estimate_by_mode(void **state)
+{
+    (void)state;
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", F_OK) != 0 &&
+        !getenv("RAGTAG_DATA_DIR"))
+        skip(); /* the estimate reads the data set's headers */
+    const char *model = "[net]\ninput = 28x28x1\nclasses = 10\n[dense]\nunits = 32\n"
+                        "activation = relu\n[dense]\nunits = 10\n[softmax]\n";
+    const uint64_t np = 28 * 28 * 32 + 32 + 32 * 10 + 10;
+    struct rt_train_config c;
+    rt_train_config_defaults(&c);
+    snprintf(c.data_spec, sizeof c.data_spec, "fashion-mnist");
+    c.optim.kind = RT_OPT_SGD;
+    c.optim.momentum = 0.9f; /* one state vector */
+    struct rt_mem_need sync, avg, gossip, alone;
+    c.mode = RT_MODE_SYNC;
+    int rc = rt_mem_estimate(model, &c, 3, &sync);
+    if (rc != RT_OK)
+        fail_msg("estimate: %s", rt_error_detail());
+    c.mode = RT_MODE_AVERAGE;
+    assert_int_equal(rt_mem_estimate(model, &c, 3, &avg), RT_OK);
+    c.mode = RT_MODE_GOSSIP;
+    assert_int_equal(rt_mem_estimate(model, &c, 3, &gossip), RT_OK);
+    assert_int_equal(rt_mem_estimate(model, &c, 1, &alone), RT_OK);
+    assert_true(avg.model == sync.model + 2 * np * sizeof(float));
+    assert_true(gossip.model == avg.model + 2 * np * sizeof(float));
+    assert_true(alone.model == sync.model); /* one worker keeps nothing more */
+}
+
 /* Burn `cpu` seconds of this thread's CPU. */
 static void burn(double cpu)
 {
@@ -373,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_pacer_credit_capped),
         cmocka_unit_test(test_shares_capped_by_memory),
         cmocka_unit_test(test_memory_limit_fake_cgroups),
+        cmocka_unit_test(test_memory_estimate_by_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
