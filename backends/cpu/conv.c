@@ -229,13 +229,16 @@ static int conv_groups(int nt, const struct rt_conv_shape *s)
 {
     if (!conv_batch_parallel(nt, s))
         return 1;
-    /* Small filters (lenet's: 150 and 2,400 floats): 8 groups a thread,
-     * the last group's wait at the barrier is short (lenet at 2 threads:
-     * libgomp's waits 363-410 perf samples a run, against 422-445 with 4)
-     * and the partials are few KiB. Big filters: one partial per thread,
-     * or the workspace balloons. */
+    /* Filters up to 64 K floats: 2 groups a thread. Each group costs a
+     * partial dW written and summed and the set-up of its accumulation:
+     * bench_ops cpu 2, bwd-filter, 8 groups a thread -> 2: lenet conv2
+     * 198-200 -> 180-182 us, resnet8's c32s2 1,131-1,138 -> 876-884, c64
+     * (4 -> 2) 1,513-1,523 -> 1,422-1,425; one group a thread was faster
+     * still on a quiet machine (lenet conv2 177 us), but a preempted
+     * thread would then hold up half the batch. Big filters: one partial
+     * per thread, or the workspace balloons. */
     const size_t wsz = (size_t)s->k * conv_crs(s);
-    int per = wsz <= 16384 ? 8 : wsz <= 65536 ? 4 : 1;
+    int per = wsz <= 65536 ? 2 : 1;
     return s->n < per * nt ? s->n : per * nt;
 }
 
