@@ -83,15 +83,12 @@ static void world_init(struct world *w, int ranks, size_t n, double reply_timeou
 {
     memset(w, 0, sizeof *w);
     const char *secrets[MAXR] = {NULL};
-    int linked = 0;
     if (shm_mask) {
         if (!shm_keep_secrets)
             make_secrets();
         for (int r = 0; r < ranks; r++)
-            if (shm_mask >> r & 1) {
+            if (shm_mask >> r & 1)
                 secrets[r] = shm_secret[r];
-                linked++;
-            }
     }
     w->zctx = zmq_ctx_new();
     assert_non_null(w->zctx);
@@ -122,7 +119,6 @@ static void world_init(struct world *w, int ranks, size_t n, double reply_timeou
     for (int r = 0; r < ranks; r++)
         if (rt_gossip_connect(w->g[r], w->ep, NULL, ready) < 0)
             fail_msg("rt_gossip_connect rank %d: %s", r, rt_error_detail());
-    (void)linked;
     for (int r = 0; r < ranks; r++)
         assert_int_equal(rt_gossip_shm_links(w->g[r]),
                          (shm_mask >> r & 1) && ready[r] ? ok - 1 : 0);
@@ -721,37 +717,26 @@ static void test_reply_timeout(void **state)
 
 /* ---- shared memory ------------------------------------------------------------------ */
 
-/* All four ranks on one host: every exchange through shared memory. */
-static void test_mass_shm(void **state)
+/* A test of the TCP worlds again, the ranks of `mask` sharing memory. */
+static void on_shm(void **state, unsigned mask, void (*test)(void **))
 {
     if (!shm_usable())
         skip();
-    shm_mask = 0xf;
-    test_mass(state);
+    shm_mask = mask;
+    test(state);
     shm_mask = 0;
 }
+
+/* All four ranks on one host: every exchange through shared memory. */
+static void test_mass_shm(void **state) { on_shm(state, 0xf, test_mass); }
 
 /* Ranks 0 and 1 share memory, rank 2 is elsewhere: both kinds of link at
  * once keep the sum. */
-static void test_delta_mixed(void **state)
-{
-    if (!shm_usable())
-        skip();
-    shm_mask = 0x3;
-    test_delta(state);
-    shm_mask = 0;
-}
+static void test_delta_mixed(void **state) { on_shm(state, 0x3, test_delta); }
 
 /* The drain's order ("drained" after the last request on each link) holds
  * on shared memory queues too; rank 3 over TCP. */
-static void test_drain_mixed(void **state)
-{
-    if (!shm_usable())
-        skip();
-    shm_mask = 0x7;
-    test_drain(state);
-    shm_mask = 0;
-}
+static void test_drain_mixed(void **state) { on_shm(state, 0x7, test_drain); }
 
 /* Rank 1 of three cannot make its queues (a name taken, as a full
  * /dev/shm would fail it): it says so, and its pairs go over ZeroMQ while

@@ -83,8 +83,8 @@ static bool present(const char *dir, const char *name)
 static void test_sweep(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/ragtag-test-shm-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", tu_tmpdir());
     const double hour = 3600.0;
     make_file(dir, "ragtag-0123456789abcdef-g1", 4096, hour);           /* a ring's: goes */
     make_file(dir, "ragtag-fedcba9876543210-g12-gossip3", 8192, hour);  /* gossip's: goes */
