@@ -88,7 +88,8 @@ struct rt_gossip {
     rt_curve *curve;                   /* NULL: plain links */
     char (*keys)[RT_KEY_LEN + 1];      /* [world]: each rank's key, with curve */
     struct rt_gshm shm;                /* links to the peers of this host (gossip_shm.h) */
-    char (*secrets)[RT_SHM_SECRET_MAX]; /* [world]: their shared memory secrets */
+    char (*secrets)[RT_SHM_SECRET_MAX]; /* [world]: their shared memory secrets, */
+    const char **secret;               /* and [world] pointers to them (NULL: none) */
     bool shm_failed;                   /* its queues could not be made */
     char endpoint[RT_ENDPOINT_MAX];
 
@@ -145,19 +146,17 @@ static int bind_inbox(rt_gossip *g, const char *ip)
  * kept to open theirs at the connect. */
 static int make_queues(rt_gossip *g, const char *const *secrets)
 {
-    if (!(g->secrets = calloc((size_t)g->world, sizeof g->secrets[0])))
-        return rt_error(RT_ERR_NOMEM, "out of memory");
-    const char **ptr = calloc((size_t)g->world, sizeof *ptr);
-    if (!ptr)
+    g->secrets = calloc((size_t)g->world, sizeof g->secrets[0]);
+    g->secret = calloc((size_t)g->world, sizeof *g->secret);
+    if (!g->secrets || !g->secret)
         return rt_error(RT_ERR_NOMEM, "out of memory");
     for (int j = 0; j < g->world; j++) {
         if (secrets[j] && strlen(secrets[j]) < sizeof g->secrets[j]) {
             snprintf(g->secrets[j], sizeof g->secrets[j], "%s", secrets[j]);
-            ptr[j] = g->secrets[j];
+            g->secret[j] = g->secrets[j];
         }
     }
-    int rc = rt_gshm_create(&g->shm, g->run, g->gen, g->rank, g->world, g->bytes, ptr);
-    free(ptr);
+    int rc = rt_gshm_create(&g->shm, g->run, g->gen, g->rank, g->world, g->bytes, g->secret);
     if (rc == RT_ERR_NOMEM)
         return rc;
     if (rc < 0) { /* /dev/shm full, or not writable: the slower links still work */
@@ -253,6 +252,7 @@ void rt_gossip_destroy(rt_gossip **gp)
     rt_zsock_close(&g->inbox);
     rt_gshm_close(&g->shm);
     free(g->secrets);
+    free(g->secret);
     free(g->out);
     free(g->keys);
     free(g->drained);
@@ -309,14 +309,8 @@ int rt_gossip_connect(rt_gossip *g, const char *const *endpoints, const char *co
         RT_TRY(rt_link_client(g->curve, g->out[j], g->keys ? g->keys[j] : NULL));
         RT_TRY(rt_zsock_connect(g->out[j], endpoints[j]));
     }
-    if (g->secrets) {
-        const char **ptr = calloc((size_t)g->world, sizeof *ptr);
-        if (!ptr)
-            return rt_error(RT_ERR_NOMEM, "out of memory");
-        for (int j = 0; j < g->world; j++)
-            ptr[j] = g->secrets[j];
-        int rc = rt_gshm_open(&g->shm, g->run, g->gen, ptr, SHM_OPEN_TIMEOUT);
-        free(ptr);
+    if (g->secret) {
+        int rc = rt_gshm_open(&g->shm, g->run, g->gen, g->secret, SHM_OPEN_TIMEOUT);
         if (rc < 0)
             return rt_error_wrap(rc, "gossip rank %d", g->rank);
     }
