@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "hostreduce.h"
 #include "status.h"
 
 #define SHM_MAGIC 0x6d68737467617272ull /* "rragtshm" */
@@ -64,7 +65,7 @@ static size_t layout(uint32_t nslots, size_t slot_bytes, size_t *payload_off)
 }
 
 /* "ragtag-" 16 hex digits "-g" digits, and "-gossip" digits or nothing
- * (ring.c's and gossip_shm.c's names). */
+ * (ring.c's and gossip_shm.c's names), or "-grads" (hostreduce.c's). */
 static const char *digits(const char *n)
 {
     if (!isdigit((unsigned char)*n))
@@ -82,11 +83,26 @@ static bool our_name(const char *n)
     for (int i = 0; i < 16; i++, n++)
         if (!isxdigit((unsigned char)*n))
             return false;
+    if (!strcmp(n, "-grads"))
+        return true;
     if (strncmp(n, "-g", 2) != 0 || !(n = digits(n + 2)))
         return false;
     if (!*n)
         return true;
     return strncmp(n, "-gossip", 7) == 0 && (n = digits(n + 7)) && !*n;
+}
+
+static bool owner_alive(int dir, const char *name)
+{
+    size_t len = strlen(name);
+    if (len < 6 || strcmp(name + len - 6, "-grads") != 0)
+        return false;
+    int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW);
+    if (fd < 0)
+        return true;
+    bool gone = rt_hostreduce_owner_gone(fd);
+    close(fd);
+    return !gone;
 }
 
 int rt_shm_sweep(const char *dir, double max_age_s, uint64_t *bytes)
@@ -103,8 +119,10 @@ int rt_shm_sweep(const char *dir, double max_age_s, uint64_t *bytes)
                 fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
                 !S_ISREG(st.st_mode) || st.st_uid != geteuid())
                 continue;
-            /* (sizing and every write through a mapping move the mtime) */
-            if (difftime(now, st.st_mtime) >= max_age_s &&
+            /* (sizing and every write through a mapping move the mtime)
+             * A worker's gradient lives as long as the worker: its name
+             * goes once its owner has. */
+            if (difftime(now, st.st_mtime) >= max_age_s && !owner_alive(dirfd(d), e->d_name) &&
                 unlinkat(dirfd(d), e->d_name, 0) == 0) {
                 removed++;
                 b += (uint64_t)st.st_size;

@@ -1,6 +1,7 @@
 /* test_shm.c — same-host queues (net/shm.h): a round trip through a
  * segment, a full queue that refuses more, the name gone once mapped; and
- * the sweep of names that killed processes left: old names of ours go,
+ * the sweep of names that killed processes left: old names of ours go
+ * (a worker's gradient only once its owner is gone: test_hostreduce.c),
  * fresh ones, other names and other kinds of file stay. */
 #include "config.h"
 
@@ -89,6 +90,9 @@ static void test_sweep(void **state)
     make_file(dir, "ragtag-0123456789abcdef-g1", 4096, hour);           /* a ring's: goes */
     make_file(dir, "ragtag-fedcba9876543210-g12-gossip3", 8192, hour);  /* gossip's: goes */
     make_file(dir, "ragtag-0123456789abcdef-g2", 4096, 5.0);            /* set-up now: stays */
+    make_file(dir, "ragtag-0123456789abcdef-grads", 16384, hour);       /* a gradient never
+                                                                           initialised: goes */
+    make_file(dir, "ragtag-00112233445566ff-grads", 4096, 5.0);         /* fresh: stays */
     make_file(dir, "ragtag-0123456789abcde-g1", 4096, hour);            /* 15 digits */
     make_file(dir, "ragtag-0123456789abcdef-g1-other", 4096, hour);     /* another suffix */
     make_file(dir, "ragtag-0123456789abcdef-g", 4096, hour);            /* no generation */
@@ -98,12 +102,13 @@ static void test_sweep(void **state)
     snprintf(sub, sizeof sub, "%s/ragtag-00112233445566ff-g1", dir); /* not a file */
     assert_int_equal(mkdir(sub, 0700), 0);
     uint64_t bytes = 0;
-    assert_int_equal(rt_shm_sweep(dir, RT_SHM_STALE_AGE, &bytes), 2);
-    assert_int_equal(bytes, 4096 + 8192);
+    assert_int_equal(rt_shm_sweep(dir, RT_SHM_STALE_AGE, &bytes), 3);
+    assert_int_equal(bytes, 4096 + 8192 + 16384);
+    assert_false(present(dir, "ragtag-0123456789abcdef-grads"));
     assert_false(present(dir, "ragtag-0123456789abcdef-g1"));
     assert_false(present(dir, "ragtag-fedcba9876543210-g12-gossip3"));
     static const char *const kept[] = {
-        "ragtag-0123456789abcdef-g2", "ragtag-0123456789abcde-g1",
+        "ragtag-0123456789abcdef-g2", "ragtag-00112233445566ff-grads", "ragtag-0123456789abcde-g1",
         "ragtag-0123456789abcdef-g1-other", "ragtag-0123456789abcdef-g",
         "ragtag-0123456789abcdef-g1-gossip", "someone-else", "ragtag-00112233445566ff-g1"};
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {

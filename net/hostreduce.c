@@ -1,0 +1,337 @@
+/* hostreduce.c — an allreduce among the workers of one host that reads
+ * each rank's gradient where it lies (hostreduce.h says why). */
+#include "config.h"
+
+#include "hostreduce.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "collective.h"
+#include "status.h"
+
+#define HR_MAGIC 0x6472687367617272ull /* "rragshrd" */
+#define HR_VERSION 1
+#define HR_DATA_OFF 4096
+/* A mark: the generation (24 bits), the collective's number in it, the
+ * phase. Marks only grow within a generation. */
+#define HR_GEN_BITS 24
+#define HR_LOW_BITS (64 - HR_GEN_BITS)
+#define HR_LOW_MASK ((UINT64_C(1) << HR_LOW_BITS) - 1)
+#define HR_GEN_MASK ((UINT64_C(1) << HR_GEN_BITS) - 1)
+enum { HR_READY = 1, HR_SUMMED = 2, HR_READ = 3 };
+/* Spin this long for a mark before sleeping: the peers of one step reach
+ * the same point within microseconds, and a futex round trip costs more. */
+#define HR_SPIN_S 20e-6
+#define HR_SLEEP_S 0.002
+
+struct hr_hdr {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t pid; /* the owner, for rt_hostreduce_owner_gone */
+    uint64_t n;   /* floats from HR_DATA_OFF on */
+    alignas(64) _Atomic uint64_t mark;
+    _Atomic uint32_t votes; /* of the collective being marked */
+    alignas(64) _Atomic uint32_t bell;
+    _Atomic uint32_t waiting;
+};
+
+struct peer {
+    struct hr_hdr *h;
+    float *data;
+    size_t bytes; /* mapped */
+};
+
+struct rt_hostreduce {
+    struct peer self;
+    char name[64];
+    size_t n;
+    int rank, world;
+    uint64_t gen, op;
+    struct peer *peers; /* world of them; peers[rank] is self */
+};
+
+bool rt_hostreduce_owner_gone(int fd)
+{
+    struct hr_hdr hd;
+    if (pread(fd, &hd, offsetof(struct hr_hdr, n), 0) != (ssize_t)offsetof(struct hr_hdr, n) ||
+        hd.magic != HR_MAGIC || hd.pid == 0)
+        return true; /* never initialised: its creator died at once */
+    return kill((pid_t)hd.pid, 0) != 0 && errno == ESRCH;
+}
+
+static size_t seg_bytes(size_t n) { return HR_DATA_OFF + n * sizeof(float); }
+
+static void seg_name(char *out, size_t cap, const char *secret)
+{
+    snprintf(out, cap, "/ragtag-%s-grads", secret);
+}
+
+rt_hostreduce *rt_hostreduce_new(const char *secret, size_t n)
+{
+    rt_hostreduce *h = calloc(1, sizeof *h);
+    if (!h) {
+        rt_error(RT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    seg_name(h->name, sizeof h->name, secret);
+    size_t bytes = seg_bytes(n);
+    int fd = shm_open(h->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        rt_error(RT_ERR_NET, "cannot create shared memory %s: %s", h->name, strerror(errno));
+        free(h);
+        return NULL;
+    }
+    /* the pages now: a full /dev/shm is an error here, not a SIGBUS later */
+    int fe = posix_fallocate(fd, 0, (off_t)bytes);
+    void *p = MAP_FAILED;
+    if (fe == 0 && ftruncate(fd, (off_t)bytes) == 0)
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    else if (fe != 0)
+        errno = fe;
+    close(fd);
+    if (p == MAP_FAILED) {
+        rt_error(RT_ERR_NET, "cannot make %zu bytes of shared memory %s: %s (is /dev/shm "
+                             "full?)", bytes, h->name, strerror(errno));
+        shm_unlink(h->name);
+        free(h);
+        return NULL;
+    }
+    memset(p, 0, HR_DATA_OFF);
+    struct hr_hdr *hd = p;
+    hd->version = HR_VERSION;
+    hd->pid = (uint32_t)getpid();
+    hd->n = n;
+    atomic_store_explicit((_Atomic uint64_t *)&hd->magic, HR_MAGIC, memory_order_release);
+    h->self = (struct peer){hd, (float *)((char *)p + HR_DATA_OFF), bytes};
+    h->n = n;
+    return h;
+}
+
+void rt_hostreduce_ungroup(rt_hostreduce *h)
+{
+    if (!h || !h->peers)
+        return;
+    for (int r = 0; r < h->world; r++)
+        if (r != h->rank && h->peers[r].h)
+            munmap(h->peers[r].h, h->peers[r].bytes);
+    free(h->peers);
+    h->peers = NULL;
+    h->world = 0;
+}
+
+void rt_hostreduce_destroy(rt_hostreduce **hp)
+{
+    if (!hp || !*hp)
+        return;
+    rt_hostreduce *h = *hp;
+    rt_hostreduce_ungroup(h);
+    munmap(h->self.h, h->self.bytes);
+    shm_unlink(h->name);
+    free(h);
+    *hp = NULL;
+}
+
+float *rt_hostreduce_floats(rt_hostreduce *h, size_t *n)
+{
+    *n = h->n;
+    return h->self.data;
+}
+
+bool rt_hostreduce_grouped(const rt_hostreduce *h) { return h && h->peers; }
+
+/* Rank r's segment, checked: this user's alone, initialised, as long. */
+static int map_peer(rt_hostreduce *h, const char *secret, int r, struct peer *out)
+{
+    char name[64];
+    seg_name(name, sizeof name, secret);
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return rt_error(RT_ERR_NET, "cannot open rank %d's gradient %s: %s", r, name,
+                        strerror(errno));
+    struct stat st;
+    int rc = fstat(fd, &st);
+    size_t bytes = rc == 0 ? (size_t)st.st_size : 0;
+    if (rc != 0 || st.st_uid != geteuid() || (st.st_mode & 077) || bytes != h->self.bytes) {
+        close(fd);
+        return rt_error(RT_ERR_NET, "rank %d's gradient %s is not a peer's (owner, mode or "
+                                    "size %zu where %zu)", r, name, bytes, h->self.bytes);
+    }
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return rt_error(RT_ERR_NET, "cannot map rank %d's gradient %s: %s", r, name,
+                        strerror(errno));
+    struct hr_hdr *hd = p;
+    if (atomic_load_explicit((_Atomic uint64_t *)&hd->magic, memory_order_acquire) != HR_MAGIC ||
+        hd->version != HR_VERSION || hd->n != h->n) {
+        munmap(p, bytes);
+        return rt_error(RT_ERR_NET, "rank %d's gradient %s has another layout", r, name);
+    }
+    *out = (struct peer){hd, (float *)((char *)p + HR_DATA_OFF), bytes};
+    return RT_OK;
+}
+
+int rt_hostreduce_group(rt_hostreduce *h, uint64_t gen, int rank, int world,
+                        const char *const *secrets)
+{
+    rt_hostreduce_ungroup(h);
+    RT_ASSERT(world >= 1 && world <= RT_MAX_WORKERS && rank >= 0 && rank < world);
+    if (!(h->peers = calloc((size_t)world, sizeof *h->peers)))
+        return rt_error(RT_ERR_NOMEM, "out of memory");
+    h->world = world;
+    h->rank = rank;
+    for (int r = 0; r < world; r++) {
+        int rc = r == rank ? RT_OK : map_peer(h, secrets[r], r, &h->peers[r]);
+        if (rc < 0) {
+            rt_hostreduce_ungroup(h);
+            return rc;
+        }
+    }
+    h->peers[rank] = h->self;
+    h->gen = gen & HR_GEN_MASK;
+    h->op = 0;
+    atomic_store_explicit(&h->self.h->mark, h->gen << HR_LOW_BITS, memory_order_release);
+    return RT_OK;
+}
+
+static uint64_t mark_of(const rt_hostreduce *h, int phase)
+{
+    return (h->gen << HR_LOW_BITS) | (h->op << 2) | (uint64_t)phase;
+}
+
+static void publish(rt_hostreduce *h, int phase)
+{
+    struct hr_hdr *me = h->self.h;
+    atomic_store_explicit(&me->mark, mark_of(h, phase), memory_order_release);
+    atomic_fetch_add(&me->bell, 1);
+    if (atomic_load(&me->waiting))
+        syscall(SYS_futex, &me->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* 1: rank r reached the mark; 0: not yet; RT_ERR_REGROUP: it went on to a
+ * later generation, so it will never take part in this collective. */
+static int reached(const rt_hostreduce *h, int r, uint64_t want)
+{
+    uint64_t v = atomic_load_explicit(&h->peers[r].h->mark, memory_order_acquire);
+    uint64_t g = v >> HR_LOW_BITS;
+    if (g == h->gen)
+        return (v & HR_LOW_MASK) >= (want & HR_LOW_MASK);
+    if (g > h->gen)
+        return rt_error(RT_ERR_REGROUP, "rank %d of this host is in a later generation", r);
+    return 0;
+}
+
+static void nap(struct hr_hdr *p, uint32_t bell)
+{
+    struct timespec ts = {0, (long)(HR_SLEEP_S * 1e9)};
+    syscall(SYS_futex, &p->bell, FUTEX_WAIT, bell, &ts, NULL, 0);
+}
+
+/* Until rank r reached the mark: a short spin, then sleeps on its bell,
+ * checking w between them. */
+static int wait_mark(rt_hostreduce *h, int r, uint64_t want, const struct rt_hostreduce_wait *w)
+{
+    int rc = reached(h, r, want);
+    double t0 = rt_now();
+    while (rc == 0 && rt_now() - t0 < HR_SPIN_S)
+        for (int i = 0; i < 16 && (rc = reached(h, r, want)) == 0; i++)
+            __builtin_ia32_pause();
+    if (rc != 0)
+        return rc < 0 ? rc : RT_OK;
+    struct hr_hdr *p = h->peers[r].h;
+    if (w->waiting)
+        w->waiting(w->arg, true);
+    while (rc == 0) {
+        if (w->check && (rc = w->check(w->arg)) < 0)
+            break;
+        if (rt_now() - t0 > w->timeout_s) {
+            rc = rt_error(RT_ERR_TIMEOUT, "rank %d of this host did not take part in the sum "
+                                          "for %.0f s", r, w->timeout_s);
+            break;
+        }
+        atomic_fetch_add(&p->waiting, 1);
+        uint32_t bell = atomic_load(&p->bell);
+        if ((rc = reached(h, r, want)) == 0)
+            nap(p, bell);
+        atomic_fetch_sub(&p->waiting, 1);
+        if (rc == 0)
+            rc = reached(h, r, want);
+    }
+    if (w->waiting)
+        w->waiting(w->arg, false);
+    return rc < 0 ? rc : RT_OK;
+}
+
+static int wait_all(rt_hostreduce *h, int phase, const struct rt_hostreduce_wait *w)
+{
+    uint64_t want = mark_of(h, phase);
+    for (int r = 0; r < h->world; r++)
+        if (r != h->rank)
+            RT_TRY(wait_mark(h, r, want, w));
+    return RT_OK;
+}
+
+/* dst[a, b) = the sum of every rank's [a, b), in rank order. The blocks go
+ * through a local array: dst is one of the sources. */
+#define HR_BLOCK 1024
+static void sum_ranks(const rt_hostreduce *h, float *dst, size_t a, size_t b)
+{
+    alignas(64) float acc[HR_BLOCK];
+    for (size_t i = a; i < b; i += HR_BLOCK) {
+        size_t m = b - i < HR_BLOCK ? b - i : HR_BLOCK;
+        memcpy(acc, h->peers[0].data + i, m * sizeof(float));
+        for (int r = 1; r < h->world; r++) {
+            const float *src = h->peers[r].data + i;
+            for (size_t j = 0; j < m; j++)
+                acc[j] += src[j];
+        }
+        memcpy(dst + i, acc, m * sizeof(float));
+    }
+}
+
+int rt_hostreduce_allreduce(rt_hostreduce *h, size_t lo, size_t hi, uint32_t votes,
+                            uint32_t *agreed, const struct rt_hostreduce_wait *w)
+{
+    RT_ASSERT(h->peers && lo <= hi && hi <= h->n);
+    h->op++;
+    struct hr_hdr *me = h->self.h;
+    atomic_store_explicit(&me->votes, votes, memory_order_relaxed);
+    publish(h, HR_READY);
+    RT_TRY(wait_all(h, HR_READY, w));
+    uint32_t v = votes;
+    for (int r = 0; r < h->world; r++)
+        v |= atomic_load_explicit(&h->peers[r].h->votes, memory_order_relaxed);
+    size_t a, b;
+    rt_slice(hi - lo, h->world, h->rank, &a, &b);
+    sum_ranks(h, h->self.data, lo + a, lo + b);
+    publish(h, HR_SUMMED);
+    RT_TRY(wait_all(h, HR_SUMMED, w));
+    for (int r = 0; r < h->world; r++) {
+        if (r == h->rank)
+            continue;
+        rt_slice(hi - lo, h->world, r, &a, &b);
+        memcpy(h->self.data + lo + a, h->peers[r].data + lo + a, (b - a) * sizeof(float));
+    }
+    /* nobody may write its buffer (the next backward) while another reads it */
+    publish(h, HR_READ);
+    RT_TRY(wait_all(h, HR_READ, w));
+    if (agreed)
+        *agreed = v;
+    return RT_OK;
+}

@@ -1,0 +1,239 @@
+/* test_hostreduce.c — sums read in place between processes of one host
+ * (net/hostreduce.h): 2, 3 and 4 forked ranks sum random floats over
+ * ranges, and every rank must hold exactly the rank-order sum, bit for
+ * bit, with the rest of its buffer untouched and every rank's votes ORed;
+ * a peer that never takes part ends the sum through the check or the
+ * timeout; a segment of another size, or open to others, is no peer's;
+ * the name of a killed owner's segment is swept, a live owner's kept. */
+#include "config.h"
+
+#include "testutil.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "hostreduce.h"
+#include "shm.h"
+#include "status.h"
+
+#define N_FLOATS 20000
+
+static void secret(char out[17], unsigned tag, int rank)
+{
+    snprintf(out, 17, "%08x%08x", tag, (unsigned)rank);
+}
+
+/* Rank r's data for round k: floats of mixed magnitude, so that the order
+ * of a sum shows in its bits. */
+static void data(float *x, int r, int k)
+{
+    tu_fill_uniform(x, N_FLOATS, -1.0f, 1.0f, 1000u * (uint64_t)k + (uint64_t)r + 1);
+    for (size_t i = 0; i < N_FLOATS; i += 7)
+        x[i] *= 1e4f;
+}
+
+static int group_when_all_there(rt_hostreduce *h, int rank, int world, unsigned tag)
+{
+    char sec[4][17];
+    const char *secs[4];
+    for (int r = 0; r < world; r++) {
+        secret(sec[r], tag, r);
+        secs[r] = sec[r];
+    }
+    double t0 = rt_now();
+    while (rt_hostreduce_group(h, 3, rank, world, secs) < 0) {
+        if (rt_now() - t0 > 10.0)
+            return -1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+/* One child: its exit status says what went wrong (0: nothing). */
+static int child(int rank, int world, unsigned tag)
+{
+    char me[17];
+    secret(me, tag, rank);
+    rt_hostreduce *h = rt_hostreduce_new(me, N_FLOATS);
+    if (!h || group_when_all_there(h, rank, world, tag) < 0)
+        return 10;
+    size_t n;
+    float *buf = rt_hostreduce_floats(h, &n);
+    float *want = malloc(N_FLOATS * sizeof *want), *x = malloc(N_FLOATS * sizeof *x);
+    const struct rt_hostreduce_wait w = {.timeout_s = 30};
+    int status = 0;
+    for (int k = 0; k < 6 && !status; k++) {
+        /* the same ranges on every rank: the whole, then random ones */
+        rt_rng g;
+        rt_rng_seed(&g, 77u + (uint64_t)k, 1);
+        size_t lo = k ? (size_t)rt_rng_below(&g, N_FLOATS) : 0;
+        size_t hi = k ? lo + (size_t)rt_rng_below(&g, N_FLOATS - lo + 1) : N_FLOATS;
+        data(buf, rank, k);
+        memcpy(want, buf, N_FLOATS * sizeof *want);
+        for (size_t i = lo; i < hi; i++)
+            want[i] = 0.0f;
+        for (int r = 0; r < world; r++) {
+            data(x, r, k);
+            for (size_t i = lo; i < hi; i++)
+                want[i] = r ? want[i] + x[i] : x[i];
+        }
+        uint32_t agreed = 0;
+        if (rt_hostreduce_allreduce(h, lo, hi, 1u << rank, &agreed, &w) < 0)
+            status = 11;
+        else if (memcmp(buf, want, N_FLOATS * sizeof *want))
+            status = 12;
+        else if (agreed != (1u << world) - 1)
+            status = 13;
+    }
+    free(want);
+    free(x);
+    rt_hostreduce_destroy(&h);
+    return status;
+}
+
+static void run_world(int world)
+{
+    unsigned tag = (unsigned)getpid() ^ ((unsigned)time(NULL) << 8) ^ (unsigned)world;
+    pid_t pids[4];
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0)
+            _exit(child(r, world, tag));
+    }
+    for (int r = 0; r < world; r++) {
+        int st;
+        assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+        assert_true(WIFEXITED(st));
+        if (WEXITSTATUS(st) == 10 && r == 0)
+            skip(); /* no /dev/shm here: the workers sum through the ring */
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+}
+
+static void test_two(void **state) { (void)state; run_world(2); }
+static void test_three(void **state) { (void)state; run_world(3); }
+static void test_four(void **state) { (void)state; run_world(4); }
+
+static int checks;
+static int give_up_later(void *arg)
+{
+    (void)arg;
+    return ++checks >= 3 ? rt_error(RT_ERR_REGROUP, "the members change") : RT_OK;
+}
+
+/* A peer whose segment is there but who never sums: the check gives the
+ * sum up; without one, the timeout does, naming the rank. */
+static void test_absent_peer(void **state)
+{
+    (void)state;
+    char a[17], b[17];
+    unsigned tag = (unsigned)getpid() ^ 0x5a5a0000u;
+    secret(a, tag, 0);
+    secret(b, tag, 1);
+    rt_hostreduce *me = rt_hostreduce_new(a, 64), *silent = rt_hostreduce_new(b, 64);
+    if (!me)
+        skip();
+    assert_non_null(silent);
+    const char *secs[] = {a, b};
+    assert_int_equal(rt_hostreduce_group(me, 1, 0, 2, secs), RT_OK);
+    checks = 0;
+    struct rt_hostreduce_wait w = {.timeout_s = 30, .check = give_up_later};
+    double t0 = rt_now();
+    assert_int_equal(rt_hostreduce_allreduce(me, 0, 64, 0, NULL, &w), RT_ERR_REGROUP);
+    assert_true(rt_now() - t0 < 5.0);
+    assert_int_equal(checks, 3);
+    w = (struct rt_hostreduce_wait){.timeout_s = 0.05};
+    assert_int_equal(rt_hostreduce_allreduce(me, 0, 64, 0, NULL, &w), RT_ERR_TIMEOUT);
+    assert_non_null(strstr(rt_error_detail(), "rank 1"));
+    rt_hostreduce_destroy(&silent);
+    rt_hostreduce_destroy(&me);
+}
+
+/* Only a segment of this layout and size, this user's alone, is a peer's. */
+static void test_not_a_peer(void **state)
+{
+    (void)state;
+    char a[17], b[17], path[96];
+    unsigned tag = (unsigned)getpid() ^ 0xa5a50000u;
+    secret(a, tag, 0);
+    secret(b, tag, 1);
+    rt_hostreduce *me = rt_hostreduce_new(a, 64);
+    if (!me)
+        skip();
+    const char *secs[] = {a, b};
+    assert_true(rt_hostreduce_group(me, 1, 0, 2, secs) < 0); /* not there at all */
+    rt_hostreduce *other = rt_hostreduce_new(b, 65);
+    assert_non_null(other);
+    assert_true(rt_hostreduce_group(me, 1, 0, 2, secs) < 0); /* another size */
+    assert_false(rt_hostreduce_grouped(me));
+    rt_hostreduce_destroy(&other);
+    other = rt_hostreduce_new(b, 64);
+    assert_non_null(other);
+    snprintf(path, sizeof path, "/dev/shm/ragtag-%s-grads", b);
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_true(rt_hostreduce_group(me, 1, 0, 2, secs) < 0); /* open to others */
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(rt_hostreduce_group(me, 1, 0, 2, secs), RT_OK);
+    assert_true(rt_hostreduce_grouped(me));
+    rt_hostreduce_destroy(&other);
+    rt_hostreduce_destroy(&me);
+    assert_int_not_equal(access(path, F_OK), 0); /* the owner removed its name */
+}
+
+static void age(const char *path)
+{
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= 2 * (time_t)RT_SHM_STALE_AGE;
+    t[1] = t[0];
+    assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+/* A killed worker's gradient goes at the next sweep; a live one's stays,
+ * however old its name. */
+static void test_sweep_dead_owner(void **state)
+{
+    (void)state;
+    char a[17], b[17], live[96], dead[96];
+    unsigned tag = (unsigned)getpid() ^ 0x3c3c0000u;
+    secret(a, tag, 0);
+    secret(b, tag, 1);
+    rt_hostreduce *mine = rt_hostreduce_new(a, 64);
+    if (!mine)
+        skip();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(rt_hostreduce_new(b, 64) ? 0 : 1); /* dies without removing it */
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 0);
+    snprintf(live, sizeof live, "/dev/shm/ragtag-%s-grads", a);
+    snprintf(dead, sizeof dead, "/dev/shm/ragtag-%s-grads", b);
+    age(live);
+    age(dead);
+    rt_shm_sweep("/dev/shm", RT_SHM_STALE_AGE, NULL);
+    assert_int_equal(access(live, F_OK), 0);
+    assert_int_not_equal(access(dead, F_OK), 0);
+    rt_hostreduce_destroy(&mine);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two),
+        cmocka_unit_test(test_three),
+        cmocka_unit_test(test_four),
+        cmocka_unit_test(test_absent_peer),
+        cmocka_unit_test(test_not_a_peer),
+        cmocka_unit_test(test_sweep_dead_owner),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
