@@ -436,11 +436,28 @@ rt_buf *rt_buf_new(rt_dev *d, size_t bytes)
     return b;
 }
 
+rt_buf *rt_buf_wrap_host(rt_dev *d, void *host, size_t bytes)
+{
+    RT_ASSERT(d && host && d->ops->host_memory && ((uintptr_t)host & 63) == 0);
+    rt_buf *b = calloc(1, sizeof *b);
+    if (!b) {
+        rt_error(RT_ERR_NOMEM, "out of host memory for a buffer descriptor");
+        return NULL;
+    }
+    *b = (rt_buf){.dev = d, .bytes = bytes, .handle = host, .borrowed = true};
+    return b;
+}
+
 void rt_buf_destroy(rt_buf **bp)
 {
     if (!bp || !*bp)
         return;
     rt_buf *b = *bp;
+    if (b->borrowed) {
+        free(b);
+        *bp = NULL;
+        return;
+    }
     b->dev->live_bytes -= b->bytes;
     b->dev->ops->buf_free(b->dev, b);
     free(b);

@@ -156,6 +156,7 @@ struct rt_buf {
     rt_dev *dev;
     size_t bytes;
     void *handle;
+    bool borrowed; /* rt_buf_wrap_host: the memory is the caller's */
 };
 
 /* Dropout's keep decision: a counter-based hash of (seed, i), so every
@@ -205,6 +206,10 @@ size_t rt_dev_live_bytes(const rt_dev *d);
 
 /* Buffers: allocate `bytes`; contents undefined. */
 rt_buf *rt_buf_new(rt_dev *d, size_t bytes);
+/* A buffer over the caller's host memory (a backend whose buffers are host
+ * memory only; 64-byte aligned), which stays the caller's: destroying the
+ * buffer leaves it. */
+rt_buf *rt_buf_wrap_host(rt_dev *d, void *host, size_t bytes);
 void rt_buf_destroy(rt_buf **b);
 static inline rt_view rt_buf_view(rt_buf *b) { rt_view v = {b, 0}; return v; }
 

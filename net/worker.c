@@ -32,6 +32,7 @@
 #include "comm.h"
 #include "dataguard.h"
 #include "gossip.h"
+#include "hostreduce.h"
 #include "datashare.h"
 #include "membership.h"
 #include "memory.h"
@@ -82,6 +83,24 @@ struct resume_state {
     float *buf[7]; /* params, state, opt 0, opt 1, best params, best state */
 };
 
+/* The gradient's sums when every member shares this host: ranges
+ * submitted are queued here and summed in place at their wait, the ring's
+ * ranges (compressed buckets) between them keep their order. */
+struct host_range {
+    bool in_place, summed; /* summed: by the wait of an older range, with status rc */
+    int rc;
+    size_t lo, hi;
+};
+
+struct host_sums {
+    rt_hostreduce *hr; /* this worker's gradient segment (NULL: none) */
+    uint64_t gen;      /* the generation decided (0: none yet) */
+    bool on;           /* every member of it sums in place */
+    bool said;
+    struct host_range q[RT_COLLECTIVE_MAX_INFLIGHT];
+    int head, count;
+};
+
 struct worker {
     const struct rt_worker_options *o;
     void *zctx, *ctrl, *inbox;
@@ -112,6 +131,7 @@ struct worker {
     rt_comm *comm;
     rt_gossip *gossip; /* --mode gossip: owned by the training thread */
     uint32_t votes_out, votes_in; /* control votes cast / seen since agreed() */
+    struct host_sums hs;          /* the gradient summed in place (hostreduce.h) */
     struct resume_state resume;
     double paced; /* seconds the run-ahead bound held this worker */
 };
@@ -913,8 +933,93 @@ static int w_ag(void *ctx, float *buf, size_t n)
     return w_flagged(ctx, rt_comm_all_gather, buf, n);
 }
 
+/* ---- sums in place when every member shares this host (hostreduce.h) ---- */
+
+/* a sum's last resort, as a collective's on the comm thread: a lost peer
+ * ends it long before, through the coordinator's regroup */
+#define HOST_SUM_TIMEOUT 600.0
+
+static float *w_shared_floats(void *ctx, size_t n)
+{
+    struct worker *w = ctx;
+    struct host_sums *hs = &w->hs;
+    if (!w->allow_shm || hs->hr)
+        return NULL;
+    if (!(hs->hr = rt_hostreduce_new(w->me.shm, n))) {
+        say(w, "%s: the gradient is summed through the ring", rt_error_detail());
+        rt_error_clear();
+        return NULL;
+    }
+    size_t got;
+    return rt_hostreduce_floats(hs->hr, &got);
+}
+
+/* Whether every member shares this host and mapped every other's
+ * gradient: decided at a generation's first float sum, by all together
+ * (one sum of "no"s), so that all or none sum in place. */
+static int hs_decide(struct worker *w)
+{
+    struct host_sums *hs = &w->hs;
+    if (hs->gen == w->ms.gen)
+        return RT_OK;
+    bool ok = hs->hr && w->world > 1;
+    const char *secrets[RT_MAX_WORKERS];
+    for (int r = 0; ok && r < w->world; r++) {
+        ok = rt_membership_same_host(&w->ms, w->rank, r);
+        secrets[r] = w->ms.m[r].shm;
+    }
+    if (ok && rt_hostreduce_group(hs->hr, w->ms.gen, w->rank, w->world, secrets) < 0) {
+        say(w, "%s: the gradient is summed through the ring", rt_error_detail());
+        rt_error_clear();
+        ok = false;
+    }
+    double no = ok ? 0.0 : 1.0;
+    RT_TRY(rt_comm_allreduce_f64(w->comm, &no, 1));
+    hs->gen = w->ms.gen;
+    hs->on = no == 0.0;
+    if (!hs->on)
+        rt_hostreduce_ungroup(hs->hr);
+    if (hs->on != hs->said)
+        say(w, hs->on ? "gradient sums: in place, in this host's shared memory, by all %d "
+                        "workers" : "gradient sums: through the ring (%d workers)", w->world);
+    hs->said = hs->on;
+    return RT_OK;
+}
+
+static bool hs_covers(struct worker *w, const void *buf, size_t hi)
+{
+    size_t n;
+    return w->hs.on && buf == rt_hostreduce_floats(w->hs.hr, &n) && hi <= n;
+}
+
+static int hs_check(void *arg)
+{
+    struct worker *w = arg;
+    const char *why = rt_comm_aborted(w->comm);
+    if (why)
+        return rt_error(RT_ERR_NET, "%s", why);
+    return rt_comm_members_changing(w->comm)
+               ? rt_error(RT_ERR_REGROUP, "the members changed during a sum")
+               : RT_OK;
+}
+
+static void hs_waiting(void *arg, bool on) { rt_comm_waiting(((struct worker *)arg)->comm, on); }
+
+static int hs_sum(struct worker *w, size_t lo, size_t hi)
+{
+    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
+    uint32_t agreed = 0;
+    int rc = rt_hostreduce_allreduce(w->hs.hr, lo, hi, w->votes_out | w->votes_in, &agreed, &hw);
+    w->votes_in |= agreed;
+    return rc;
+}
+
 static int w_ar(void *ctx, float *buf, size_t n)
 {
+    struct worker *w = ctx;
+    RT_TRY(hs_decide(w));
+    if (hs_covers(w, buf, n))
+        return hs_sum(w, 0, n);
     return w_flagged(ctx, rt_comm_allreduce, buf, n);
 }
 
@@ -928,19 +1033,64 @@ static int w_bcast(void *ctx, void *buf, size_t bytes, int root)
     return rt_comm_broadcast(((struct worker *)ctx)->comm, buf, bytes, root);
 }
 
+/* A range summed in place waits in the queue until its wait (the peers
+ * may still be in backward); the ring's go to the comm thread at once. */
 static int w_submit(void *ctx, void *buf, enum rt_elem elem, size_t n, size_t lo, size_t hi)
 {
     struct worker *w = ctx;
-    return rt_comm_submit_range(w->comm, buf, elem, n, lo, hi, w->votes_out | w->votes_in);
+    struct host_sums *hs = &w->hs;
+    RT_TRY(hs_decide(w));
+    RT_ASSERT(hs->count < RT_COLLECTIVE_MAX_INFLIGHT);
+    bool in_place = elem == RT_ELEM_F32 && hs_covers(w, buf, hi);
+    if (!in_place)
+        RT_TRY(rt_comm_submit_range(w->comm, buf, elem, n, lo, hi, w->votes_out | w->votes_in));
+    hs->q[(hs->head + hs->count++) % RT_COLLECTIVE_MAX_INFLIGHT] =
+        (struct host_range){.in_place = in_place, .lo = lo, .hi = hi};
+    return RT_OK;
+}
+
+/* The oldest range in place, with the in-place ranges queued right after
+ * it when together they are one interval (a step's buckets and its tally):
+ * one sum, whose status each of their waits returns. */
+static int hs_sum_queued(struct worker *w)
+{
+    struct host_sums *hs = &w->hs;
+    size_t lo = SIZE_MAX, hi = 0, len = 0;
+    int k = 0;
+    for (; k < hs->count; k++) {
+        struct host_range *q = &hs->q[(hs->head + k) % RT_COLLECTIVE_MAX_INFLIGHT];
+        if (!q->in_place)
+            break;
+        lo = q->lo < lo ? q->lo : lo;
+        hi = q->hi > hi ? q->hi : hi;
+        len += q->hi - q->lo;
+    }
+    if (hi - lo != len) /* not one interval: the oldest alone */
+        k = 1, lo = hs->q[hs->head].lo, hi = hs->q[hs->head].hi;
+    int rc = hs_sum(w, lo, hi);
+    for (int i = 0; i < k; i++)
+        hs->q[(hs->head + i) % RT_COLLECTIVE_MAX_INFLIGHT] =
+            (struct host_range){.in_place = true, .summed = true, .rc = rc};
+    return rc;
 }
 
 static int w_wait(void *ctx)
 {
     struct worker *w = ctx;
-    uint32_t fl = 0;
-    int rc = rt_comm_wait(w->comm, &fl);
-    if (rc >= 0)
-        w->votes_in |= fl;
+    struct host_sums *hs = &w->hs;
+    RT_ASSERT(hs->count > 0);
+    struct host_range *q = &hs->q[hs->head];
+    int rc;
+    if (!q->in_place) {
+        uint32_t fl = 0;
+        rc = rt_comm_wait(w->comm, &fl);
+        if (rc >= 0)
+            w->votes_in |= fl;
+    } else {
+        rc = q->summed ? q->rc : hs_sum_queued(w);
+    }
+    hs->head = (hs->head + 1) % RT_COLLECTIVE_MAX_INFLIGHT;
+    hs->count--;
     return rc;
 }
 
@@ -968,6 +1118,7 @@ static const struct rt_collective_ops worker_collectives = {
     .vote = w_vote,
     .agreed = w_agreed,
     .regroup = w_regroup,
+    .shared_floats = w_shared_floats,
 };
 
 /* Gossip: every rank's inbox, passed round the ring, then a socket to each;
@@ -1361,6 +1512,7 @@ out:
     if (joined && (w->ctrl || w->comm) && rc != RT_ERR_EXPELLED)
         report_end(w, rc, &res);
     rt_gossip_destroy(&w->gossip);
+    rt_hostreduce_destroy(&w->hs.hr); /* the model that used it is gone */
     rt_comm_destroy(&w->comm); /* lingers until the last report left */
     if (w->ctrl) {
         int linger = 3000;

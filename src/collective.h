@@ -66,6 +66,12 @@ struct rt_collective_ops {
      * change pending it returns the current group at once. NULL: the
      * members never change. */
     int (*regroup)(void *ctx, int *rank, int *world);
+    /* Host memory for n floats that the other workers of this host can
+     * read where it lies: the replica keeps its gradient there, so that a
+     * sum over workers who all share the host copies nothing (the worker's
+     * allreduce and submit then read it in place: net/hostreduce.h). NULL,
+     * or NULL returned: an ordinary buffer. Once a process. */
+    float *(*shared_floats)(void *ctx, size_t n);
 };
 
 typedef struct rt_collective {

@@ -507,6 +507,22 @@ rt_dev *rt_model_dev(const rt_model *m) { return m->dev; }
 size_t rt_model_param_count(const rt_model *m) { return m->nparams; }
 rt_view rt_model_params(const rt_model *m) { return rt_buf_view(m->params); }
 rt_view rt_model_grads(const rt_model *m) { return rt_buf_view(m->grads); }
+
+int rt_model_use_grad_memory(rt_model *m, float *mem, size_t floats)
+{
+    size_t need = m->nparams + RT_MODEL_GRAD_SPARE;
+    float *old = rt_view_host(rt_buf_view(m->grads));
+    if (!old || floats < need)
+        return rt_error(RT_ERR_CONFIG, "the gradient cannot move to %zu floats of host memory "
+                        "(%zu needed, on %s)", floats, need, rt_dev_backend(m->dev));
+    rt_buf *b = rt_buf_wrap_host(m->dev, mem, need * sizeof(float));
+    if (!b)
+        return RT_ERR_NOMEM;
+    memcpy(mem, old, need * sizeof(float));
+    rt_buf_destroy(&m->grads);
+    m->grads = b;
+    return RT_OK;
+}
 size_t rt_model_state_count(const rt_model *m) { return m->nstate; }
 rt_view rt_model_state(const rt_model *m) { return rt_buf_view(m->state); }
 int rt_model_tensor_count(const rt_model *m) { return m->ntensors; }

@@ -61,6 +61,11 @@ rt_view rt_model_grads(const rt_model *m);  /* param_count floats, then the spar
  * model never touches: a data-parallel step writes its counts there, so
  * that they travel with the gradient in one message (src/tally.h). */
 #define RT_MODEL_GRAD_SPARE 32
+/* Keep the gradient in host memory the caller owns from now on (at least
+ * param_count + RT_MODEL_GRAD_SPARE floats, 64-byte aligned, outliving the
+ * model): memory other processes can read (collective.h: shared_floats).
+ * Backends whose buffers are host memory only. The contents move along. */
+int rt_model_use_grad_memory(rt_model *m, float *mem, size_t floats);
 size_t rt_model_state_count(const rt_model *m);
 rt_view rt_model_state(const rt_model *m);  /* state_count floats (may be 0) */
 

@@ -8,6 +8,15 @@
 
 #include "status.h"
 
+/* Where the host gradient lives: memory the other workers of this host
+ * read in place, when the collective offers it (collective.h). */
+static float *shared_grads(const rt_collective *coll, size_t floats)
+{
+    if (!coll || !coll->ops->shared_floats)
+        return NULL;
+    return coll->ops->shared_floats(coll->ctx, floats);
+}
+
 int rt_replica_init(struct rt_replica *r, const rt_collective *coll, rt_model *m, int threads)
 {
     memset(r, 0, sizeof *r);
@@ -16,7 +25,11 @@ int rt_replica_init(struct rt_replica *r, const rt_collective *coll, rt_model *m
     r->np = rt_model_param_count(m);
     r->ns = rt_model_state_count(m);
     rt_dev *dev = rt_model_dev(m);
+    size_t gfloats = r->np + RT_MODEL_GRAD_SPARE;
+    float *shared = shared_grads(coll, gfloats);
     if (rt_view_host(rt_model_params(m)) && !strcmp(rt_dev_backend(dev), "cpu")) {
+        if (shared)
+            RT_TRY(rt_model_use_grad_memory(m, shared, gfloats));
         r->alias = true;
         r->odev = dev;
         r->pv = rt_model_params(m);
@@ -26,7 +39,8 @@ int rt_replica_init(struct rt_replica *r, const rt_collective *coll, rt_model *m
             return RT_ERR_DEVICE;
         r->odev = r->hdev;
         r->hp = rt_buf_new(r->hdev, (r->np ? r->np : 1) * sizeof(float));
-        r->hg = rt_buf_new(r->hdev, (r->np + RT_MODEL_GRAD_SPARE) * sizeof(float));
+        r->hg = shared ? rt_buf_wrap_host(r->hdev, shared, gfloats * sizeof(float))
+                       : rt_buf_new(r->hdev, gfloats * sizeof(float));
         if (!r->hp || !r->hg)
             return rt_error(RT_ERR_NOMEM, "no host memory for a copy of %zu parameters", r->np);
         r->pv = rt_buf_view(r->hp);
