@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +40,9 @@ enum { HR_READY = 1, HR_SUMMED = 2, HR_READ = 3 };
  * the same point within microseconds, and a futex round trip costs more. */
 #define HR_SPIN_S 20e-6
 #define HR_SLEEP_S 0.002
+/* /dev/shm left free for the ring's and gossip's segments (a container's
+ * is 64 MB): a gradient that would crowd them out stays private. */
+#define HR_SHM_RESERVE ((uint64_t)32 << 20)
 
 struct hr_hdr {
     uint64_t magic;
@@ -91,6 +95,15 @@ rt_hostreduce *rt_hostreduce_new(const char *secret, size_t n)
     }
     seg_name(h->name, sizeof h->name, secret);
     size_t bytes = seg_bytes(n);
+    struct statvfs fs;
+    if (statvfs("/dev/shm", &fs) == 0 &&
+        (uint64_t)fs.f_bavail * fs.f_frsize < (uint64_t)bytes + HR_SHM_RESERVE) {
+        rt_error(RT_ERR_NOMEM, "/dev/shm has %.1f MB free: too little for a gradient of %.1f "
+                 "MB and the ring's links", (double)fs.f_bavail * fs.f_frsize / 1e6,
+                 (double)bytes / 1e6);
+        free(h);
+        return NULL;
+    }
     int fd = shm_open(h->name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
         rt_error(RT_ERR_NET, "cannot create shared memory %s: %s", h->name, strerror(errno));

@@ -32,7 +32,9 @@
 
 typedef struct rt_hostreduce rt_hostreduce;
 
-/* This worker's segment of n floats (name from secret, 16 hex digits). */
+/* This worker's segment of n floats (name from secret, 16 hex digits);
+ * NULL when it would leave less than 32 MB of /dev/shm free (for the
+ * ring's own segments). */
 rt_hostreduce *rt_hostreduce_new(const char *secret, size_t n);
 /* Unmaps everything and removes the name. */
 void rt_hostreduce_destroy(rt_hostreduce **h);
