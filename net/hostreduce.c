@@ -24,6 +24,7 @@
 
 #include "clock.h"
 #include "collective.h"
+#include "shm.h"
 #include "status.h"
 
 #define HR_MAGIC 0x6472687367617272ull /* "rragshrd" */
@@ -47,8 +48,9 @@ enum { HR_READY = 1, HR_SUMMED = 2, HR_READ = 3 };
 struct hr_hdr {
     uint64_t magic;
     uint32_t version;
-    uint32_t pid; /* the owner, for rt_hostreduce_owner_gone */
-    uint64_t n;   /* floats from HR_DATA_OFF on */
+    uint32_t pid;   /* the owner, for rt_hostreduce_owner_gone: its pid and */
+    uint64_t start; /* its start time (a container's pid 1 is another's too) */
+    uint64_t n;     /* floats from HR_DATA_OFF on */
     alignas(64) _Atomic uint64_t mark;
     _Atomic uint32_t votes; /* of the collective being marked */
     alignas(64) _Atomic uint32_t bell;
@@ -70,13 +72,37 @@ struct rt_hostreduce {
     struct peer *peers; /* world of them; peers[rank] is self */
 };
 
+/* Field 22 of /proc/PID/stat: the process's start, in clock ticks since
+ * boot (0: unknown). */
+static uint64_t start_time(pid_t pid)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t got = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[got] = 0;
+    const char *p = strrchr(line, ')'); /* the name may hold spaces */
+    unsigned long long t = 0;
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    if (!p || sscanf(p + 1, "%llu", &t) != 1)
+        return 0;
+    return t;
+}
+
 bool rt_hostreduce_owner_gone(int fd)
 {
     struct hr_hdr hd;
     if (pread(fd, &hd, offsetof(struct hr_hdr, n), 0) != (ssize_t)offsetof(struct hr_hdr, n) ||
         hd.magic != HR_MAGIC || hd.pid == 0)
-        return true; /* never initialised: its creator died at once */
-    return kill((pid_t)hd.pid, 0) != 0 && errno == ESRCH;
+        return true; /* never initialised: its maker died at once */
+    if (kill((pid_t)hd.pid, 0) != 0 && errno == ESRCH)
+        return true;
+    uint64_t t = start_time((pid_t)hd.pid);
+    return t && hd.start && t != hd.start; /* that pid is another process now */
 }
 
 static size_t seg_bytes(size_t n) { return HR_DATA_OFF + n * sizeof(float); }
@@ -93,6 +119,7 @@ rt_hostreduce *rt_hostreduce_new(const char *secret, size_t n)
         rt_error(RT_ERR_NOMEM, "out of memory");
         return NULL;
     }
+    rt_shm_sweep_once();
     seg_name(h->name, sizeof h->name, secret);
     size_t bytes = seg_bytes(n);
     struct statvfs fs;
@@ -129,6 +156,7 @@ rt_hostreduce *rt_hostreduce_new(const char *secret, size_t n)
     struct hr_hdr *hd = p;
     hd->version = HR_VERSION;
     hd->pid = (uint32_t)getpid();
+    hd->start = start_time(getpid());
     hd->n = n;
     atomic_store_explicit((_Atomic uint64_t *)&hd->magic, HR_MAGIC, memory_order_release);
     h->self = (struct peer){hd, (float *)((char *)p + HR_DATA_OFF), bytes};

@@ -4,6 +4,7 @@
 #include "shm.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -92,11 +93,14 @@ static bool our_name(const char *n)
     return strncmp(n, "-gossip", 7) == 0 && (n = digits(n + 7)) && !*n;
 }
 
-static bool owner_alive(int dir, const char *name)
+static bool is_grads(const char *name)
 {
     size_t len = strlen(name);
-    if (len < 6 || strcmp(name + len - 6, "-grads") != 0)
-        return false;
+    return len >= 6 && !strcmp(name + len - 6, "-grads");
+}
+
+static bool owner_alive(int dir, const char *name)
+{
     int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW);
     if (fd < 0)
         return true;
@@ -121,8 +125,11 @@ int rt_shm_sweep(const char *dir, double max_age_s, uint64_t *bytes)
                 continue;
             /* (sizing and every write through a mapping move the mtime)
              * A worker's gradient lives as long as the worker: its name
-             * goes once its owner has. */
-            if (difftime(now, st.st_mtime) >= max_age_s && !owner_alive(dirfd(d), e->d_name) &&
+             * goes once its owner has (after a moment: one being made has
+             * no owner yet). */
+            bool grads = is_grads(e->d_name);
+            double age = grads ? fmin(max_age_s, RT_SHM_GRADS_STALE_AGE) : max_age_s;
+            if (difftime(now, st.st_mtime) >= age && !(grads && owner_alive(dirfd(d), e->d_name)) &&
                 unlinkat(dirfd(d), e->d_name, 0) == 0) {
                 removed++;
                 b += (uint64_t)st.st_size;
@@ -135,8 +142,7 @@ int rt_shm_sweep(const char *dir, double max_age_s, uint64_t *bytes)
     return removed;
 }
 
-/* Once a process, before its first segment. */
-static void sweep_once(void)
+void rt_shm_sweep_once(void)
 {
     static atomic_flag done = ATOMIC_FLAG_INIT;
     if (atomic_flag_test_and_set(&done))
@@ -145,14 +151,15 @@ static void sweep_once(void)
     int n = rt_shm_sweep("/dev/shm", RT_SHM_STALE_AGE, &bytes);
     if (n > 0)
         fprintf(stderr, "ragtag: removed %d shared memory segment%s that killed processes left "
-                        "in /dev/shm (%.1f MB, unused for %.0f minutes or more)\n",
+                        "in /dev/shm (%.1f MB: links unused for %.0f minutes or more, "
+                        "gradients of workers that are gone)\n",
                 n, n == 1 ? "" : "s", (double)bytes / 1e6, RT_SHM_STALE_AGE / 60.0);
 }
 
 rt_shm *rt_shm_create(const char *name, const char *run, uint64_t gen, uint32_t nslots,
                       size_t slot_bytes, uint32_t expect_attach)
 {
-    sweep_once();
+    rt_shm_sweep_once();
     RT_ASSERT(name && run && nslots <= SHM_MAX_SLOTS && (slot_bytes % 64) == 0);
     size_t payload_off, size = layout(nslots, slot_bytes, &payload_off);
     rt_shm *s = calloc(1, sizeof *s);

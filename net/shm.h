@@ -37,6 +37,9 @@ typedef struct rt_shm rt_shm;
 /* Seconds after which a segment's name is nobody's: a set-up waits for its
  * neighbours tens of seconds at most. */
 #define RT_SHM_STALE_AGE 600.0
+/* A worker's gradient (hostreduce.h) is kept while its owner lives: its
+ * name goes this many seconds after its owner is gone. */
+#define RT_SHM_GRADS_STALE_AGE 30.0
 
 /* What a slot carries besides its payload (the ring's chunk header). */
 struct rt_shm_desc {
@@ -72,10 +75,14 @@ bool rt_shm_unlink_if_attached(rt_shm *s);
 
 /* Remove from dir the segments this file names (ragtag-SECRET-gN and
  * gossip's ragtag-SECRET-gN-gossipR) that belong to this user and were
- * last changed at least max_age_s ago. Returns how many, their bytes in
- * *bytes (may be NULL). rt_shm_create runs it once a process on
- * /dev/shm with RT_SHM_STALE_AGE, and says what it removed. */
+ * last changed at least max_age_s ago, and workers' gradients
+ * (ragtag-SECRET-grads) whose owner is gone, changed at least
+ * RT_SHM_GRADS_STALE_AGE ago (or max_age_s when less). Returns how many,
+ * their bytes in *bytes (may be NULL). */
 int rt_shm_sweep(const char *dir, double max_age_s, uint64_t *bytes);
+/* rt_shm_sweep of /dev/shm with RT_SHM_STALE_AGE, once a process, saying
+ * what it removed: before a process's first segment. */
+void rt_shm_sweep_once(void);
 
 uint32_t rt_shm_slots(const rt_shm *s);
 size_t rt_shm_slot_bytes(const rt_shm *s);

@@ -196,8 +196,9 @@ static void age(const char *path)
     assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
 }
 
-/* A killed worker's gradient goes at the next sweep; a live one's stays,
- * however old its name. */
+/* A killed worker's gradient goes at the next sweep, and so does one whose
+ * owner's pid now names another process (a container's restarted pid 1);
+ * a live one's stays, however old its name. */
 static void test_sweep_dead_owner(void **state)
 {
     (void)state;
@@ -217,11 +218,23 @@ static void test_sweep_dead_owner(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
     snprintf(live, sizeof live, "/dev/shm/ragtag-%s-grads", a);
     snprintf(dead, sizeof dead, "/dev/shm/ragtag-%s-grads", b);
+    char reused[96], c[17];
+    secret(c, tag, 2);
+    rt_hostreduce *again = rt_hostreduce_new(c, 64);
+    assert_non_null(again);
+    snprintf(reused, sizeof reused, "/dev/shm/ragtag-%s-grads", c);
+    int fd = open(reused, O_WRONLY);
+    uint64_t other_start = 12345; /* hostreduce.c's header: the start at byte 16 */
+    assert_int_equal(pwrite(fd, &other_start, sizeof other_start, 16), sizeof other_start);
+    close(fd);
     age(live);
     age(dead);
+    age(reused);
     rt_shm_sweep("/dev/shm", RT_SHM_STALE_AGE, NULL);
     assert_int_equal(access(live, F_OK), 0);
     assert_int_not_equal(access(dead, F_OK), 0);
+    assert_int_not_equal(access(reused, F_OK), 0);
+    rt_hostreduce_destroy(&again);
     rt_hostreduce_destroy(&mine);
 }
 
