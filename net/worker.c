@@ -96,7 +96,7 @@ struct host_sums {
     rt_hostreduce *hr; /* this worker's gradient segment (NULL: none) */
     uint64_t gen;      /* the generation decided (0: none yet) */
     bool on;           /* every member of it sums in place */
-    bool said;
+    bool told, said;   /* the log said so, and what */
     struct host_range q[RT_COLLECTIVE_MAX_INFLIGHT];
     int head, count;
 };
@@ -979,9 +979,10 @@ static int hs_decide(struct worker *w)
     hs->on = no == 0.0;
     if (!hs->on)
         rt_hostreduce_ungroup(hs->hr);
-    if (hs->on != hs->said)
+    if (hs->hr && (!hs->told || hs->on != hs->said))
         say(w, hs->on ? "gradient sums: in place, in this host's shared memory, by all %d "
                         "workers" : "gradient sums: through the ring (%d workers)", w->world);
+    hs->told = true;
     hs->said = hs->on;
     return RT_OK;
 }

@@ -1,0 +1,93 @@
+#!/bin/sh
+# The gradient summed in place when every worker shares this machine
+# (net/hostreduce.c), with real `ragtag coord` + `ragtag worker` processes:
+#  - 2 workers on one host say they sum in place, and end with the very
+#    parameters of the same run through the ring over TCP (--no-shm): with
+#    two workers both sum a + b, so the bits must agree;
+#  - 3 workers: in place, replicas identical;
+#  - as root, a third worker with a /dev/shm of its own (a private mount
+#    namespace: another "host" for ragtag) turns every worker back to the
+#    ring, all together, and the run completes with identical replicas.
+#    Skipped, saying so, when not root or without unshare.
+set -u
+RAGTAG=${RAGTAG:-./src/ragtag}
+top_srcdir=${top_srcdir:-.}
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z "${RAGTAG_DATA_DIR:-}" ]; then
+  echo "SKIP: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+  exit 77
+fi
+if "$RAGTAG" coord 2>&1 | grep -q "built without multi-machine training"; then
+  echo "SKIP: ragtag was built without ZeroMQ/msgpack-c"
+  exit 77
+fi
+tmp=$(mktemp -d)
+pids=""
+cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+# Ports: 31000-31999, this test's own block (below Linux's ephemeral range).
+port=$((31000 + ($$ % 97) * 10))
+fails=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+
+worker() { # name [wrapper...]: a worker joining this run's coordinator
+  name=$1
+  shift
+  "$@" "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$name" --threads 1 \
+    --connect-timeout 60 >"$tmp/$name.log" 2>&1 &
+  pids="$pids $!"
+}
+
+run() { # label workers [coord flags]: the coordinator of one run, its workers started first
+  label=$1 n=$2
+  shift 2
+  "$RAGTAG" coord "$top_srcdir/examples/lenet.cfg" --listen "tcp://127.0.0.1:$port" --workers "$n" \
+    --join-timeout 60 --data fashion-mnist --limit 3200 --val 0 --epochs 2 --batch 64 --seed 5 \
+    --partition static --progress off "$@" >"$tmp/$label.coord" 2>&1
+  rc=$?
+  for p in $pids; do wait "$p" 2>/dev/null || true; done
+  pids=""
+  port=$((port + 1))
+  return $rc
+}
+
+hash_of() { sed -n 's/.*replicas identical: parameter hash \([0-9a-f]*\).*/\1/p' "$tmp/$1.coord"; }
+in_place() { grep -l "gradient sums: in place, in this host's shared memory, by all $2 workers" "$tmp"/$1*.log | wc -l; }
+
+# 2 workers: in place, and the bits of the ring's run
+worker a1
+worker a2
+run two 2 || bad "2 workers in place: the run failed: $(tail -n 3 "$tmp/two.coord")"
+[ "$(in_place a 2)" = 2 ] && ok "2 workers of one host sum in place" ||
+  bad "2 workers did not both say they sum in place: $(grep -h 'gradient sums' "$tmp"/a*.log)"
+worker b1
+worker b2
+run ring 2 --no-shm || bad "2 workers through the ring: the run failed: $(tail -n 3 "$tmp/ring.coord")"
+grep -q "gradient sums" "$tmp"/b*.log && bad "--no-shm workers summed in place"
+h1=$(hash_of two) h2=$(hash_of ring)
+[ -n "$h1" ] && [ "$h1" = "$h2" ] && ok "in place and through the ring: the same parameters ($h1)" ||
+  bad "in place $h1, through the ring $h2: not the same parameters"
+
+# 3 workers in place
+worker c1
+worker c2
+worker c3
+run three 3 || bad "3 workers in place: the run failed: $(tail -n 3 "$tmp/three.coord")"
+[ "$(in_place c 3)" = 3 ] && [ -n "$(hash_of three)" ] &&
+  ok "3 workers sum in place, replicas identical" ||
+  bad "3 workers: $(grep -h 'gradient sums' "$tmp"/c*.log; grep -h 'replicas' "$tmp/three.coord")"
+
+# a worker on another "host": everybody on the ring
+if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1; then
+  echo "SKIP (part): a worker with its own /dev/shm needs root and unshare"
+else
+  worker d1
+  worker d2
+  worker d3 unshare -m sh -c 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"' sh
+  run apart 3 || bad "a worker of another host: the run failed: $(tail -n 3 "$tmp/apart.coord")"
+  n=$(grep -l "gradient sums: through the ring (3 workers)" "$tmp"/d*.log | wc -l)
+  [ "$n" = 3 ] && [ "$(in_place d 3)" = 0 ] && [ -n "$(hash_of apart)" ] &&
+    ok "with a worker on another host all 3 sum through the ring, replicas identical" ||
+    bad "another host: $(grep -h 'gradient sums\|ring formed' "$tmp"/d*.log; tail -n 2 "$tmp/apart.coord")"
+fi
+[ $fails = 0 ] || exit 1
