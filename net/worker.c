@@ -94,6 +94,7 @@ struct host_range {
 
 struct host_sums {
     rt_hostreduce *hr; /* this worker's gradient segment (NULL: none) */
+    bool private_grads; /* the replica's gradient is not in it */
     uint64_t gen;      /* the generation decided (0: none yet) */
     bool on;           /* every member of it sums in place */
     bool told, said;   /* the log said so, and what */
@@ -943,14 +944,19 @@ static float *w_shared_floats(void *ctx, size_t n)
 {
     struct worker *w = ctx;
     struct host_sums *hs = &w->hs;
-    if (!w->allow_shm || hs->hr)
+    size_t got;
+    if (hs->hr) { /* a later replica of this process: the same memory */
+        float *f = rt_hostreduce_floats(hs->hr, &got);
+        hs->private_grads = got != n; /* another model: its gradient is not there */
+        return hs->private_grads ? NULL : f;
+    }
+    if (!w->allow_shm)
         return NULL;
     if (!(hs->hr = rt_hostreduce_new(w->me.shm, n))) {
         say(w, "%s: the gradient is summed through the ring", rt_error_detail());
         rt_error_clear();
         return NULL;
     }
-    size_t got;
     return rt_hostreduce_floats(hs->hr, &got);
 }
 
@@ -962,7 +968,7 @@ static int hs_decide(struct worker *w)
     struct host_sums *hs = &w->hs;
     if (hs->gen == w->ms.gen)
         return RT_OK;
-    bool ok = hs->hr && w->world > 1;
+    bool ok = hs->hr && !hs->private_grads && w->world > 1;
     const char *secrets[RT_MAX_WORKERS];
     for (int r = 0; ok && r < w->world; r++) {
         ok = rt_membership_same_host(&w->ms, w->rank, r);

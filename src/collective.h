@@ -70,7 +70,8 @@ struct rt_collective_ops {
      * read where it lies: the replica keeps its gradient there, so that a
      * sum over workers who all share the host copies nothing (the worker's
      * allreduce and submit then read it in place: net/hostreduce.h). NULL,
-     * or NULL returned: an ordinary buffer. Once a process. */
+     * or NULL returned: an ordinary buffer. The same memory on every call
+     * of a process (one replica at a time); NULL for another n. */
     float *(*shared_floats)(void *ctx, size_t n);
 };
 
