@@ -1014,6 +1014,8 @@ static void hs_waiting(void *arg, bool on) { rt_comm_waiting(((struct worker *)a
 
 static int hs_sum(struct worker *w, size_t lo, size_t hi)
 {
+    /* once a new generation is announced no sum starts, as on the ring */
+    RT_TRY(hs_check(w));
     struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
     uint32_t agreed = 0;
     int rc = rt_hostreduce_allreduce(w->hs.hr, lo, hi, w->votes_out | w->votes_in, &agreed, &hw);
