@@ -1014,8 +1014,6 @@ static void hs_waiting(void *arg, bool on) { rt_comm_waiting(((struct worker *)a
 
 static int hs_sum(struct worker *w, size_t lo, size_t hi)
 {
-    /* once a new generation is announced no sum starts, as on the ring */
-    RT_TRY(hs_check(w));
     struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
     uint32_t agreed = 0;
     int rc = rt_hostreduce_allreduce(w->hs.hr, lo, hi, w->votes_out | w->votes_in, &agreed, &hw);
@@ -1116,6 +1114,8 @@ static uint32_t w_agreed(void *ctx)
     return v;
 }
 
+static bool w_changing(void *ctx) { return rt_comm_members_changing(((struct worker *)ctx)->comm); }
+
 static const struct rt_collective_ops worker_collectives = {
     .reduce_scatter = w_rs,
     .all_gather = w_ag,
@@ -1128,6 +1128,7 @@ static const struct rt_collective_ops worker_collectives = {
     .agreed = w_agreed,
     .regroup = w_regroup,
     .shared_floats = w_shared_floats,
+    .changing = w_changing,
 };
 
 /* Gossip: every rank's inbox, passed round the ring, then a socket to each;

@@ -73,6 +73,10 @@ struct rt_collective_ops {
      * or NULL returned: an ordinary buffer. The same memory on every call
      * of a process (one replica at a time); NULL for another n. */
     float *(*shared_floats)(void *ctx, size_t n);
+    /* A new generation is announced and not formed yet: a step that has
+     * not begun regroups first, so the change redoes nothing. NULL: the
+     * collectives alone say so. */
+    bool (*changing)(void *ctx);
 };
 
 typedef struct rt_collective {

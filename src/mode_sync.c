@@ -103,6 +103,11 @@ static int sync_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
 static int sync_part(struct rt_trainer *t, struct rt_step *s)
 {
     struct rt_dist *d = t->ms;
+    const rt_collective *c = t->coll;
+    if (c->ops->changing && c->ops->changing(c->ctx)) {
+        s->not_begun = true; /* the members change: regroup at this step's start */
+        return rt_error(RT_ERR_REGROUP, "the members change before step %ld", t->pos.step);
+    }
     /* re-planned on every worker at once: the votes that asked for it
      * reached everybody */
     RT_TRY(rt_planner_replan_if_due(&d->pl, t->pos.step));

@@ -346,7 +346,8 @@ static int step_or_regroup(struct rt_trainer *t, struct rt_epoch *e, struct rt_s
         return rc;
     long step = t->pos.step, done = e->done;
     RT_TRY(regroup(t));
-    count_redone(t, e, step, done);
+    if (!s->not_begun || t->pos.step != step)
+        count_redone(t, e, step, done);
     return RT_OK;
 }
 

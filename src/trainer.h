@@ -88,6 +88,7 @@ struct rt_step {
     bool exchanged;                /* this step talked to the other workers */
     bool stop;                     /* every worker stops at this step */
     bool leave_epoch;              /* this worker's part of the epoch is over */
+    bool not_begun;                /* RT_ERR_REGROUP before any work: nothing to redo */
 };
 
 enum rt_ckpt_which { RT_CKPT_LAST, RT_CKPT_BEST, RT_CKPT_STOP, RT_CKPT_FINAL };

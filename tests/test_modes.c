@@ -31,6 +31,8 @@ struct mock {
     long regroup_at_ar;  /* this float allreduce answers RT_ERR_REGROUP (0: none) */
     long regroup_at_ar64;/* ... this f64 allreduce */
     long regroups;
+    long changing_after_ar; /* changing() says so once this many float allreduces ran,
+                               until the regroup (0: never) */
     uint32_t votes;
     long stop_at_rs; /* agreed() says stop once this many reduce-scatters ran (0: never) */
     long stop_at_ar; /* ... once this many float allreduces ran (0: never) */
@@ -41,6 +43,7 @@ struct mock {
     bool ready;
     char summary[2048];  /* what ready said */
     double last_lr;      /* the lr of the last metrics line */
+    long redone;         /* the metrics lines' steps_redone, summed */
     size_t opt_floats;   /* the optimiser state a checkpoint holds (0: all parameters) */
 };
 
@@ -94,9 +97,16 @@ static int m_regroup(void *ctx, int *rank, int *world)
     return RT_OK;
 }
 
+static bool m_changing(void *ctx)
+{
+    struct mock *m = ctx;
+    return m->changing_after_ar && m->ar == m->changing_after_ar && m->regroups == 0;
+}
+
 static const struct rt_collective_ops mock_coll = {
     .reduce_scatter = m_rs, .all_gather = m_ag, .allreduce = m_ar, .allreduce_f64 = m_ar64,
     .broadcast = m_bcast, .vote = m_vote, .agreed = m_agreed, .regroup = m_regroup,
+    .changing = m_changing,
 };
 
 static int r_ready(void *ctx, double ips, const char *summary)
@@ -125,6 +135,8 @@ static int r_metrics(void *ctx, const struct rt_train_field *f, int n)
     for (int i = 0; i < n; i++)
         if (!strcmp(f[i].key, "lr"))
             m->last_lr = f[i].num;
+        else if (!strcmp(f[i].key, "steps_redone"))
+            m->redone += f[i].integer;
     return RT_OK;
 }
 static int r_checkpoint(void *ctx, const char *which, const struct rt_ckpt_part *p)
@@ -255,9 +267,34 @@ static void test_regroup_redoes_the_step(void **state)
     assert_int_equal(m.regroups, 2);
     assert_int_equal(r2.steps, 34);
     assert_int_equal(m.ar, 35); /* one step twice */
+    assert_int_equal(m.redone, 1);
     assert_int_equal(m.ar64, 1 + 1 + 1 + 2); /* recovery, val (cut), recovery, val, test */
     assert_true(r1.test_acc == r2.test_acc);
     assert_true(r1.train_loss == r2.train_loss || fabs(r1.train_loss - r2.train_loss) < 1e-5);
+}
+
+/* A new generation announced between two steps: the worker regroups
+ * before the 12th step begins, computes every step once, counts nothing
+ * redone, and ends with one process's weights. */
+static void test_regroup_at_a_step_start_redoes_nothing(void **state)
+{
+    (void)state;
+    char one[512], dist[512];
+    snprintf(one, sizeof one, "%s/one-rb.safetensors", tu_tmpdir());
+    snprintf(dist, sizeof dist, "%s/dist-rb.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r1, r2;
+    base_config(&c, one);
+    assert_int_equal(rt_train_run(&c, &r1), 0);
+    snprintf(c.save_path, sizeof c.save_path, "%s", dist);
+    struct mock m = {.changing_after_ar = 11};
+    struct rt_train_net net = mock_net(&m);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
+    tu_assert_same_weights(one, dist);
+    assert_int_equal(m.regroups, 1);
+    assert_int_equal(r2.steps, 34);
+    assert_int_equal(m.ar, 34); /* no step twice */
+    assert_int_equal(m.redone, 0);
 }
 
 /* Average mode talks to the others every --sync-every steps only (and at
@@ -364,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_sync_clipping_needs_one_more_reduction),
         cmocka_unit_test(test_stop_vote_stops_at_that_step),
         cmocka_unit_test(test_regroup_redoes_the_step),
+        cmocka_unit_test(test_regroup_at_a_step_start_redoes_nothing),
         cmocka_unit_test(test_average_exchanges_every_h_steps),
         cmocka_unit_test(test_sync_freeze_exchanges_the_trainable_part),
         cmocka_unit_test(test_lr_scale),
