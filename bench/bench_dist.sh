@@ -3,15 +3,18 @@
 # (../shared/bench/README.md has what these machines showed before).
 #
 #   bench/bench_dist.sh allreduce   ring allreduce busbw and latency, 2 and 4 processes:
-#                                   ragtag over shared memory (local workers), over raw
-#                                   TCP links and over ZeroMQ/TCP (as between hosts),
+#                                   ragtag over shared memory (the ring between local
+#                                   workers), in place (the gradient's sum when every
+#                                   worker shares the host), over raw TCP links and
+#                                   over ZeroMQ/TCP (as between hosts),
 #                                   OpenMPI over shared memory and over TCP, PyTorch's
 #                                   Gloo, and a plain TCP stream (bench/tcp_stream)
 #   bench/bench_dist.sh security    the same over TCP with CurveZMQ and --insecure (and
 #                                   training with --link-security token)
 #   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
 #                                   thread (gradient reduced during backward, and after
-#                                   it: --overlap=off) against 1 process x 2 threads
+#                                   it: --overlap=off; both sum in place now that the
+#                                   workers share the host) against 1 process x 2 threads
 #
 # Environment: BUILD (default .: the build directory with src/ragtag,
 # bench/bench_allreduce and bench/tcp_stream, `make bench` builds them), SHARED (default
@@ -55,6 +58,7 @@ allreduce() {
     echo "==== $n processes ===="
     "$ar" -n $n --max "$SIZES_MAX" --links shm | tee "$tmp/r_shm_$n"
     "$ar" -n $n --max "$SIZES_MAX" --links shm --actor > "$tmp/r_act_$n"
+    "$ar" -n $n --max "$SIZES_MAX" --links host | tee "$tmp/r_host_$n"
     "$BUILD/bench/tcp_stream" | tee -a "$tmp/stream"
     "$ar" -n $n --max "$SIZES_MAX" --links tcp | tee "$tmp/r_tcp_$n"
     "$ar" -n $n --max "$SIZES_MAX" --links tcp --zmq | tee "$tmp/r_zmq_$n"
@@ -76,6 +80,8 @@ allreduce() {
       "$(awk '$1 == 4096 { print $4 }' "$tmp/r_shm_$n")"
     printf "%d procs  ragtag shm (via comm thread)    %s, p50 %s us\n" $n "$(summary "$tmp/r_act_$n" 6 3)" \
       "$(awk '$1 == 4096 { print $4 }' "$tmp/r_act_$n")"
+    printf "%d procs  ragtag in place (one host)      %s, p50 %s us\n" $n "$(summary "$tmp/r_host_$n" 6 3)" \
+      "$(awk '$1 == 4096 { print $4 }' "$tmp/r_host_$n")"
     printf "%d procs  ragtag raw TCP 127.0.0.x        %s, p50 %s us\n" $n "$(summary "$tmp/r_tcp_$n" 6 3)" \
       "$(awk '$1 == 4096 { print $4 }' "$tmp/r_tcp_$n")"
     printf "%d procs  ragtag ZeroMQ/TCP 127.0.0.x     %s, p50 %s us\n" $n "$(summary "$tmp/r_zmq_$n" 6 3)" \
