@@ -121,6 +121,16 @@ static void test_two(void **state) { (void)state; run_world(2); }
 static void test_three(void **state) { (void)state; run_world(3); }
 static void test_four(void **state) { (void)state; run_world(4); }
 
+/* Secrets of ranks 0 and 1 under a tag of this process and salt, and rank
+ * 0's segment of n floats (NULL: no /dev/shm here). */
+static rt_hostreduce *first_of_two(unsigned salt, char a[17], char b[17], size_t n)
+{
+    unsigned tag = (unsigned)getpid() ^ salt;
+    secret(a, tag, 0);
+    secret(b, tag, 1);
+    return rt_hostreduce_new(a, n);
+}
+
 static int checks;
 static int give_up_later(void *arg)
 {
@@ -134,10 +144,7 @@ static void test_absent_peer(void **state)
 {
     (void)state;
     char a[17], b[17];
-    unsigned tag = (unsigned)getpid() ^ 0x5a5a0000u;
-    secret(a, tag, 0);
-    secret(b, tag, 1);
-    rt_hostreduce *me = rt_hostreduce_new(a, 64), *silent = rt_hostreduce_new(b, 64);
+    rt_hostreduce *me = first_of_two(0x5a5a0000u, a, b, 64), *silent = rt_hostreduce_new(b, 64);
     if (!me)
         skip();
     assert_non_null(silent);
@@ -161,10 +168,7 @@ static void test_not_a_peer(void **state)
 {
     (void)state;
     char a[17], b[17], path[96];
-    unsigned tag = (unsigned)getpid() ^ 0xa5a50000u;
-    secret(a, tag, 0);
-    secret(b, tag, 1);
-    rt_hostreduce *me = rt_hostreduce_new(a, 64);
+    rt_hostreduce *me = first_of_two(0xa5a50000u, a, b, 64);
     if (!me)
         skip();
     const char *secs[] = {a, b};
@@ -204,9 +208,7 @@ static void test_sweep_dead_owner(void **state)
     (void)state;
     char a[17], b[17], live[96], dead[96];
     unsigned tag = (unsigned)getpid() ^ 0x3c3c0000u;
-    secret(a, tag, 0);
-    secret(b, tag, 1);
-    rt_hostreduce *mine = rt_hostreduce_new(a, 64);
+    rt_hostreduce *mine = first_of_two(0x3c3c0000u, a, b, 64);
     if (!mine)
         skip();
     pid_t pid = fork();

@@ -246,24 +246,32 @@ static void test_stop_vote_stops_at_that_step(void **state)
     assert_int_equal(m.last_ckpt_step, 7);
 }
 
+/* One process, then the same run through the mock collective m (files
+ * named by tag): both must end with the same weights. */
+static void one_then_dist(const char *tag, struct mock *m, struct rt_train_result *r1,
+                          struct rt_train_result *r2)
+{
+    char one[512], dist[512];
+    snprintf(one, sizeof one, "%s/one-%s.safetensors", tu_tmpdir(), tag);
+    snprintf(dist, sizeof dist, "%s/dist-%s.safetensors", tu_tmpdir(), tag);
+    struct rt_train_config c;
+    base_config(&c, one);
+    assert_int_equal(rt_train_run(&c, r1), 0);
+    snprintf(c.save_path, sizeof c.save_path, "%s", dist);
+    struct rt_train_net net = mock_net(m);
+    assert_int_equal(rt_train_run_dist(&c, &net, r2), 0);
+    tu_assert_same_weights(one, dist);
+}
+
 /* The members change under the 12th step's allreduce, then under the
  * epoch's close (the validation's reduction): the step and the close are
  * redone, and the run ends with one process's weights and counts. */
 static void test_regroup_redoes_the_step(void **state)
 {
     (void)state;
-    char one[512], dist[512];
-    snprintf(one, sizeof one, "%s/one-rg.safetensors", tu_tmpdir());
-    snprintf(dist, sizeof dist, "%s/dist-rg.safetensors", tu_tmpdir());
-    struct rt_train_config c;
     struct rt_train_result r1, r2;
-    base_config(&c, one);
-    assert_int_equal(rt_train_run(&c, &r1), 0);
-    snprintf(c.save_path, sizeof c.save_path, "%s", dist);
     struct mock m = {.regroup_at_ar = 12, .regroup_at_ar64 = 2}; /* 1: the recovery's */
-    struct rt_train_net net = mock_net(&m);
-    assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
-    tu_assert_same_weights(one, dist);
+    one_then_dist("rg", &m, &r1, &r2);
     assert_int_equal(m.regroups, 2);
     assert_int_equal(r2.steps, 34);
     assert_int_equal(m.ar, 35); /* one step twice */
@@ -279,18 +287,9 @@ static void test_regroup_redoes_the_step(void **state)
 static void test_regroup_at_a_step_start_redoes_nothing(void **state)
 {
     (void)state;
-    char one[512], dist[512];
-    snprintf(one, sizeof one, "%s/one-rb.safetensors", tu_tmpdir());
-    snprintf(dist, sizeof dist, "%s/dist-rb.safetensors", tu_tmpdir());
-    struct rt_train_config c;
     struct rt_train_result r1, r2;
-    base_config(&c, one);
-    assert_int_equal(rt_train_run(&c, &r1), 0);
-    snprintf(c.save_path, sizeof c.save_path, "%s", dist);
     struct mock m = {.changing_after_ar = 11};
-    struct rt_train_net net = mock_net(&m);
-    assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
-    tu_assert_same_weights(one, dist);
+    one_then_dist("rb", &m, &r1, &r2);
     assert_int_equal(m.regroups, 1);
     assert_int_equal(r2.steps, 34);
     assert_int_equal(m.ar, 34); /* no step twice */
