@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -48,14 +47,6 @@ struct stats {
 
 static size_t min_bytes = 4096, max_bytes = (size_t)64 << 20;
 static bool use_actor, use_host;
-
-static double cpu_now(void)
-{
-    struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
-           ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) * 1e-6;
-}
 
 /* --links host: each rank's buffer in its segment, the others' mapped. */
 static rt_hostreduce *host_group(rt_ring *ring, int rank, size_t n)
@@ -129,14 +120,14 @@ static int bench(rt_ring *ring, int rank, int out_fd, void *arg)
         st.ok[k] = buf[0] == expect && buf[n - 1] == expect && buf[n / 2] == expect;
         for (int i = 0; i < warm; i++)
             rc |= sum(ring, comm, h, buf, n);
-        double t0 = rt_now(), c0 = cpu_now();
+        double t0 = rt_now(), c0 = rt_cpu_now();
         for (int i = 0; i < reps; i++) {
             double a = rt_now();
             rc |= sum(ring, comm, h, buf, n);
             times[i] = rt_now() - a;
         }
         st.mean[k] = (rt_now() - t0) / reps;
-        st.cpu[k] = (cpu_now() - c0) / reps;
+        st.cpu[k] = (rt_cpu_now() - c0) / reps;
         if (rc < 0) {
             fprintf(stderr, "rank %d: %s\n", rank, rt_error_detail());
             return 2;

@@ -292,7 +292,7 @@ static int wait_mark(rt_hostreduce *h, int r, uint64_t want, const struct rt_hos
     double t0 = rt_now();
     while (rc == 0 && rt_now() - t0 < HR_SPIN_S)
         for (int i = 0; i < 16 && (rc = reached(h, r, want)) == 0; i++)
-            __builtin_ia32_pause();
+            rt_spin_pause();
     if (rc != 0)
         return rc < 0 ? rc : RT_OK;
     struct hr_hdr *p = h->peers[r].h;

@@ -1003,7 +1003,7 @@ static int run_plan(rt_ring *r, struct plan *p)
         if (++spins == 1 && adapt)
             stall_at = rt_now();
         if (spins < spin_max) {
-            __builtin_ia32_pause();
+            rt_spin_pause();
             continue;
         }
         now = rt_now();
