@@ -78,8 +78,10 @@ run three 3 || bad "3 workers in place: the run failed: $(tail -n 3 "$tmp/three.
   bad "3 workers: $(grep -h 'gradient sums' "$tmp"/c*.log; grep -h 'replicas' "$tmp/three.coord")"
 
 # a worker on another "host": everybody on the ring
-if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1; then
-  echo "SKIP (part): a worker with its own /dev/shm needs root and unshare"
+if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1 ||
+  ! unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>/dev/null; then
+  echo "SKIP (part): a worker with its own /dev/shm needs root, unshare and a tmpfs mount" \
+    "in a private mount namespace"
 else
   worker d1
   worker d2
