@@ -999,15 +999,26 @@ static bool hs_covers(struct worker *w, const void *buf, size_t hi)
     return w->hs.on && buf == rt_hostreduce_floats(w->hs.hr, &n) && hi <= n;
 }
 
+/* Work that waits outside the comm thread's collectives (gossip's steps
+ * and drain, sums in place) sees a change of members, or an abort of the
+ * run, here. */
+static int members_changing(struct worker *w)
+{
+    return rt_comm_members_changing(w->comm)
+               ? rt_error(RT_ERR_REGROUP, "the members changed: a new generation forms")
+               : RT_OK;
+}
+
+static int run_aborted(struct worker *w)
+{
+    const char *why = rt_comm_aborted(w->comm);
+    return why ? rt_error(RT_ERR_NET, "%s", why) : RT_OK;
+}
+
 static int hs_check(void *arg)
 {
-    struct worker *w = arg;
-    const char *why = rt_comm_aborted(w->comm);
-    if (why)
-        return rt_error(RT_ERR_NET, "%s", why);
-    return rt_comm_members_changing(w->comm)
-               ? rt_error(RT_ERR_REGROUP, "the members changed during a sum")
-               : RT_OK;
+    RT_TRY(run_aborted(arg));
+    return members_changing(arg);
 }
 
 static void hs_waiting(void *arg, bool on) { rt_comm_waiting(((struct worker *)arg)->comm, on); }
@@ -1203,14 +1214,6 @@ static int w_gossip_begin(void *ctx, size_t n, long first_epoch)
     return rc;
 }
 
-/* A step uses no collective: a change of members is seen here. */
-static int members_changing(struct worker *w)
-{
-    return rt_comm_members_changing(w->comm)
-               ? rt_error(RT_ERR_REGROUP, "the members changed: the gossip links are re-formed")
-               : RT_OK;
-}
-
 static int w_gossip_step(void *ctx, float *params, size_t n, bool initiate)
 {
     (void)n;
@@ -1227,9 +1230,7 @@ static int drain_or_abort(struct worker *w, float *params, long epoch)
         int rc = rt_gossip_drain(w->gossip, params, (uint64_t)epoch, 1.0);
         if (rc != RT_ERR_TIMEOUT)
             return rc;
-        const char *why = rt_comm_aborted(w->comm);
-        if (why)
-            return rt_error(RT_ERR_NET, "%s", why);
+        RT_TRY(run_aborted(w));
     }
 }
 
