@@ -76,6 +76,11 @@ static int gossip_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
 {
     struct gossip *g = t->ms;
     struct rt_planner *pl = &g->d.pl;
+    /* the epoch's start is the agreement a change of members goes back
+     * to, from here on: the re-plan below may meet one (the close before
+     * it is not done again) */
+    if (!rt_commit_here(&g->agreed, t))
+        RT_TRY(rt_commit_take(&g->agreed, t));
     RT_TRY(rt_planner_replan(pl, t->pos.step, rt_planner_rate(pl), "epoch start"));
     long nb = rt_loader_batches(t->loader);
     rt_plan_shares(nb, t->world, pl->speed, NULL, pl->nshare);
@@ -101,7 +106,7 @@ static int gossip_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
     e->first = g->first;
     e->count = g->count;
     e->whole = true; /* an epoch a checkpoint stopped inside starts over */
-    return rt_commit_here(&g->agreed, t) ? RT_OK : rt_commit_take(&g->agreed, t);
+    return RT_OK;
 }
 
 static int gossip_part(struct rt_trainer *t, struct rt_step *s)

@@ -351,16 +351,33 @@ static int step_or_regroup(struct rt_trainer *t, struct rt_epoch *e, struct rt_s
     return RT_OK;
 }
 
+/* The mode's start of the epoch (gossip's re-plan is a collective); 1
+ * when the members change under it: the walk starts again from the new
+ * group's position, having taken no step (only steps the position went
+ * back over are redone). */
+static int begin_or_regroup(struct rt_trainer *t, struct rt_epoch *e)
+{
+    int rc = t->mode->epoch_begin(t, e);
+    if (rc != RT_ERR_REGROUP)
+        return rc;
+    long step = t->pos.step;
+    RT_TRY(regroup(t));
+    e->redone += t->pos.step < step ? step - t->pos.step : 0;
+    return 1;
+}
+
 /* This worker's walk of the epoch's batches from where the position is;
  * 1 when a change of members sends it back to start again. */
 static int walk_epoch(struct rt_trainer *t, struct rt_epoch *e, double *last_report)
 {
     e->first = t->pos.step - e->epoch * t->spe;
     e->count = -1;
-    RT_TRY(t->mode->epoch_begin(t, e));
+    int rc = begin_or_regroup(t, e);
+    if (rc != RT_OK)
+        return rc;
     RT_TRY(rt_loader_start(t->loader, e->epoch, e->first));
     struct window w = {0};
-    int rc = 1;
+    rc = 1;
     struct rt_step s;
     bool redo;
     while (!steps_over(t, e) && (e->count < 0 || e->done < e->count) &&

@@ -30,6 +30,7 @@ struct mock {
     size_t ar_elems;     /* of the last float allreduce */
     long regroup_at_ar;  /* this float allreduce answers RT_ERR_REGROUP (0: none) */
     long regroup_at_ar64;/* ... this f64 allreduce */
+    size_t ar64_sizes[64];  /* the element counts of the first 64 f64 allreduces */
     long regroups;
     long changing_after_ar; /* changing() says so once this many float allreduces ran,
                                until the regroup (0: never) */
@@ -68,6 +69,8 @@ static int m_ar64(void *ctx, double *buf, size_t n)
 {
     struct mock *m = ctx;
     m->ar64++;
+    if (m->ar64 <= 64)
+        m->ar64_sizes[m->ar64 - 1] = n;
     if (m->ar64 == m->regroup_at_ar64)
         return RT_ERR_REGROUP;
     m->ar64_elems += (long)n;
@@ -107,6 +110,14 @@ static const struct rt_collective_ops mock_coll = {
     .reduce_scatter = m_rs, .all_gather = m_ag, .allreduce = m_ar, .allreduce_f64 = m_ar64,
     .broadcast = m_bcast, .vote = m_vote, .agreed = m_agreed, .regroup = m_regroup,
     .changing = m_changing,
+};
+
+/* gossip's links, for one rank: nobody to average with */
+static int p_begin(void *ctx, size_t n, long first_epoch) { return RT_OK; }
+static int p_step(void *ctx, float *params, size_t n, bool initiate) { return 0; }
+static int p_drain(void *ctx, float *params, size_t n, long epoch) { return RT_OK; }
+static const struct rt_pairwise_ops mock_pairwise = {
+    .begin = p_begin, .step = p_step, .drain = p_drain,
 };
 
 static int r_ready(void *ctx, double ips, const char *summary)
@@ -162,6 +173,7 @@ static struct rt_train_net mock_net(struct mock *m)
     return (struct rt_train_net){
         .coll = {.ops = &mock_coll, .ctx = m, .rank = 0, .world = 1},
         .report = {.ops = &mock_rep, .ctx = m, .want_checkpoints = true},
+        .pairwise = {.ops = &mock_pairwise, .ctx = m},
     };
 }
 
@@ -296,6 +308,45 @@ static void test_regroup_at_a_step_start_redoes_nothing(void **state)
     assert_int_equal(m.redone, 0);
 }
 
+/* Gossip re-plans each epoch's local batches at its start, with one sum
+ * of the speeds (3 numbers a rank): the members change under epoch 2's.
+ * The worker regroups there and walks epoch 2 from its start, redoing
+ * nothing, and ends where the same run without the change ends. */
+static void test_gossip_regroup_at_an_epoch_start(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/gossip.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r1, r2;
+    base_config(&c, path);
+    c.mode = RT_MODE_GOSSIP;
+    c.epochs = 2;
+    struct mock m1 = {0};
+    struct rt_train_net net = mock_net(&m1);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r1), 0);
+    /* epoch 2's re-plan: the sum right before its close's first (the
+     * consensus distance, 2 numbers; epoch 1's close: 2, 6, then the
+     * validation's and the test's 3 each) */
+    long at = 0, converges = 0;
+    for (long i = 0; i < m1.ar64 && i < 64 && !at; i++)
+        at = m1.ar64_sizes[i] == 2 && ++converges == 2 ? i : 0;
+    assert_true(at > 1 && m1.ar64_sizes[at - 1] == 3);
+    assert_true(at > 0);
+    struct mock m2 = {.regroup_at_ar64 = at};
+    net = mock_net(&m2);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
+    assert_int_equal(m2.regroups, 1);
+    assert_int_equal(r2.steps, r1.steps);
+    assert_int_equal(m2.redone, 0);
+    /* the one that failed, the recovery's (who holds the state); the
+     * epoch before is not closed again, nor reported twice */
+    assert_int_equal(m2.ar64, m1.ar64 + 1 + 1);
+    assert_int_equal(m2.metrics, m1.metrics);
+    assert_true(r1.test_acc == r2.test_acc);
+    assert_true(r1.params_hash == r2.params_hash);
+}
+
 /* Average mode talks to the others every --sync-every steps only (and at
  * the epoch's end); a stop voted then stops it there. */
 static void test_average_exchanges_every_h_steps(void **state)
@@ -401,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_stop_vote_stops_at_that_step),
         cmocka_unit_test(test_regroup_redoes_the_step),
         cmocka_unit_test(test_regroup_at_a_step_start_redoes_nothing),
+        cmocka_unit_test(test_gossip_regroup_at_an_epoch_start),
         cmocka_unit_test(test_average_exchanges_every_h_steps),
         cmocka_unit_test(test_sync_freeze_exchanges_the_trainable_part),
         cmocka_unit_test(test_lr_scale),
