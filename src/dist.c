@@ -211,15 +211,6 @@ int rt_dist_epoch_sums(struct rt_trainer *t, struct rt_epoch *e)
     return RT_OK;
 }
 
-int rt_dist_log_window(struct rt_trainer *t, const struct rt_step *s, double w[3], bool *emit,
-                       double *grad_norm)
-{
-    struct rt_dist *d = t->ms;
-    *emit = s->exchanged;
-    *grad_norm = d->last_norm;
-    return s->exchanged ? COLL(t)->allreduce_f64(CTX(t), w, 3) : RT_OK;
-}
-
 /* Loss and accuracy over the whole of ds: each rank evaluates its share. */
 int rt_dist_evaluate(struct rt_trainer *t, const rt_dataset *ds, double *loss, double *acc)
 {

@@ -32,9 +32,6 @@ int rt_dist_begin(struct rt_trainer *t, const char *mode_words);
 /* The epoch's sums over all workers, the state averaged, and the check
  * that every sample was used exactly once. */
 int rt_dist_epoch_sums(struct rt_trainer *t, struct rt_epoch *e);
-/* The window of a --log-every line over all workers, on exchanging steps. */
-int rt_dist_log_window(struct rt_trainer *t, const struct rt_step *s, double w[3], bool *emit,
-                       double *grad_norm);
 int rt_dist_evaluate(struct rt_trainer *t, const rt_dataset *ds, double *loss, double *acc);
 int rt_dist_agree(struct rt_trainer *t, void *buf, size_t bytes);
 int rt_dist_checkpoint(struct rt_trainer *t, enum rt_ckpt_which which);

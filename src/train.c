@@ -633,6 +633,18 @@ static int close_epoch(struct rt_trainer *t, struct rt_epoch *e, bool *stop_earl
     }
 }
 
+/* The best weights back after the last epoch, again when the members
+ * change under their evaluation (the new group holds the same best). */
+static int restore_best_or_regroup(struct rt_trainer *t)
+{
+    for (;;) {
+        int rc = restore_best(t);
+        if (rc != RT_ERR_REGROUP)
+            return rc;
+        RT_TRY(regroup(t));
+    }
+}
+
 static int fit(struct rt_trainer *t)
 {
     bool stop_early = false, again = false;
@@ -652,7 +664,7 @@ static int fit(struct rt_trainer *t)
             stop_early = t->res->stopped_early = stops_early(t);
     }
     if (t->c.patience > 0 && t->have_best)
-        RT_TRY(restore_best(t));
+        RT_TRY(restore_best_or_regroup(t));
     if (t->c.save_path[0])
         RT_TRY(rt_checkpoint_save(t->c.save_path, t->m, NULL, &t->pos));
     return t->mode->end(t);

@@ -347,6 +347,34 @@ static void test_gossip_regroup_at_an_epoch_start(void **state)
     assert_true(r1.params_hash == r2.params_hash);
 }
 
+/* Early stopping's best weights are evaluated again after the last
+ * epoch; the members change under that evaluation: the worker regroups,
+ * evaluates them again and ends as the run without the change. */
+static void test_regroup_in_the_final_evaluation(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/best.safetensors", tu_tmpdir());
+    struct rt_train_config c;
+    struct rt_train_result r1, r2;
+    base_config(&c, path);
+    c.epochs = 2;
+    c.patience = 2;
+    struct mock m1 = {0};
+    struct rt_train_net net = mock_net(&m1);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r1), 0);
+    /* the run ends with the best weights' validation and test: 3 each */
+    assert_true(m1.ar64 > 2 && m1.ar64_sizes[m1.ar64 - 2] == 3);
+    struct mock m2 = {.regroup_at_ar64 = m1.ar64 - 1};
+    net = mock_net(&m2);
+    assert_int_equal(rt_train_run_dist(&c, &net, &r2), 0);
+    assert_int_equal(m2.regroups, 1);
+    assert_int_equal(m2.ar64, m1.ar64 + 1 + 1); /* the one that failed, the recovery's */
+    assert_int_equal(r2.best_epoch, r1.best_epoch);
+    assert_true(r1.val_acc == r2.val_acc && r1.test_acc == r2.test_acc);
+    assert_true(r1.params_hash == r2.params_hash);
+}
+
 /* Average mode talks to the others every --sync-every steps only (and at
  * the epoch's end); a stop voted then stops it there. */
 static void test_average_exchanges_every_h_steps(void **state)
@@ -453,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_regroup_redoes_the_step),
         cmocka_unit_test(test_regroup_at_a_step_start_redoes_nothing),
         cmocka_unit_test(test_gossip_regroup_at_an_epoch_start),
+        cmocka_unit_test(test_regroup_in_the_final_evaluation),
         cmocka_unit_test(test_average_exchanges_every_h_steps),
         cmocka_unit_test(test_sync_freeze_exchanges_the_trainable_part),
         cmocka_unit_test(test_lr_scale),
