@@ -25,6 +25,7 @@ const char *rt_strerror(int status)
     case RT_ERR_REGROUP: return "the members changed";
     case RT_ERR_EXPELLED: return "expelled from the run";
     case RT_ERR_STANDBY: return "on standby";
+    case RT_ERR_NO_STATE: return "the run's state is lost";
     default: return "unknown error";
     }
 }

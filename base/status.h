@@ -29,7 +29,8 @@ typedef enum rt_status {
     RT_ERR_INTERRUPTED = -12, /* stopped by a signal */
     RT_ERR_REGROUP = -13,    /* the members of a run changed under a collective */
     RT_ERR_EXPELLED = -14,   /* this worker was dropped from its run */
-    RT_ERR_STANDBY = -15     /* too slow to help: this worker left the ring for now */
+    RT_ERR_STANDBY = -15,    /* too slow to help: this worker left the ring for now */
+    RT_ERR_NO_STATE = -16    /* no member of a run holds its state any more */
 } rt_status;
 
 /* Name of a status code, e.g. "format error". Never NULL. */

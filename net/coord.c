@@ -144,14 +144,17 @@ static int train_enter(struct coord *k)
     k->training = true;
     return RT_OK;
 }
-/* Every member of the current generation is done. */
+/* Every member of the current generation is done (none of it lost: a
+ * generation of members that all failed is not a finished run). */
 static bool train_finished(const struct coord *k)
 {
-    if (k->regroup_gen)
+    if (k->regroup_gen || k->ms.n == 0)
         return false;
-    for (int r = 0; r < k->ms.n; r++)
-        if (!k->w[k->by_rank[r]].done)
+    for (int r = 0; r < k->ms.n; r++) {
+        const struct coord_worker *w = &k->w[k->by_rank[r]];
+        if (!w->done || w->gone)
             return false;
+    }
     return true;
 }
 static int train_on_stop(struct coord *k)

@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "coord-impl.h"
 #include "status.h"
@@ -132,6 +133,20 @@ static int regroup_if_enough(struct coord *k)
     return RT_OK;
 }
 
+/* Where a run that stops for want of members can go on from. */
+static const char *resume_hint(const struct coord *k, char *out, size_t cap)
+{
+    struct stat st;
+    const char *last = k->ck.last_path;
+    if (last[0] && stat(last, &st) == 0)
+        snprintf(out, cap, "its last checkpoint, %s, is whole: run the coordinator again with "
+                           "--resume", last);
+    else
+        snprintf(out, cap, "no checkpoint to go on from (no --checkpoint DIR, or none written "
+                           "yet)");
+    return out;
+}
+
 /* A member out of the ring: lost, or gone on standby (event). */
 static int drop_member(struct coord *k, struct coord_worker *w, const char *event,
                        const char *why)
@@ -153,8 +168,11 @@ static int drop_member(struct coord *k, struct coord_worker *w, const char *even
                  left == 1 ? " continues" : "s continue");
     coord_report_event(k, event, w, why);
     w->rank = -1;
-    if (left == 0 && joiners(k, false) == 0)
-        return rt_error(RT_ERR_NET, "every worker was lost (the last: %s, %s)", w->m.name, why);
+    char hint[1300];
+    /* (a joiner holds no state: nothing to wait for) */
+    if (left == 0)
+        return rt_error(RT_ERR_NET, "every worker was lost (the last: %s, %s); %s", w->m.name,
+                        why, resume_hint(k, hint, sizeof hint));
     return regroup_if_enough(k);
 }
 
@@ -166,12 +184,24 @@ int coord_lose(struct coord *k, struct coord_worker *w, const char *why)
     return drop_member(k, w, "lost", why);
 }
 
+/* Every member that held the run's state is gone and those left had just
+ * joined: nothing in memory to go on from. The run stops. */
+static int state_lost(struct coord *k, struct coord_worker *w, const char *msg)
+{
+    char hint[1300];
+    return rt_error(RT_ERR_NO_STATE, "the run's state is lost: every member that held it is "
+                    "gone (%s, rank %d: %s); %s", w->m.name, w->rank, msg,
+                    resume_hint(k, hint, sizeof hint));
+}
+
 /* A member that stopped on a failure of the cluster's links (a ring that
  * would not form, a collective that timed out) is one lost: the others go
  * on. Any other failure (the data, the model, a diverged loss) would stop
  * them all the same way, so it stops the run, saying why. */
 int coord_member_failed(struct coord *k, struct coord_worker *w, int status, const char *msg)
 {
+    if (status == RT_ERR_NO_STATE && k->training)
+        return state_lost(k, w, msg);
     bool link = status == RT_ERR_NET || status == RT_ERR_TIMEOUT || status == RT_ERR_REGROUP;
     if (status == RT_ERR_STANDBY && k->training && !w->gone && w->rank >= 0)
         return drop_member(k, w, "standby", msg); /* it joins again, as a new member */

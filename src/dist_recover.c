@@ -52,8 +52,8 @@ static int find_source(struct rt_trainer *t, bool fresh, int *src)
         if (keys[r] > keys[best])
             best = r;
     if (keys[best] < 2.0)
-        return rt_error(RT_ERR_NET, "no member of the new group holds the run's state (all %d "
-                                    "just joined)", t->world);
+        return rt_error(RT_ERR_NO_STATE, "no member of the new group holds the run's state (all "
+                                         "%d just joined)", t->world);
     *src = best;
     return RT_OK;
 }
@@ -127,8 +127,9 @@ int rt_dist_recover(struct rt_trainer *t, bool fresh)
     d->no_state = false;
     RT_TRY(rt_planner_regroup(&d->pl));
     if (t->rank == 0)
-        RT_TRY(rt_trainer_say(t, "ragtag: [members] %d worker%s go on from step %ld (epoch %ld) "
-                                 "with the state of rank %d", t->world, t->world == 1 ? "" : "s",
+        RT_TRY(rt_trainer_say(t, "ragtag: [members] %d %s on from step %ld (epoch %ld) "
+                                 "with the state of rank %d", t->world,
+                              t->world == 1 ? "worker goes" : "workers go",
                               t->pos.step, t->pos.epoch + 1, src));
     return RT_OK;
 }

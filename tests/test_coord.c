@@ -248,11 +248,11 @@ static void fake_ready(struct fake *f)
     fake_send(f);
 }
 
-static void fake_done(struct fake *f, uint64_t hash)
+static void fake_done_status(struct fake *f, uint64_t hash, int status, const char *message)
 {
     rt_wire_begin(&f->w, f->run, "done", 14);
-    rt_wire_put_int(&f->w, "status", 0);
-    rt_wire_put_str(&f->w, "message", "");
+    rt_wire_put_int(&f->w, "status", status);
+    rt_wire_put_str(&f->w, "message", message);
     rt_wire_put_uint(&f->w, "hash", hash);
     rt_wire_put_uint(&f->w, "epochs_run", 1);
     rt_wire_put_uint(&f->w, "steps", 7);
@@ -267,6 +267,8 @@ static void fake_done(struct fake *f, uint64_t hash)
     rt_wire_put_uint(&f->w, "best_epoch", 0);
     fake_send(f);
 }
+
+static void fake_done(struct fake *f, uint64_t hash) { fake_done_status(f, hash, 0, ""); }
 
 static void fake_error(struct fake *f, const char *text)
 {
@@ -322,6 +324,39 @@ static void test_duplicate_member_id(void **state)
     fake_close(&c);
 }
 
+/* ---- a run whose state is lost --------------------------------------------------------- */
+
+/* A member reports that no member of its new group holds the run's state
+ * (all had just joined): the run stops at once, saying so and that there
+ * is no checkpoint, rather than waiting for joiners (who hold none) or
+ * ending as a run that finished. */
+static void test_state_lost_stops_the_run(void **state)
+{
+    struct coord_thread ct;
+    coord_start(&ct, 2);
+    struct fake a, b;
+    fake_open(&a, ct.o.listen, "00000000000000a1", "a");
+    fake_open(&b, ct.o.listen, "00000000000000b1", "b");
+    fake_hello(&a);
+    fake_hello(&b);
+    fake_expect_job(&a, &ct.c, 2);
+    fake_expect_job(&b, &ct.c, 2);
+    fake_ready(&a);
+    fake_ready(&b);
+    assert_string_equal(fake_recv(&a, 60.0), "start");
+    assert_string_equal(fake_recv(&b, 60.0), "start");
+    fake_done_status(&b, 0, RT_ERR_NO_STATE,
+                     "no member of the new group holds the run's state (all 2 just joined)");
+    coord_join(&ct);
+    assert_int_equal(ct.rc, RT_ERR_NO_STATE);
+    assert_non_null(strstr(ct.detail, "the run's state is lost: every member that held it is "
+                                      "gone (b, rank "));
+    assert_non_null(strstr(ct.detail, "(all 2 just joined)); no checkpoint to go on from"));
+    assert_string_equal(fake_recv(&a, 5.0), "abort");
+    fake_close(&a);
+    fake_close(&b);
+}
+
 /* ---- two coordinators in one process --------------------------------------------------- */
 
 static void test_two_coordinators(void **state)
@@ -373,6 +408,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_children),
         cmocka_unit_test(test_duplicate_member_id),
+        cmocka_unit_test(test_state_lost_stops_the_run),
         cmocka_unit_test(test_two_coordinators),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
