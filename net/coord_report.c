@@ -338,8 +338,8 @@ int coord_report_end(struct coord *k, double t_start, struct rt_train_result *re
 {
     if (k->lost || k->joined || k->standby)
         fprintf(stderr, "ragtag: [members] %ld lost, %ld joined, %ld left on standby; the run "
-                        "ended in generation %llu with %d workers\n", k->lost, k->joined,
-                k->standby, (unsigned long long)k->ms.gen, k->ms.n);
+                        "ended in generation %llu with %d worker%s\n", k->lost, k->joined,
+                k->standby, (unsigned long long)k->ms.gen, k->ms.n, k->ms.n == 1 ? "" : "s");
     struct coord_worker *w0 = coord_rank(k, 0);
     *res = w0->res;
     res->seconds = rt_now() - t_start;
