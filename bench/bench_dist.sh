@@ -14,7 +14,9 @@
 #   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
 #                                   thread (gradient reduced during backward, and after
 #                                   it: --overlap=off; both sum in place now that the
-#                                   workers share the host) against 1 process x 2 threads
+#                                   workers share the host) against 1 process x 2 threads:
+#                                   the ratio of the medians and the median of the rounds'
+#                                   own ratios
 #
 # Environment: BUILD (default .: the build directory with src/ragtag,
 # bench/bench_allreduce and bench/tcp_stream, `make bench` builds them), SHARED (default
@@ -128,9 +130,13 @@ train() {
       order="${order#* } ${order%% *}"
     done
     one=$(median < "$tmp/one") on=$(median < "$tmp/on") off=$(median < "$tmp/off")
-    awk -v m=$model -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" 'BEGIN {
-      printf "%-8s medians of %d: 1 process x 2 threads %6.0f img/s | 2 workers x 1 thread: overlap %6.0f (ratio %.2f), overlap off %6.0f (ratio %.2f)\n",
-             m, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0) }'
+    # each round's own ratios: its cells ran within seconds of each other,
+    # so a slow spell of the machine (minutes) weighs on both sides
+    pon=$(paste "$tmp/on" "$tmp/one" | awk '$2 > 0 { print $1 / $2 }' | median)
+    poff=$(paste "$tmp/off" "$tmp/one" | awk '$2 > 0 { print $1 / $2 }' | median)
+    awk -v m=$model -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" -v pb="$pon" -v pc="$poff" 'BEGIN {
+      printf "%-8s medians of %d: 1 process x 2 threads %6.0f img/s | 2 workers x 1 thread: overlap %6.0f (ratio %.2f), overlap off %6.0f (ratio %.2f) | median of the rounds'"'"' own ratios: %.2f, %.2f\n",
+             m, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0), pb, pc }'
   done
 }
 
