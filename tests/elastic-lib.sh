@@ -9,10 +9,15 @@ fails=0
 
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
-started() { # log: wait (up to 60 s) for the first epoch line
+until_there() { # pattern log | -f path: wait (up to 60 s) for a line in a log, or a file
   i=0
-  while [ $i -lt 600 ] && ! grep -q "^epoch 1/" "$1"; do sleep 0.1; i=$((i + 1)); done
+  if [ "$1" = -f ]; then
+    while [ $i -lt 600 ] && [ ! -f "$2" ]; do sleep 0.1; i=$((i + 1)); done
+  else
+    while [ $i -lt 600 ] && ! grep -q "$1" "$2"; do sleep 0.1; i=$((i + 1)); done
+  fi
 }
+started() { until_there "^epoch 1/" "$1"; } # log: the first epoch line
 wait_all() { for p in $pids; do wait "$p" 2>/dev/null; done; pids=""; }
 # every epoch of a metrics file used each of the $ntrain samples once
 samples_exact() { # metrics epochs

@@ -27,22 +27,15 @@ worker() { # name log
   "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$1" --threads 1 --connect-timeout 60 \
     >"$2" 2>&1 &
   pids="$pids $!"
+  echo $! >>"$tmp/pids"
 }
-# up to 60 s for a line in a log, or a file
-until_there() { # grep-pattern file | -f path
-  i=0
-  if [ "$1" = -f ]; then
-    while [ $i -lt 600 ] && [ ! -f "$2" ]; do sleep 0.1; i=$((i + 1)); done
-  else
-    while [ $i -lt 600 ] && ! grep -q "$1" "$2"; do sleep 0.1; i=$((i + 1)); done
-  fi
-}
-# nothing of this test may outlive 180 s
-( sleep 180; for p in $pids; do kill -9 "$p" 2>/dev/null; done ) & watchdog=$!
+# nothing of this test may outlive 180 s (the list in a file: it grows)
+( sleep 180 & s=$!; trap 'kill $s; exit 0' TERM; wait $s; kill -9 $(cat "$tmp/pids") 2>/dev/null ) &
+watchdog=$!
 
 "$RAGTAG" coord "$model" --workers 1 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
   --epochs 4 --checkpoint "$ck" >"$tmp/c1.log" 2>&1 & c=$!
-pids="$pids $c"
+pids="$pids $c"; echo $c >>"$tmp/pids"
 worker a1 "$tmp/a1.log"; a1=$!
 until_there -f "$ck/last.safetensors" # epoch 1 closed: a checkpoint to go back to
 kill -STOP "$a1"
@@ -71,7 +64,7 @@ fi
 port=$((port + 1))
 "$RAGTAG" coord "$model" --workers 1 --listen "tcp://127.0.0.1:$port" $run --epochs 4 \
   --checkpoint "$ck" --resume --metrics "$tmp/m2.jsonl" >"$tmp/c2.log" 2>&1 & c=$!
-pids="$pids $c"
+pids="$pids $c"; echo $c >>"$tmp/pids"
 worker r1 "$tmp/r1.log"
 wait "$c"; s2=$?
 wait_all
