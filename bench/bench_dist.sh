@@ -124,16 +124,18 @@ train() {
         esac
         "$ragtag" train "$top/examples/$model.cfg" --data fashion-mnist --val 0 --limit $images \
           --epochs 1 --batch 64 --lr 0.01 --momentum 0.9 --progress off --metrics "$tmp/m.jsonl" \
-          $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; continue; }
+          $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; echo 0 >> "$tmp/$cell"; continue; }
         ips "$tmp/m.jsonl" >> "$tmp/$cell"
       done
       order="${order#* } ${order%% *}"
     done
-    one=$(median < "$tmp/one") on=$(median < "$tmp/on") off=$(median < "$tmp/off")
+    # (a failed run is a 0 in its round's line: left out of every figure)
+    one=$(grep -v '^0$' "$tmp/one" | median) on=$(grep -v '^0$' "$tmp/on" | median)
+    off=$(grep -v '^0$' "$tmp/off" | median)
     # each round's own ratios: its cells ran within seconds of each other,
     # so a slow spell of the machine (minutes) weighs on both sides
-    pon=$(paste "$tmp/on" "$tmp/one" | awk '$2 > 0 { print $1 / $2 }' | median)
-    poff=$(paste "$tmp/off" "$tmp/one" | awk '$2 > 0 { print $1 / $2 }' | median)
+    pon=$(paste "$tmp/on" "$tmp/one" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
+    poff=$(paste "$tmp/off" "$tmp/one" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
     awk -v m=$model -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" -v pb="$pon" -v pc="$poff" 'BEGIN {
       printf "%-8s medians of %d: 1 process x 2 threads %6.0f img/s | 2 workers x 1 thread: overlap %6.0f (ratio %.2f), overlap off %6.0f (ratio %.2f) | median of the rounds'"'"' own ratios: %.2f, %.2f\n",
              m, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0), pb, pc }'
