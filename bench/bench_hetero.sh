@@ -167,6 +167,37 @@ run() {
   return $crc
 }
 
+# run_side "NAME:QUOTA ..." COORD-FLAGS...: each worker alone with a
+# coordinator of its own, all at once: what the machine gives the workers
+# when nothing couples them. On one machine the solos one at a time each
+# have the other cores' caches, memory bandwidth and hypervisor time to
+# themselves; side by side they do not, and neither do the modes. Each
+# worker's metrics in $tmp/side_NAME.jsonl; returns non-zero if any failed.
+run_side() {
+  ws=$1
+  shift
+  cpids=''
+  for w in $ws; do
+    nm=${w%%:*}
+    rm -f "$tmp/side_$nm.jsonl"
+    port=$(free_port)
+    start_worker "$nm" "${w#*:}" "$port"
+    "$ragtag" coord "$model" --workers 1 --listen "tcp://127.0.0.1:$port" --join-timeout 60 \
+      --data fashion-mnist --val 0 --progress lines --metrics "$tmp/side_$nm.jsonl" "$@" \
+      >"$tmp/side_$nm.log" 2>&1 &
+    cpids="$cpids $!"
+    pids="$pids $!"
+  done
+  src=0
+  for c in $cpids; do wait "$c" || src=$?; done
+  stop_all
+  if [ $src != 0 ]; then
+    echo "  side by side: a coordinator failed (status $src):"
+    for w in $ws; do tail -n 3 "$tmp/side_${w%%:*}.log" | sed 's/^/    /'; done
+  fi
+  return $src
+}
+
 # jf(NAME): that field of a metrics line (JSON, one object a line), for awk
 # shellcheck disable=SC2016 # awk code, not shell
 JF='function jf(k,  i) { i = index($0, "\"" k "\": "); if (!i) return ""
@@ -233,6 +264,12 @@ speed() {
       run "solo ${w%%:*}" "$tmp/m.jsonl" "$w" $common || continue
       echo "$r solo ${w%%:*} $(ips_after_first "$tmp/m.jsonl")" >>"$tmp/runs"
     done
+    # shellcheck disable=SC2086
+    if run_side "$workers" $common; then
+      for w in $workers; do
+        echo "$r side ${w%%:*} $(ips_after_first "$tmp/side_${w%%:*}.jsonl")" >>"$tmp/runs"
+      done
+    fi
     for m in $MODES; do
       flags=$(mode_flags "$m")
       # shellcheck disable=SC2086
@@ -262,10 +299,14 @@ speed() {
              (f > 0 ? v / f : 0) }'
     ideal=$(awk -v a="$ideal" -v b="$best" 'BEGIN { print a + b }')
   done
-  printf "ideal: sum of the solo speeds %8.0f img/s\n\n" "$ideal"
+  printf "ideal: sum of the solo speeds %8.0f img/s\n" "$ideal"
+  awk '$2 == "side" { s[$1] += $4 } END { for (r in s) if (s[r] > b) b = s[r]
+    if (b > 0) printf "side by side (the three solos at once, uncoupled): sum %8.0f img/s (best round)\n", b }' "$tmp/runs"
+  echo
   printf "%-26s %8s %8s %11s %8s  %-31s %s\n" "3 workers together" "img/s" "% ideal" "epoch img/s" \
     "% ideal" "target" "shares (last plan; gossip: local batches)"
   : >"$tmp/ratios" # MODE ROUND % (img/s, or epoch img/s for gossip) of the round's solo sum
+  : >"$tmp/side_ratios" # the same, of the round's side-by-side sum
   static=0 balanced=0
   for m in $MODES; do
     best=0 epoch=0 note=''
@@ -277,6 +318,8 @@ speed() {
       x=$v
       [ "$m" != gossip ] || x=$e
       awk -v m="$m" -v r="$r" -v x="$x" -v s="$sum" 'BEGIN { if (s > 0) printf "%s %d %.1f\n", m, r, 100 * x / s }' >>"$tmp/ratios"
+      side=$(awk -v r="$r" '$1 == r && $2 == "side" { s += $4; n++ } END { print (n == 3) ? s : 0 }' "$tmp/runs")
+      awk -v m="$m" -v r="$r" -v x="$x" -v s="$side" 'BEGIN { if (s > 0) printf "%s %d %.1f\n", m, r, 100 * x / s }' >>"$tmp/side_ratios"
       [ "$(max "$best" "$v")" = "$v" ] || continue
       best=$v epoch=$e note=$(cat "$tmp/r${r}_$m.note")
     done
@@ -291,14 +334,14 @@ speed() {
              (i > 0 ? 100 * w / i : 0), t, x }'
   done
   echo
-  # median over the rounds of each round's ratio
+  # median over the rounds of each round's ratio (FILE: ratios or side_ratios)
   median_ratio() {
     awk -v m="$1" '$1 == m { v[++n] = $3 } END {
       if (!n) { print 0; exit }
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
-      print (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }' "$tmp/ratios"
+      print (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }' "$tmp/${2:-ratios}"
   }
-  rounds() { awk -v m="$1" '$1 == m { printf "%s%s%%", (n++ ? " " : ""), $3 }' "$tmp/ratios"; }
+  rounds() { awk -v m="$1" '$1 == m { printf "%s%s%%", (n++ ? " " : ""), $3 }' "$tmp/${2:-ratios}"; }
   if grep -q '^balanced ' "$tmp/ratios"; then
     awk -v b="$(median_ratio balanced)" -v rs="$(rounds balanced)" -v bb="$balanced" -v s="$static" 'BEGIN {
       printf "balanced: %.1f%% of its round'"'"'s solo sum, median of the rounds (%s; target >= 85%%: %s)",
@@ -311,6 +354,11 @@ speed() {
       printf "gossip: %.1f%% of its round'"'"'s solo sum by epoch time, median of the rounds (%s; target >= 90%%: %s)\n",
              g, rs, (g >= 90 ? "met" : "NOT met") }'
   fi
+  for m in $MODES; do
+    grep -q "^$m " "$tmp/side_ratios" || continue
+    awk -v n="$m" -v g="$(median_ratio "$m" side_ratios)" -v rs="$(rounds "$m" side_ratios)" 'BEGIN {
+      printf "%s: %.1f%% of its round'"'"'s side-by-side sum, median of the rounds (%s)\n", n, g, rs }'
+  done
   if [ -s "$tmp/evals" ]; then
     ev_note="the test evaluation's $(printf %.2f "$ev") s, measured in the other modes"
   else
