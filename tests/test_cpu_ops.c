@@ -1585,6 +1585,48 @@ static void test_gemm_small(void **state)
     }
 }
 
+/* cpu_gemm_small_rows (B's rows read where they lie, overlapping as the
+ * wide im2col's do) gives the bits of cpu_gemm_small on those rows copied
+ * out; where the AVX2 kernels do not run it declines, untouched. */
+static void test_gemm_small_rows(void **state)
+{
+    (void)state;
+    for (uint64_t t = 0; t < 40; t++) {
+        struct rt_rng r;
+        rt_rng_seed(&r, 191 + t, 0);
+        const int m = 1 + (int)(rt_rng_uniform(&r) * 40), n = 1 + (int)(rt_rng_uniform(&r) * 150),
+                  k = 1 + (int)(rt_rng_uniform(&r) * 400), ldc = n + (int)(rt_rng_uniform(&r) * 5);
+        const int span = n + 1 + (int)(rt_rng_uniform(&r) * 300); /* the image's floats */
+        float *a = frand((size_t)m * k, -1, 1, 3 * t + 1), *img = frand((size_t)span, -1, 1, 3 * t + 2);
+        float *b = malloc(sizeof(float) * (size_t)k * n);
+        int32_t *at = malloc(sizeof(int32_t) * (size_t)k);
+        assert_non_null(b);
+        assert_non_null(at);
+        for (int p = 0; p < k; p++) {
+            at[p] = (int32_t)(rt_rng_uniform(&r) * (span - n + 1));
+            memcpy(b + (size_t)p * n, img + at[p], sizeof(float) * (size_t)n);
+        }
+        float *want = gemm_c(m, n, ldc), *got = gemm_c(m, n, ldc);
+        cpu_gemm_small(false, m, n, k, a, k, b, n, want, ldc);
+        if (!cpu_gemm_small_rows(m, n, k, a, k, img, at, got, ldc)) {
+            assert_false(cpu_avx2_kernels());
+            float *fresh = gemm_c(m, n, ldc);
+            assert_memory_equal(got, fresh, sizeof(float) * ((size_t)m * ldc + GUARD));
+            free(fresh);
+        } else {
+            for (int i = 0; i < m; i++)
+                assert_memory_equal(got + (size_t)i * ldc, want + (size_t)i * ldc,
+                                    sizeof(float) * (size_t)n);
+        }
+        free(a);
+        free(img);
+        free(b);
+        free(at);
+        free(want);
+        free(got);
+    }
+}
+
 static void test_sgd(void **state)
 {
     (void)state;
@@ -1778,6 +1820,7 @@ int main(void)
         cmocka_unit_test(test_act_bias_threads_same_bits),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
+        cmocka_unit_test(test_gemm_small_rows),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_adam),          cmocka_unit_test(test_optim_threads),
     };

@@ -479,6 +479,21 @@ static void conv_gemm(int nt, bool ta, int m, int n, int k, const float *a, int 
         cpu_sgemm(nt, ta, false, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
+/* out = w col(xp) with col's rows read where they lie in xp (their
+ * starts in at, crs of them); the same FMA chains as through col: the same
+ * bits. False where the kernel does not run here. */
+static bool gemm_in_place(const struct rt_conv_shape *s, const struct conv_layout *l,
+                          const float *w, const float *xp, int32_t *at, float *out)
+{
+    const int crs = (int)conv_crs(s);
+    RT_ASSERT(l->pad < INT32_MAX);
+    for (int c = 0, j = 0; c < s->c; c++)
+        for (int r = 0; r < s->r; r++)
+            for (int q = 0; q < s->s; q++)
+                at[j++] = (int32_t)wide_row_at(l, c, r, q);
+    return cpu_gemm_small_rows(s->k, (int)l->len, crs, w, crs, xp, at, out, (int)l->len);
+}
+
 static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
                     const struct conv_epi *e, const float *x, const float *w, float *y,
                     float *sl)
@@ -498,8 +513,10 @@ static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_lay
     }
     float *out = sl + l->off_out;
     pad_image(s, l, x, sl);
-    im2col_wide(s, l, sl, col);
-    conv_gemm(nt, false, s->k, len, crs, w, crs, col, len, out, len);
+    if (nt > 1 || !gemm_in_place(s, l, w, sl, (int32_t *)col, out)) {
+        im2col_wide(s, l, sl, col);
+        conv_gemm(nt, false, s->k, len, crs, w, crs, col, len, out, len);
+    }
     epi_wide(s, l, e, out, y);
 }
 

@@ -88,6 +88,14 @@ void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const
 void cpu_gemm_small_acc(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
                         int ldb, bool acc, float *c, int ldc);
 
+/* C = A B (beta 0) where row p of B is the n floats at b + at[p]: the
+ * wide im2col's GEMM read from the padded image in place (its rows
+ * overlap: lenet's conv2 copied 150 of them an image, 7% of a training
+ * step in memcpy). False, doing nothing, where the AVX2 kernels do not run
+ * (cpu_avx2_kernels): the caller copies the rows and calls a GEMM. */
+bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const float *b,
+                         const int32_t *at, float *c, int ldc);
+
 /* Whether the hand-written AVX2 kernels run here: AVX2 and FMA, not
  * AVX-512 (there the BLAS's kernels are twice as wide; not measured). */
 bool cpu_avx2_kernels(void);

@@ -44,8 +44,9 @@
  * index: a float stored and loaded again is the same float, so the chain
  * goes on with the same bits). */
 static inline TGT __attribute__((always_inline)) void
-tile(const bool TA, const int R, const int NV, const bool MASKED, __m256i mask, bool more, int k,
-     const float *a, int lda, const float *b, int ldb, float *c, int ldc)
+tile(const bool TA, const bool AT, const int R, const int NV, const bool MASKED, __m256i mask,
+     bool more, int k, const float *a, int lda, const float *b, int ldb, const int32_t *at,
+     float *c, int ldc)
 {
     __m256 acc[ROWS][VECS];
 #pragma GCC unroll 4
@@ -58,7 +59,7 @@ tile(const bool TA, const int R, const int NV, const bool MASKED, __m256i mask, 
                                                    : _mm256_loadu_ps(cp);
         }
     for (int p = 0; p < k; p++) {
-        const float *bp = b + (size_t)p * ldb;
+        const float *bp = AT ? b + at[p] : b + (size_t)p * ldb;
         __m256 bv[VECS];
 #pragma GCC unroll 3
         for (int v = 0; v < NV; v++)
@@ -86,14 +87,16 @@ tile(const bool TA, const int R, const int NV, const bool MASKED, __m256i mask, 
 }
 
 typedef void (*tile_fn)(__m256i mask, bool more, int k, const float *a, int lda, const float *b,
-                        int ldb, float *c, int ldc);
+                        int ldb, const int32_t *at, float *c, int ldc);
 
-/* One function per shape of tile, the constants folded in. */
+/* One function per shape of tile, the constants folded in. T: 0 A, 1 A^T,
+ * 2 A with B's rows at offsets (at[p]: row p of B starts at b + at[p]). */
 #define TILE_FN(T, R, NV, M)                                                                   \
     static TGT void tile_##T##R##NV##M(__m256i mask, bool more, int k, const float *a, int lda,  \
-                                       const float *b, int ldb, float *c, int ldc)             \
+                                       const float *b, int ldb, const int32_t *at, float *c,   \
+                                       int ldc)                                                \
     {                                                                                          \
-        tile(T, R, NV, M, mask, more, k, a, lda, b, ldb, c, ldc);                              \
+        tile(T == 1, T == 2, R, NV, M, mask, more, k, a, lda, b, ldb, at, c, ldc);             \
     }
 #define TILE_FNS(T, R)                                                                         \
     TILE_FN(T, R, 1, 0) TILE_FN(T, R, 2, 0) TILE_FN(T, R, 3, 0) TILE_FN(T, R, 1, 1)            \
@@ -101,12 +104,13 @@ typedef void (*tile_fn)(__m256i mask, bool more, int k, const float *a, int lda,
 #define TILE_FNS_T(T) TILE_FNS(T, 1) TILE_FNS(T, 2) TILE_FNS(T, 3) TILE_FNS(T, 4)
 TILE_FNS_T(0)
 TILE_FNS_T(1)
+TILE_FNS_T(2)
 #define TILE_ROW(T, R)                                                                         \
     {{tile_##T##R##1##0, tile_##T##R##2##0, tile_##T##R##3##0},                                \
      {tile_##T##R##1##1, tile_##T##R##2##1, tile_##T##R##3##1}}
 #define TILE_ROWS(T) {TILE_ROW(T, 1), TILE_ROW(T, 2), TILE_ROW(T, 3), TILE_ROW(T, 4)}
-/* tiles[ta][R - 1][masked][NV - 1] */
-static const tile_fn tiles[2][ROWS][2][VECS] = {TILE_ROWS(0), TILE_ROWS(1)};
+/* tiles[T][R - 1][masked][NV - 1] */
+static const tile_fn tiles[3][ROWS][2][VECS] = {TILE_ROWS(0), TILE_ROWS(1), TILE_ROWS(2)};
 
 /* Floats of A's rows and a panel of B kept in L1 at once (24 KiB of
  * Zen 3's 32): beyond it the inner index is cut into blocks. Without the
@@ -114,10 +118,11 @@ static const tile_fn tiles[2][ROWS][2][VECS] = {TILE_ROWS(0), TILE_ROWS(1)};
  * ran at half OpenBLAS's speed. */
 #define L1_FLOATS 6144
 
-/* Columns [0, n) of C from rows [0, k) of B, in panels. */
-static TGT void panels(bool ta, int m, int n, int k, __m256i mask, bool more, const float *a,
-                       int lda, const float *b, int ldb, float *c, int ldc)
+/* Columns [0, n) of C from rows [0, k) of B, in panels (T as TILE_FN's). */
+static TGT void panels(int T, int m, int n, int k, __m256i mask, bool more, const float *a,
+                       int lda, const float *b, int ldb, const int32_t *at, float *c, int ldc)
 {
+    const bool ta = T == 1;
     for (int j = 0, w; j < n; j += w) {
         /* panels of 24; a last one of 8 or less makes the one before 16:
          * 8 columns take 4 broadcasts for 4 FMAs, 16 for 8 */
@@ -126,15 +131,16 @@ static TGT void panels(bool ta, int m, int n, int k, __m256i mask, bool more, co
         const int nv = (w + 7) / 8, masked = w % 8 != 0;
         for (int i = 0; i < m; i += ROWS) {
             const int r = m - i < ROWS ? m - i : ROWS;
-            tiles[ta][r - 1][masked][nv - 1](mask, more, k, ta ? a + i : a + (size_t)i * lda, lda,
-                                             b + j, ldb, c + (size_t)i * ldc + j, ldc);
+            tiles[T][r - 1][masked][nv - 1](mask, more, k, ta ? a + i : a + (size_t)i * lda, lda,
+                                            b + j, ldb, at, c + (size_t)i * ldc + j, ldc);
         }
     }
 }
 
-static TGT void gemm_avx2(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
-                          int ldb, bool acc, float *c, int ldc)
+static TGT void gemm_avx2(int T, int m, int n, int k, const float *a, int lda, const float *b,
+                          int ldb, const int32_t *at, bool acc, float *c, int ldc)
 {
+    const bool ta = T == 1;
     const int rem = n % 8;
     int32_t lanes[8];
     for (int i = 0; i < 8; i++)
@@ -144,8 +150,8 @@ static TGT void gemm_avx2(bool ta, int m, int n, int k, const float *a, int lda,
     const int blocks = fit >= k ? 1 : (int)((k + fit - 1) / (fit > 0 ? fit : 1));
     for (int bk = 0; bk < blocks; bk++) {
         const int k0 = (int)((long)k * bk / blocks), k1 = (int)((long)k * (bk + 1) / blocks);
-        panels(ta, m, n, k1 - k0, mask, acc || bk > 0, ta ? a + (size_t)k0 * lda : a + k0, lda,
-               b + (size_t)k0 * ldb, ldb, c, ldc);
+        panels(T, m, n, k1 - k0, mask, acc || bk > 0, ta ? a + (size_t)k0 * lda : a + k0, lda,
+               at ? b : b + (size_t)k0 * ldb, ldb, at ? at + k0 : NULL, c, ldc);
     }
 }
 
@@ -170,7 +176,7 @@ void cpu_gemm_small_acc(bool ta, int m, int n, int k, const float *a, int lda, c
 {
 #ifdef GEMM_SMALL_AVX2
     if (m > 0 && n > 0 && k > 0 && cpu_avx2_kernels()) {
-        gemm_avx2(ta, m, n, k, a, lda, b, ldb, acc, c, ldc);
+        gemm_avx2(ta ? 1 : 0, m, n, k, a, lda, b, ldb, NULL, acc, c, ldc);
         return;
     }
 #endif
@@ -181,4 +187,18 @@ void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const
                     int ldb, float *c, int ldc)
 {
     cpu_gemm_small_acc(ta, m, n, k, a, lda, b, ldb, false, c, ldc);
+}
+
+bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const float *b,
+                         const int32_t *at, float *c, int ldc)
+{
+#ifdef GEMM_SMALL_AVX2
+    if (m > 0 && n > 0 && k > 0 && cpu_avx2_kernels()) {
+        gemm_avx2(2, m, n, k, a, lda, b, 0, at, false, c, ldc);
+        return true;
+    }
+#else
+    (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)at, (void)c, (void)ldc;
+#endif
+    return false;
 }
