@@ -9,8 +9,11 @@
 #                                    (the ideal), and images/s of the 3 together in sync
 #                                    mode with static and balanced shares, average mode
 #                                    and gossip, as % of the ideal, in REPS rounds (each
-#                                    round: the solos, then the modes); the targets judged
-#                                    on the median over the rounds of each round's ratio
+#                                    round: the solos one at a time, the three solos side
+#                                    by side, then the modes); the targets judged on the
+#                                    median over the rounds of each round's ratio; each
+#                                    mode also against the side-by-side sum (what this
+#                                    machine gives three workers nothing couples)
 #   bench/bench_hetero.sh accuracy   time to 89% test accuracy in each of those modes
 #                                    (full data, up to EPOCHS epochs: long on 2 cores)
 #   bench/bench_hetero.sh gossip     local steps/s of each worker in gossip mode, the three
