@@ -149,6 +149,8 @@ struct coord {
     /* the coordinator goes away and comes back (coord_adopt.c) */
     double t_start, last_loop;
     bool adopt_wanted;      /* --resume found the run's id: its workers may be alive */
+    bool restarted;         /* started again from the checkpoint (coord_restart.c): a new
+                               run id, nobody to adopt */
     bool adopting, adopted;
     uint64_t adopt_gen;     /* the newest generation the rejoined workers were in */
     int adopt_world;        /* its size */
@@ -278,6 +280,12 @@ void coord_expel(struct coord *k, struct coord_worker *w);
 /* Announce a new generation of the members still here and the joiners
  * ready; have >= 0: a re-adoption, the step the checkpoint file holds. */
 int coord_regroup(struct coord *k, long have);
+
+/* coord_restart.c */
+/* Whether a run that ended with rc can start again from its checkpoint. */
+bool coord_restart_possible(const struct coord *k, int rc);
+/* Tell every worker still here to join again; how many were told. */
+int coord_restart_tell(struct coord *k);
 
 /* coord_adopt.c */
 /* The run id: kept in --checkpoint DIR, taken back on --resume. */

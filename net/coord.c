@@ -377,15 +377,17 @@ static void coord_destroy(struct coord **kp, int rc)
     *kp = NULL;
 }
 
-int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config *c,
-                 struct rt_train_result *res)
+/* One run from its start (or checkpoint); *again > 0 when its state was
+ * lost and it should start once more from the checkpoint with that many
+ * workers (coord_restart.c). */
+static int run_once(const struct rt_coord_options *o, const struct rt_train_config *c,
+                    bool restarted, struct rt_train_result *res, int *again)
 {
-    memset(res, 0, sizeof *res);
-    res->test_loss = res->test_acc = -1.0;
     double t_start = rt_now();
     struct coord *k = coord_new(o, c);
     if (!k)
         return RT_ERR_NOMEM;
+    k->restarted = restarted;
     int rc = check_options(o, c);
     if (rc == RT_OK)
         rc = coord_prepare(k);
@@ -394,10 +396,40 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
     /* re-adopted workers are set up and training: straight to the train phase */
     for (size_t i = k->adopted ? 2 : 0; rc == RT_OK && i < sizeof phases / sizeof phases[0]; i++)
         rc = run_phase(k, &phases[i]);
-    coord_elastic_end(k);
+    /* joiners still setting up go on too: not told the run ended */
+    *again = coord_restart_possible(k, rc) ? coord_restart_tell(k) : 0;
+    if (!*again)
+        coord_elastic_end(k);
     if (rc == RT_OK)
         rc = coord_report_end(k, t_start, res);
-    coord_abort(k, rc);
+    if (!*again)
+        coord_abort(k, rc);
     coord_destroy(&k, rc);
     return rc;
+}
+
+int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config *c,
+                 struct rt_train_result *res)
+{
+    struct rt_coord_options ro = *o;
+    struct rt_train_config rc_cfg = *c;
+    bool restarted = false;
+    for (;;) {
+        memset(res, 0, sizeof *res);
+        res->test_loss = res->test_acc = -1.0;
+        int again = 0;
+        int rc = run_once(&ro, &rc_cfg, restarted, res, &again);
+        if (rc != RT_ERR_NO_STATE || again <= 0)
+            return rc;
+        /* the workers still here start it, others may join up to the cap */
+        if (!ro.max_workers)
+            ro.max_workers = ro.workers;
+        ro.workers = again < ro.max_workers ? again : ro.max_workers;
+        /* and it starts with those that came back when --join-timeout ends */
+        ro.min_workers = ro.min_workers <= 0 ? 1 : ro.min_workers < ro.workers ? ro.min_workers
+                                                                                 : ro.workers;
+        rc_cfg.resume = true;
+        restarted = true;
+        rt_error_clear();
+    }
 }

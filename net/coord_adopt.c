@@ -103,7 +103,7 @@ int coord_adopt_prepare(struct coord *k)
     /* Local workers die with their parent: a new run id then, so that
      * nothing of the old run (a straggler, a shared-memory segment named
      * after it) can be taken for this one. */
-    bool adoptable = coord_elastic(k) && !k->o->spawn_local;
+    bool adoptable = coord_elastic(k) && !k->o->spawn_local && !k->restarted;
     int rc = k->c->resume ? read_run_id(k, id) : 0;
     if (rc < 0)
         return rc;

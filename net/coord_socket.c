@@ -104,7 +104,14 @@ int coord_socket_open(struct coord *k)
     RT_TRY(set_option(k, ZMQ_ROUTER_HANDOVER, "ZMQ_ROUTER_HANDOVER", 0));
     RT_TRY(rt_curve_server(k->curve, k->router));
     RT_TRY(open_monitor(k));
-    RT_TRY(rt_zsock_bind(k->router, ep, k->endpoint, sizeof k->endpoint));
+    /* started again from the checkpoint: the last run's listener may take
+     * a moment to leave the port (coord_restart.c) */
+    int rc;
+    for (double t0 = rt_now();
+         (rc = rt_zsock_bind(k->router, ep, k->endpoint, sizeof k->endpoint)) < 0 &&
+         k->restarted && errno == EADDRINUSE && rt_now() - t0 < 10.0;)
+        usleep(100000);
+    RT_TRY(rc);
     coord_security_announce(k);
     return RT_OK;
 }

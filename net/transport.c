@@ -59,8 +59,12 @@ void rt_zsock_close(void **sock)
 
 int rt_zsock_bind(void *sock, const char *endpoint, char *actual, size_t cap)
 {
-    if (zmq_bind(sock, endpoint) != 0)
-        return rt_error(RT_ERR_NET, "cannot listen on %s: %s", endpoint, zmq_strerror(errno));
+    if (zmq_bind(sock, endpoint) != 0) {
+        int e = errno; /* kept for the caller (EADDRINUSE: coord_socket.c retries) */
+        rt_error(RT_ERR_NET, "cannot listen on %s: %s", endpoint, zmq_strerror(e));
+        errno = e;
+        return RT_ERR_NET;
+    }
     if (actual) {
         char buf[RT_ENDPOINT_MAX];
         size_t n = sizeof buf;

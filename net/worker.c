@@ -260,6 +260,13 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
             w->finished = true;
             return rt_error(RT_ERR_INTERRUPTED, "the run ended before this worker was admitted");
         }
+        if (!strcmp(t, "expelled")) { /* the run goes on without what this worker was in */
+            char why[700];
+            if (rt_wire_get_str(rt_wire_root(&w->msg), "reason", 0, why, sizeof why) < 0)
+                snprintf(why, sizeof why, "(no reason given)");
+            say(w, "the coordinator: %s", why);
+            return rt_error(RT_ERR_EXPELLED, "%s", why);
+        }
         if (!strcmp(t, "abort") || !strcmp(t, "reject")) {
             char why[700];
             if (rt_wire_get_str(rt_wire_root(&w->msg), "reason", 0, why, sizeof why) < 0)
@@ -1410,6 +1417,25 @@ static const struct rt_reporter_ops worker_reporter = {
 
 /* ---- the whole life ---------------------------------------------------------------------- */
 
+/* This joiner found nobody holding the run's state: the coordinator
+ * either stops the run ("abort") or starts it again from its checkpoint
+ * and says so ("expelled": join again, coord_restart.c). */
+static int await_verdict(struct worker *w)
+{
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", rt_error_detail());
+    for (double t0 = rt_now(); rt_now() - t0 < w->peer_timeout && !worker_stop;) {
+        if (rt_comm_expelled(w->comm)) {
+            say(w, "%s", rt_comm_aborted(w->comm));
+            return rt_error(RT_ERR_EXPELLED, "%s", rt_comm_aborted(w->comm));
+        }
+        if (rt_comm_aborted(w->comm))
+            break;
+        usleep(20000);
+    }
+    return rt_error(RT_ERR_NO_STATE, "%s", keep);
+}
+
 static void report_end(struct worker *w, int status, const struct rt_train_result *r)
 {
     char msg[600];
@@ -1522,6 +1548,8 @@ out:
     }
     if (joined && (w->ctrl || w->comm) && rc != RT_ERR_EXPELLED)
         report_end(w, rc, &res);
+    if (rc == RT_ERR_NO_STATE && joined && w->comm)
+        rc = await_verdict(w);
     rt_gossip_destroy(&w->gossip);
     rt_hostreduce_destroy(&w->hs.hr); /* the model that used it is gone */
     rt_comm_destroy(&w->comm); /* lingers until the last report left */

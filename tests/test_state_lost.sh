@@ -1,13 +1,15 @@
 #!/bin/sh
 # A run whose state is lost with the last member that held it (real
-# processes on 127.0.0.1): one member trains with --checkpoint; a second
-# joins and is admitted while the first is paused (SIGSTOP: it cannot hand
-# the state over), then the first is killed. No member holds the state any
-# more: the coordinator must stop at once with exit status 1 (not 0, not a
-# wait for more joiners, who would bring no state either), say that the
-# run's state is lost and name its last checkpoint, whole; the joiner must
-# exit too. `coord --resume` with a new worker then finishes the run from
-# that checkpoint, every epoch's samples used once.
+# processes on 127.0.0.1): one member trains; a second joins and is
+# admitted while the first is paused (SIGSTOP: it cannot hand the state
+# over), a third is held while it sets up, then the first is killed. No
+# member holds the state any more.
+#  - With --checkpoint DIR the coordinator starts the run again from
+#    DIR/last.safetensors on its address and the workers still here join
+#    again: the run finishes (status 0), every epoch's samples used once.
+#  - Without one it stops at once with status 1 (not 0, not a wait for
+#    more joiners, who would bring no state either), saying the run's state
+#    is lost and that there is no checkpoint to go on from.
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -33,49 +35,57 @@ worker() { # name log
 ( sleep 180 & s=$!; trap 'kill $s; exit 0' TERM; wait $s; kill -9 $(cat "$tmp/pids") 2>/dev/null ) &
 watchdog=$!
 
-"$RAGTAG" coord "$model" --workers 1 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
-  --epochs 4 --checkpoint "$ck" >"$tmp/c1.log" 2>&1 & c=$!
-pids="$pids $c"; echo $c >>"$tmp/pids"
-worker a1 "$tmp/a1.log"; a1=$!
-until_there -f "$ck/last.safetensors" # epoch 1 closed: a checkpoint to go back to
-kill -STOP "$a1"
-worker b1 "$tmp/b1.log"; b1=$!
-until_there "admitted b1" "$tmp/c1.log"
-# a second joiner, held (SIGSTOP) while it sets up, so that it is still
-# joining when the state is found lost: the coordinator must not wait for
-# it (it brings no state) nor take the run for finished
-worker b2 "$tmp/b2.log"; b2=$!
-until_there "worker b2 joining" "$tmp/c1.log"
-kill -STOP "$b2"
-kill -9 "$a1"
+# lose_state TAG COORD-FLAGS...: the coordinator ($c) and a1, b1, b2 of
+# that tag, a1 killed once b1 is admitted and b2 is setting up (paused)
+lose_state() {
+  tag=$1
+  shift
+  "$RAGTAG" coord "$model" --workers 1 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
+    --epochs 4 --metrics "$tmp/$tag.jsonl" "$@" >"$tmp/$tag.log" 2>&1 & c=$!
+  pids="$pids $c"; echo $c >>"$tmp/pids"
+  worker a1 "$tmp/$tag.a1.log"; a1=$!
+  started "$tmp/$tag.log" # epoch 1 closed (with --checkpoint: a checkpoint to go back to)
+  kill -STOP "$a1"
+  worker b1 "$tmp/$tag.b1.log"; b1=$!
+  until_there "admitted b1" "$tmp/$tag.log"
+  worker b2 "$tmp/$tag.b2.log"; b2=$!
+  until_there "worker b2 joining" "$tmp/$tag.log"
+  kill -STOP "$b2"
+  kill -9 "$a1"
+}
+
+lose_state ck --checkpoint "$ck"
+until_there "instead the run goes on from that checkpoint" "$tmp/ck.log"
+kill -CONT "$b2"
 wait "$c"; s1=$?
 wait "$b1"; sb1=$?
-kill -9 "$b2"
-if [ $s1 -eq 1 ] && [ $sb1 -ne 0 ] &&
-   grep -q "the run's state is lost: every member that held it is gone (b1, rank 0: no member of the new group holds the run's state (all 1 just joined)); its last checkpoint, $ck/last.safetensors, is whole: run the coordinator again with --resume" "$tmp/c1.log" &&
-   ! grep -q "^ragtag: done" "$tmp/c1.log"; then
-  ok "the last holder of the state lost before the joiner got it, another joiner on its way: the run stopped (status 1), naming the checkpoint"
+wait "$b2"; sb2=$?
+if [ $s1 -eq 0 ] && [ $sb1 -eq 0 ] && [ $sb2 -eq 0 ] &&
+   grep -q "the run's state is lost: every member that held it is gone (b1, rank 0: no member of the new group holds the run's state (all 1 just joined)); its last checkpoint, $ck/last.safetensors, is whole: run the coordinator again with --resume; instead the run goes on from that checkpoint on tcp://127.0.0.1:$port: the 2 workers still here join again" "$tmp/ck.log" &&
+   grep -q "resuming from $ck/last.safetensors at epoch [1-3]" "$tmp/ck.log" &&
+   grep -q "^epoch 4/4: " "$tmp/ck.log" && grep -q "replicas identical" "$tmp/ck.log" &&
+   samples_exact "$tmp/ck.jsonl" 4; then
+  ok "the last holder of the state lost before the joiners got it: the run went on from its checkpoint ($(grep -o "at epoch [0-9]*, step [0-9]*" "$tmp/ck.log" | head -n 1)) with both joiners, 4 epochs, samples exact"
 else
-  bad "state lost: coordinator status $s1, joiner's status $sb1"
-  grep "members\|lost\|error\|done" "$tmp/c1.log" | tail -n 6
+  bad "state lost, with a checkpoint: coordinator status $s1, joiners $sb1 / $sb2"
+  grep "members\|lost\|error\|done\|resuming" "$tmp/ck.log" | tail -n 8
+  tail -n 3 "$tmp/ck.b1.log" "$tmp/ck.b2.log"
 fi
 
-# the run goes on from the checkpoint named, with a new worker
 port=$((port + 1))
-"$RAGTAG" coord "$model" --workers 1 --listen "tcp://127.0.0.1:$port" $run --epochs 4 \
-  --checkpoint "$ck" --resume --metrics "$tmp/m2.jsonl" >"$tmp/c2.log" 2>&1 & c=$!
-pids="$pids $c"; echo $c >>"$tmp/pids"
-worker r1 "$tmp/r1.log"
+lose_state none
 wait "$c"; s2=$?
-wait_all
-if [ $s2 -eq 0 ] && grep -q "resuming from $ck/last.safetensors at epoch [1-3]" "$tmp/c2.log" &&
-   grep -q "^epoch 4/4: " "$tmp/c2.log" && grep -q "\"samples\": $ntrain[,}]" "$tmp/m2.jsonl" &&
-   ! grep "\"samples\"" "$tmp/m2.jsonl" | grep -vq "\"samples\": $ntrain[,}]"; then
-  ok "coord --resume finished the run from that checkpoint ($(grep -o "at epoch [0-9]*, step [0-9]*" "$tmp/c2.log" | head -n 1)), samples exact"
+wait "$b1"; sb1=$?
+kill -9 "$b2"
+if [ $s2 -eq 1 ] && [ $sb1 -ne 0 ] &&
+   grep -q "the run's state is lost: every member that held it is gone (b1, rank 0: no member of the new group holds the run's state (all 1 just joined)); no checkpoint to go on from" "$tmp/none.log" &&
+   ! grep -q "^ragtag: done" "$tmp/none.log"; then
+  ok "without a checkpoint the run stopped at once (status 1), saying why, another joiner on its way"
 else
-  bad "the resume: status $s2"
-  tail -n 5 "$tmp/c2.log"
+  bad "state lost, no checkpoint: coordinator status $s2, joiner's status $sb1"
+  grep "members\|lost\|error\|done" "$tmp/none.log" | tail -n 6
 fi
+wait_all
 kill "$watchdog" 2>/dev/null
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }

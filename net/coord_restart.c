@@ -1,0 +1,61 @@
+/* coord_restart.c — the run's state lost, its checkpoint whole: go on.
+ *
+ * When every member that held the run's state is gone before the workers
+ * just admitted received it (coord_elastic.c, state_lost), nothing in
+ * memory can carry the run on. Its last checkpoint can: rather than stop
+ * and wait for a person to type `coord --resume`, the coordinator starts
+ * the run again from it on the same address, as that command would, and
+ * tells every worker still here ("expelled": the run goes on without the
+ * generation it was in) to join again; they come back as new workers and
+ * get the checkpoint's state with "start". What the run loses is the work
+ * since that checkpoint, never the run.
+ *
+ * Not for `train --workers N` (its local workers end with the failed run)
+ * nor for a coordinator on a port chosen at random (nobody could find the
+ * new one), nor without a checkpoint or after Ctrl-C: the run stops then,
+ * as before, naming what it can be resumed from. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coord-impl.h"
+#include "status.h"
+
+/* A fixed port: tcp://HOST:PORT with PORT neither * nor 0. */
+static bool fixed_address(const char *ep)
+{
+    const char *colon = strrchr(ep, ':');
+    return ep[0] && colon && colon[1] && strcmp(colon + 1, "*") != 0 &&
+           strcmp(colon + 1, "0") != 0;
+}
+
+bool coord_restart_possible(const struct coord *k, int rc)
+{
+    struct stat st;
+    return rc == RT_ERR_NO_STATE && !k->o->spawn_local && fixed_address(k->o->listen) &&
+           k->ck.last_path[0] && stat(k->ck.last_path, &st) == 0 && !coord_stop_requested(k);
+}
+
+int coord_restart_tell(struct coord *k)
+{
+    char why[1500];
+    snprintf(why, sizeof why, "the run's state was lost; it goes on from its last checkpoint, "
+                              "%s: join again", k->ck.last_path);
+    int n = 0;
+    for (int i = 0; i < k->nw; i++) {
+        struct coord_worker *w = &k->w[i];
+        if (w->gone)
+            continue;
+        coord_send_simple(k, w, "expelled", why);
+        n++;
+    }
+    fprintf(stderr, "ragtag: [members] %s; instead the run goes on from that checkpoint on %s: "
+                    "the %d worker%s still here join%s again\n", rt_error_detail(), k->o->listen,
+            n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+    /* as coord_abort: the I/O thread needs a moment to write them all */
+    usleep(500000);
+    return n;
+}
