@@ -412,13 +412,13 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
                  struct rt_train_result *res)
 {
     struct rt_coord_options ro = *o;
-    struct rt_train_config rc_cfg = *c;
+    struct rt_train_config cfg = *c;
     bool restarted = false;
     for (;;) {
         memset(res, 0, sizeof *res);
         res->test_loss = res->test_acc = -1.0;
         int again = 0;
-        int rc = run_once(&ro, &rc_cfg, restarted, res, &again);
+        int rc = run_once(&ro, &cfg, restarted, res, &again);
         if (rc != RT_ERR_NO_STATE || again <= 0)
             return rc;
         /* the workers still here start it, others may join up to the cap */
@@ -428,7 +428,7 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
         /* and it starts with those that came back when --join-timeout ends */
         ro.min_workers = ro.min_workers <= 0 ? 1 : ro.min_workers < ro.workers ? ro.min_workers
                                                                                  : ro.workers;
-        rc_cfg.resume = true;
+        cfg.resume = true;
         restarted = true;
         rt_error_clear();
     }
