@@ -57,6 +57,7 @@ struct coord_worker {
     bool ready, done;
     bool pending;           /* joined during training: set up, not yet a member */
     bool gone;              /* lost: the run went on without it */
+    bool lost_in_setup;     /* its connection closed while it set up: lost at the start */
     bool regrouped;         /* formed the ring of the generation announced */
     double expelled_at;     /* when it was last told it is out */
     double probe_at;        /* a joiner too slow for a share: when it measures again (0: not held) */
@@ -124,7 +125,7 @@ struct coord {
     int nw;
     int by_rank[RT_MAX_WORKERS];
     struct rt_membership ms;
-    int nready, ndone;
+    int ndone;
     /* the job */
     char *model_text;
     size_t model_len;
@@ -215,6 +216,8 @@ int coord_ready(struct coord *k, struct coord_worker *w);
 int coord_join_timeout(struct coord *k);
 int coord_setup_timeout(struct coord *k);
 int coord_check_alive(struct coord *k);
+/* The set-up phase's: a worker whose connection closed is left out. */
+int coord_setup_check_alive(struct coord *k);
 /* This process did not run for a while (SIGSTOP, a frozen VM): the
  * workers' silence is not theirs; their clocks start again. */
 void coord_members_resumed(struct coord *k, double paused);

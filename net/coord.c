@@ -115,13 +115,21 @@ static int join_leave(struct coord *k)
 }
 
 /* setup */
-static bool setup_finished(const struct coord *k) { return k->nready >= k->nw; }
+/* every worker ready, but those lost while setting up */
+static bool setup_finished(const struct coord *k)
+{
+    for (int i = 0; i < k->nw; i++)
+        if (!k->w[i].ready && !k->w[i].gone)
+            return false;
+    return true;
+}
 static int setup_on_stop(struct coord *k)
 {
     return rt_error(RT_ERR_INTERRUPTED, "interrupted while the workers set up");
 }
 static int setup_on_clock(struct coord *k)
 {
+    RT_TRY(coord_setup_check_alive(k));
     return rt_now() - k->phase_start > k->o->setup_timeout ? coord_setup_timeout(k) : RT_OK;
 }
 static int setup_leave(struct coord *k)
@@ -134,7 +142,8 @@ static int setup_leave(struct coord *k)
         return RT_OK;
     }
     for (int r = 0; r < k->ms.n; r++)
-        RT_TRY(coord_ckpt_send_resume(k, coord_rank(k, r)));
+        if (!coord_rank(k, r)->gone)
+            RT_TRY(coord_ckpt_send_resume(k, coord_rank(k, r)));
     return RT_OK;
 }
 
@@ -142,6 +151,10 @@ static int setup_leave(struct coord *k)
 static int train_enter(struct coord *k)
 {
     k->training = true;
+    /* those lost while setting up: the others regroup without them */
+    for (int i = 0; i < k->nw; i++)
+        if (k->w[i].lost_in_setup && k->w[i].rank >= 0)
+            RT_TRY(coord_lose(k, &k->w[i], "its connection closed while it set up"));
     return RT_OK;
 }
 /* Every member of the current generation is done (none of it lost: a

@@ -227,6 +227,34 @@ int coord_check_alive(struct coord *k)
     return coord_elastic_clock(k);
 }
 
+/* While workers set up they are silent (reading their data, measuring
+ * their speed), so only a closed connection says one is gone. The run
+ * does not wait out --setup-timeout for a dead process: it starts without
+ * it, which the train phase then counts as a loss (the others regroup;
+ * train_enter), or stops at once when fewer than --min-workers are left. */
+int coord_setup_check_alive(struct coord *k)
+{
+    double now = rt_now();
+    for (int i = 0; i < k->nw; i++) {
+        struct coord_worker *w = &k->w[i];
+        if (w->gone || w->rank < 0 || !(w->closed_at > 0.0) ||
+            now - w->closed_at <= CLOSED_GRACE || coord_has_input(k))
+            continue;
+        w->gone = w->lost_in_setup = true;
+        int left = coord_alive(k), least = k->o->min_workers > 0 ? k->o->min_workers : 1;
+        if (left < least)
+            return rt_error(RT_ERR_NET, "worker %s (rank %d, %s) was lost while setting up: its "
+                                        "connection closed (the process died or its host cut "
+                                        "it); %d left, fewer than --min-workers %d",
+                            w->m.name, w->rank, w->m.host, left, least);
+        fprintf(stderr, "ragtag: [members] worker %s (rank %d, %s) lost while setting up: its "
+                        "connection closed %.1f s ago (the process died or its host cut it); "
+                        "the run starts with the %d other%s\n", w->m.name, w->rank, w->m.host,
+                now - w->closed_at, left, left == 1 ? "" : "s");
+    }
+    return RT_OK;
+}
+
 /* "ready": the worker built its model and data and measured its speed;
  * rank 0 also says what it trains (the summary line). */
 int coord_ready(struct coord *k, struct coord_worker *w)
@@ -239,8 +267,6 @@ int coord_ready(struct coord *k, struct coord_worker *w)
         rt_wire_drop(&k->drops, w->m.name, "a bad 'ready'");
         return RT_OK;
     }
-    if (!w->ready)
-        k->nready++;
     w->ready = true;
     w->ips = ips;
     w->m.images_per_s = ips;

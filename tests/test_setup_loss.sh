@@ -1,0 +1,73 @@
+#!/bin/sh
+# A worker that dies while it sets up (real processes on 127.0.0.1): three
+# workers join, one of them is paused (SIGSTOP) as soon as it has the job,
+# in its set-up (the three set up at once: nobody is ready, so training
+# cannot have begun), and killed there. The coordinator must not
+# wait out --setup-timeout (300 s) for it: it says the worker was lost
+# while setting up, starts with the other two, which regroup without it,
+# and the run finishes, every epoch's samples used once. With --min-workers
+# 3 the same loss stops the run at once, saying why.
+set -u
+RAGTAG=${RAGTAG:-./src/ragtag}
+top_srcdir=${top_srcdir:-.}
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z "${RAGTAG_DATA_DIR:-}" ]; then
+  echo "SKIP: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+  exit 77
+fi
+. "$top_srcdir/tests/elastic-lib.sh"
+model="$top_srcdir/examples/lenet.cfg"
+ntrain=5400
+run="--data fashion-mnist --limit 6000 --val 0.1 --batch 48 --epochs 2 --progress lines"
+# Ports: 32700-32999, this test's own block (below Linux's ephemeral range).
+port=$((32700 + ($$ % 60) * 5))
+worker() { # name log
+  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$1" --threads 1 \
+    --connect-timeout 60 >"$2" 2>&1 &
+  pids="$pids $!"
+}
+
+# lose_in_setup TAG COORD-FLAGS...: the coordinator ($c), w1 and w2, and w3
+# killed while it hangs in its set-up
+lose_in_setup() {
+  tag=$1
+  shift
+  t0=$(date +%s)
+  "$RAGTAG" coord "$model" --workers 3 --listen "tcp://127.0.0.1:$port" $run \
+    --metrics "$tmp/$tag.jsonl" "$@" >"$tmp/$tag.log" 2>&1 & c=$!
+  pids="$pids $c"
+  worker w1 "$tmp/$tag.w1.log"
+  worker w2 "$tmp/$tag.w2.log"
+  worker w3 "$tmp/$tag.w3.log"; w3=$!
+  until_there "joined run" "$tmp/$tag.w3.log"
+  kill -STOP "$w3"
+  sleep 1
+  kill -9 "$w3"
+  wait "$c"; s=$?
+  secs=$(($(date +%s) - t0))
+}
+
+lose_in_setup go
+wait_all
+if [ $s -eq 0 ] && [ "$secs" -lt 60 ] &&
+   grep -q "worker w3 (rank 2, [^)]*) lost while setting up: its connection closed [0-9.]* s ago (the process died or its host cut it); the run starts with the 2 others" "$tmp/go.log" &&
+   grep -q "generation 2: lost rank 2 (w3, [^)]*): its connection closed while it set up; 2 workers continue" "$tmp/go.log" &&
+   grep -q "^epoch 2/2: " "$tmp/go.log" && samples_exact "$tmp/go.jsonl" 2; then
+  ok "a worker killed while setting up: the run started with the other two and finished in $secs s, samples exact"
+else
+  bad "lost in set-up: coordinator status $s after $secs s"
+  tail -n 8 "$tmp/go.log"
+fi
+
+port=$((port + 1))
+lose_in_setup stop --min-workers 3
+wait_all
+if [ $s -eq 1 ] && [ "$secs" -lt 60 ] &&
+   grep -q "worker w3 (rank 2, [^)]*) was lost while setting up: its connection closed (the process died or its host cut it); 2 left, fewer than --min-workers 3" "$tmp/stop.log"; then
+  ok "with --min-workers 3 the same loss stopped the run at once (status 1, $secs s), saying why"
+else
+  bad "lost in set-up, --min-workers 3: coordinator status $s after $secs s"
+  tail -n 5 "$tmp/stop.log"
+fi
+
+[ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "all checks of a loss in set-up passed"
