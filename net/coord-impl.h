@@ -152,6 +152,8 @@ struct coord {
     bool adopt_wanted;      /* --resume found the run's id: its workers may be alive */
     bool restarted;         /* started again from the checkpoint (coord_restart.c): a new
                                run id, nobody to adopt */
+    char prev_run[RT_RUN_ID_LEN + 1]; /* then: the run id it replaces ("" none) */
+    double prev_told;       /* when one of its workers was last told to join again */
     bool adopting, adopted;
     uint64_t adopt_gen;     /* the newest generation the rejoined workers were in */
     int adopt_world;        /* its size */
@@ -187,6 +189,8 @@ int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from);
 /* Whether a message waits in the coordinator's socket. */
 bool coord_has_input(struct coord *k);
 void coord_drop_unexpected(struct coord *k, struct coord_worker *w);
+/* The message in k->wr to a route (frames: none beyond the map). */
+int coord_send_rid(struct coord *k, const void *rid, size_t rid_len, const char *name);
 /* A "reject" to a route that is not (and must not become) a member's. */
 int coord_send_reject(struct coord *k, const void *rid, size_t rid_len, const char *name,
                       const char *why);
@@ -289,6 +293,9 @@ int coord_regroup(struct coord *k, long have);
 bool coord_restart_possible(const struct coord *k, int rc);
 /* Tell every worker still here to join again; how many were told. */
 int coord_restart_tell(struct coord *k);
+/* A message of the run this one replaces, in k->fr: its worker missed the
+ * word to join again (paused, say) and is told once more. Whether it was. */
+bool coord_restart_retell(struct coord *k);
 
 /* coord_adopt.c */
 /* The run id: kept in --checkpoint DIR, taken back on --resume. */

@@ -392,15 +392,17 @@ static void coord_destroy(struct coord **kp, int rc)
 
 /* One run from its start (or checkpoint); *again > 0 when its state was
  * lost and it should start once more from the checkpoint with that many
- * workers (coord_restart.c). */
+ * workers (coord_restart.c). prev_run: the run id it replaces ("" for the
+ * first), then its own. */
 static int run_once(const struct rt_coord_options *o, const struct rt_train_config *c,
-                    bool restarted, struct rt_train_result *res, int *again)
+                    char prev_run[RT_RUN_ID_LEN + 1], struct rt_train_result *res, int *again)
 {
     double t_start = rt_now();
     struct coord *k = coord_new(o, c);
     if (!k)
         return RT_ERR_NOMEM;
-    k->restarted = restarted;
+    k->restarted = prev_run[0] != '\0';
+    snprintf(k->prev_run, sizeof k->prev_run, "%s", prev_run);
     int rc = check_options(o, c);
     if (rc == RT_OK)
         rc = coord_prepare(k);
@@ -417,6 +419,7 @@ static int run_once(const struct rt_coord_options *o, const struct rt_train_conf
         rc = coord_report_end(k, t_start, res);
     if (!*again)
         coord_abort(k, rc);
+    snprintf(prev_run, RT_RUN_ID_LEN + 1, "%s", k->run);
     coord_destroy(&k, rc);
     return rc;
 }
@@ -426,12 +429,12 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
 {
     struct rt_coord_options ro = *o;
     struct rt_train_config cfg = *c;
-    bool restarted = false;
+    char prev_run[RT_RUN_ID_LEN + 1] = ""; /* the run a restarted one replaces */
     for (;;) {
         memset(res, 0, sizeof *res);
         res->test_loss = res->test_acc = -1.0;
         int again = 0;
-        int rc = run_once(&ro, &cfg, restarted, res, &again);
+        int rc = run_once(&ro, &cfg, prev_run, res, &again);
         if (rc != RT_ERR_NO_STATE || again <= 0)
             return rc;
         /* the workers still here start it, others may join up to the cap */
@@ -442,7 +445,6 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
         ro.min_workers = ro.min_workers <= 0 ? 1 : ro.min_workers < ro.workers ? ro.min_workers
                                                                                  : ro.workers;
         cfg.resume = true;
-        restarted = true;
         rt_error_clear();
     }
 }

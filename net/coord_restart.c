@@ -59,3 +59,24 @@ int coord_restart_tell(struct coord *k)
     usleep(500000);
     return n;
 }
+
+bool coord_restart_retell(struct coord *k)
+{
+    if (!k->restarted || !k->prev_run[0] ||
+        rt_wire_parse(&k->msg, rt_zframe_data(&k->fr, 1), rt_zframe_size(&k->fr, 1), k->prev_run,
+                      true) < 0)
+        return false;
+    double now = rt_now();
+    if (now - k->prev_told < 0.5) /* its heartbeats come faster than it can act */
+        return true;
+    k->prev_told = now;
+    char why[1500];
+    snprintf(why, sizeof why, "the run's state was lost; it goes on from its last checkpoint, "
+                              "%s: join again", k->ck.last_path);
+    rt_wire_begin(&k->wr, k->prev_run, "expelled", 1);
+    rt_wire_put_str(&k->wr, "reason", why);
+    if (rt_wire_end(&k->wr) == RT_OK)
+        (void)coord_send_rid(k, rt_zframe_data(&k->fr, 0), rt_zframe_size(&k->fr, 0),
+                             "of the last run");
+    return true;
+}

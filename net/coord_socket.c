@@ -232,7 +232,10 @@ int coord_next_msg(struct coord *k, int timeout_ms, struct coord_worker **from)
     struct coord_worker *w = find_rid(k, rt_zframe_data(&k->fr, 0), rt_zframe_size(&k->fr, 0));
     if (rt_wire_parse(&k->msg, rt_zframe_data(&k->fr, 1), rt_zframe_size(&k->fr, 1), k->run,
                       true) < 0) {
-        rt_wire_drop(&k->drops, peer, rt_error_detail());
+        char keep[256];
+        snprintf(keep, sizeof keep, "%s", rt_error_detail());
+        if (!coord_restart_retell(k))
+            rt_wire_drop(&k->drops, peer, keep);
         return 0;
     }
     /* Only a checkpoint part brings frames after its map (coord_ckpt_part
@@ -274,6 +277,11 @@ void coord_drop_unexpected(struct coord *k, struct coord_worker *w)
     char why[96];
     snprintf(why, sizeof why, "an unexpected '%s' message", k->msg.type);
     rt_wire_drop(&k->drops, w ? w->m.name : "a stranger", why);
+}
+
+int coord_send_rid(struct coord *k, const void *rid, size_t rid_len, const char *name)
+{
+    return send_rid(k, rid, rid_len, name, NULL, NULL, 0);
 }
 
 int coord_send_reject(struct coord *k, const void *rid, size_t rid_len, const char *name,
