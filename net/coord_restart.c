@@ -32,6 +32,13 @@ static bool fixed_address(const char *ep)
            strcmp(colon + 1, "0") != 0;
 }
 
+/* What the workers are told with "expelled". */
+static void rejoin_reason(const struct coord *k, char *out, size_t cap)
+{
+    snprintf(out, cap, "the run's state was lost; it goes on from its last checkpoint, %s: "
+                       "join again", k->ck.last_path);
+}
+
 bool coord_restart_possible(const struct coord *k, int rc)
 {
     struct stat st;
@@ -42,8 +49,7 @@ bool coord_restart_possible(const struct coord *k, int rc)
 int coord_restart_tell(struct coord *k)
 {
     char why[1500];
-    snprintf(why, sizeof why, "the run's state was lost; it goes on from its last checkpoint, "
-                              "%s: join again", k->ck.last_path);
+    rejoin_reason(k, why, sizeof why);
     int n = 0;
     for (int i = 0; i < k->nw; i++) {
         struct coord_worker *w = &k->w[i];
@@ -71,8 +77,7 @@ bool coord_restart_retell(struct coord *k)
         return true;
     k->prev_told = now;
     char why[1500];
-    snprintf(why, sizeof why, "the run's state was lost; it goes on from its last checkpoint, "
-                              "%s: join again", k->ck.last_path);
+    rejoin_reason(k, why, sizeof why);
     rt_wire_begin(&k->wr, k->prev_run, "expelled", 1);
     rt_wire_put_str(&k->wr, "reason", why);
     if (rt_wire_end(&k->wr) == RT_OK)
