@@ -176,8 +176,37 @@ ok(all(t["argv"][0].endswith("/tree/bin/ragtag") and not t["argv"][0].startswith
        and t["returncode"] == 0 for t in res.tasks) and len(res.epochs) == 1,
    f"ship: the workers ran the shipped tree: {res.tasks[0]['argv'][0]}")
 
+def worker_pids(endpoint, name=None):
+    """The ragtag workers joining `endpoint` (named `name`) on this host."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (name is None or name.encode() in cmd) and b"worker" in cmd and \
+                b"--join" in cmd and cmd[cmd.index(b"--join") + 1] == endpoint.encode():
+            pids.append(int(pid))
+    return pids
+
+
+def left_behind(endpoint, wait_s=30):
+    """The workers of a failed run still alive after `wait_s` seconds
+    (Spark kills a cancelled task's Python worker, and the ragtag worker
+    dies with it, within a few seconds)."""
+    for _ in range(int(wait_s * 10)):
+        pids = worker_pids(endpoint)
+        if not pids:
+            return []
+        time.sleep(0.1)
+    return pids
+
 # a model file the coordinator refuses: the stage is cancelled, the error
-# quotes the coordinator's reason with its file:line
+# quotes the coordinator's reason with its file:line, and no worker of it
+# stays behind holding an executor's slot (the coordinator fails before the
+# stage has submitted its job: one cancellation came too early, and the
+# next case waited 300 s for slots)
 badcfg = os.path.join(work, "bad.cfg")
 with open(model) as f, open(badcfg, "w") as g:
     g.write(f.read().replace("[net]", "[net]\nfilterz = 3", 1))
@@ -188,6 +217,8 @@ try:
 except RagtagSparkError as e:
     ok("coordinator exited 1" in str(e) and "bad.cfg:" in str(e) and "filterz" in str(e),
        "a bad model file is refused: " + str(e)[-300:].replace("\n", " | "))
+stray = left_behind(f"tcp://127.0.0.1:{port + 18}")
+ok(not stray, f"a bad model file: no worker of the failed run left behind: {stray}")
 
 # a worker lost mid-run (its process killed): the run goes on with the
 # other. Then that one too (as when Spark tears down a failed barrier
@@ -197,16 +228,9 @@ killed = []
 
 
 def kill_worker(name, endpoint):
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
-        except OSError:
-            continue
-        if name.encode() in cmd and b"worker" in cmd and b"--join" in cmd and \
-                cmd[cmd.index(b"--join") + 1] == endpoint.encode():
-            os.kill(int(pid), signal.SIGKILL)
-            killed.append(name)
+    for pid in worker_pids(endpoint, name):
+        os.kill(pid, signal.SIGKILL)
+        killed.append(name)
 
 
 def kill_some(line):

@@ -211,6 +211,19 @@ def _stop(proc, grace):
             proc.wait()
 
 
+def _cancel(sc, group, stage, grace):
+    """Cancels the stage's job group until the stage thread ends (at most
+    `grace` seconds). Once is not enough: a coordinator that fails at
+    once (a bad model file) can fail before the stage thread has submitted
+    its job, and a cancellation of a group with no job yet is a no-op: the
+    job would start afterwards and its workers wait out --connect-timeout
+    holding the executors' slots."""
+    deadline = time.monotonic() + grace
+    while stage.is_alive() and time.monotonic() < deadline:
+        sc.cancelJobGroup(group)
+        stage.join(0.5)
+
+
 def _stage(sc, n, spec, group, box):
     """Runs the barrier stage in this thread; its results or error in box."""
     try:
@@ -326,12 +339,11 @@ def _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0):
         rc = coord.returncode
         stage.join(30 if rc == 0 else 0)
         if stage.is_alive():
-            sc.cancelJobGroup(group)
-            stage.join(60)
+            _cancel(sc, group, stage, 60)
             box.pop("error", None)  # our cancellation: the coordinator's lines say why
     except BaseException:
         _stop(coord, 60)
-        sc.cancelJobGroup(group)
+        _cancel(sc, group, stage, 60)
         raise
     finally:
         reader.join(10)
