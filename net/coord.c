@@ -390,18 +390,21 @@ static void coord_destroy(struct coord **kp, int rc)
     *kp = NULL;
 }
 
-/* One run from its start (or checkpoint); *again > 0 when its state was
- * lost and it should start once more from the checkpoint with that many
- * workers (coord_restart.c). prev_run: the run id it replaces ("" for the
- * first), then its own. */
+/* One run from its start (or checkpoint); *again >= 0 when its state was
+ * lost and it should start once more from the checkpoint, with that many
+ * workers still here (coord_restart.c), else -1. prev_run: the run id it
+ * replaces ("" for the first), then its own. */
 static int run_once(const struct rt_coord_options *o, const struct rt_train_config *c,
-                    char prev_run[RT_RUN_ID_LEN + 1], struct rt_train_result *res, int *again)
+                    char prev_run[RT_RUN_ID_LEN + 1], struct rt_train_result *res, int *again,
+                    sig_atomic_t stops0)
 {
     double t_start = rt_now();
     struct coord *k = coord_new(o, c);
     if (!k)
         return RT_ERR_NOMEM;
     k->restarted = prev_run[0] != '\0';
+    /* a Ctrl-C between two runs of one command stops the next one */
+    k->stops_at_start = stops0;
     snprintf(k->prev_run, sizeof k->prev_run, "%s", prev_run);
     int rc = check_options(o, c);
     if (rc == RT_OK)
@@ -412,12 +415,12 @@ static int run_once(const struct rt_coord_options *o, const struct rt_train_conf
     for (size_t i = k->adopted ? 2 : 0; rc == RT_OK && i < sizeof phases / sizeof phases[0]; i++)
         rc = run_phase(k, &phases[i]);
     /* joiners still setting up go on too: not told the run ended */
-    *again = coord_restart_possible(k, rc) ? coord_restart_tell(k) : 0;
-    if (!*again)
+    *again = coord_restart_possible(k, rc) ? coord_restart_tell(k) : -1;
+    if (*again < 0)
         coord_elastic_end(k);
     if (rc == RT_OK)
         rc = coord_report_end(k, t_start, res);
-    if (!*again)
+    if (*again < 0)
         coord_abort(k, rc);
     snprintf(prev_run, RT_RUN_ID_LEN + 1, "%s", k->run);
     coord_destroy(&k, rc);
@@ -430,20 +433,29 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
     struct rt_coord_options ro = *o;
     struct rt_train_config cfg = *c;
     char prev_run[RT_RUN_ID_LEN + 1] = ""; /* the run a restarted one replaces */
+    sig_atomic_t stops0 = coord_stop_requests;
     for (;;) {
         memset(res, 0, sizeof *res);
         res->test_loss = res->test_acc = -1.0;
-        int again = 0;
-        int rc = run_once(&ro, &cfg, prev_run, res, &again);
-        if (rc != RT_ERR_NO_STATE || again <= 0)
+        int again = -1;
+        int rc = run_once(&ro, &cfg, prev_run, res, &again, stops0);
+        if (rc != RT_ERR_NO_STATE || again < 0)
             return rc;
-        /* the workers still here start it, others may join up to the cap */
         if (!ro.max_workers)
             ro.max_workers = ro.workers;
-        ro.workers = again < ro.max_workers ? again : ro.max_workers;
-        /* and it starts with those that came back when --join-timeout ends */
-        ro.min_workers = ro.min_workers <= 0 ? 1 : ro.min_workers < ro.workers ? ro.min_workers
-                                                                                 : ro.workers;
+        if (again > 0) {
+            /* the workers still here start it, others may join up to the cap,
+             * and it starts with those that came back when --join-timeout ends */
+            ro.workers = again < ro.max_workers ? again : ro.max_workers;
+            ro.min_workers = ro.min_workers <= 0   ? 1
+                             : ro.min_workers < ro.workers ? ro.min_workers
+                                                           : ro.workers;
+        } else {
+            /* nobody is left: the run's own --workers and --min-workers, as
+             * for its first start (new workers, a retried Spark stage) */
+            ro.workers = o->workers < ro.max_workers ? o->workers : ro.max_workers;
+            ro.min_workers = o->min_workers;
+        }
         cfg.resume = true;
         rt_error_clear();
     }

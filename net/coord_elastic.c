@@ -169,10 +169,12 @@ static int drop_member(struct coord *k, struct coord_worker *w, const char *even
     coord_report_event(k, event, w, why);
     w->rank = -1;
     char hint[1300];
-    /* (a joiner holds no state: nothing to wait for) */
+    /* Nobody holds the run's state (a joiner holds none): the same loss as
+     * state_lost's, so the same way on (coord_restart.c): from the
+     * checkpoint, with whoever joins within --join-timeout. */
     if (left == 0)
-        return rt_error(RT_ERR_NET, "every worker was lost (the last: %s, %s); %s", w->m.name,
-                        why, resume_hint(k, hint, sizeof hint));
+        return rt_error(RT_ERR_NO_STATE, "every worker was lost (the last: %s, %s); %s",
+                        w->m.name, why, resume_hint(k, hint, sizeof hint));
     return regroup_if_enough(k);
 }
 

@@ -175,10 +175,14 @@ int coord_join_timeout(struct coord *k)
         coord_local_missing(k, missing, sizeof missing);
     else
         snprintf(missing, sizeof missing, "%d more", o->workers - k->nw);
+    char whole[1300] = "";
+    if (k->restarted) /* its state is in the checkpoint alone */
+        snprintf(whole, sizeof whole, "; the run's last checkpoint, %s, is whole: run the "
+                 "coordinator again with --resume when workers can join", k->ck.last_path);
     return rt_error(RT_ERR_TIMEOUT,
                     "only %d of %d workers joined within --join-timeout %.0f s; "
-                    "joined: %s; missing: %s",
-                    k->nw, o->workers, o->join_timeout, k->nw ? list : "none", missing);
+                    "joined: %s; missing: %s%s",
+                    k->nw, o->workers, o->join_timeout, k->nw ? list : "none", missing, whole);
 }
 
 int coord_setup_timeout(struct coord *k)

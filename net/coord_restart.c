@@ -1,14 +1,16 @@
 /* coord_restart.c — the run's state lost, its checkpoint whole: go on.
  *
  * When every member that held the run's state is gone before the workers
- * just admitted received it (coord_elastic.c, state_lost), nothing in
- * memory can carry the run on. Its last checkpoint can: rather than stop
+ * just admitted received it (coord_elastic.c, state_lost), or every
+ * worker is (drop_member), nothing in memory can carry the run on. Its last checkpoint can: rather than stop
  * and wait for a person to type `coord --resume`, the coordinator starts
  * the run again from it on the same address, as that command would, and
  * tells every worker still here ("expelled": the run goes on without the
  * generation it was in) to join again; they come back as new workers and
- * get the checkpoint's state with "start". What the run loses is the work
- * since that checkpoint, never the run.
+ * get the checkpoint's state with "start"; with nobody left, it waits
+ * --join-timeout for new workers (a retried Spark stage, a restarted
+ * container), as a first start does, and stops if none come. What the run
+ * loses is the work since that checkpoint, never the run.
  *
  * Not for `train --workers N` (its local workers end with the failed run)
  * nor for a coordinator on a port chosen at random (nobody could find the
@@ -58,9 +60,14 @@ int coord_restart_tell(struct coord *k)
         coord_send_simple(k, w, "expelled", why);
         n++;
     }
-    fprintf(stderr, "ragtag: [members] %s; instead the run goes on from that checkpoint on %s: "
-                    "the %d worker%s still here join%s again\n", rt_error_detail(), k->o->listen,
-            n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+    if (n > 0)
+        fprintf(stderr, "ragtag: [members] %s; instead the run goes on from that checkpoint on "
+                        "%s: the %d worker%s still here join%s again\n", rt_error_detail(),
+                k->o->listen, n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+    else
+        fprintf(stderr, "ragtag: [members] %s; instead the run goes on from that checkpoint on "
+                        "%s with the workers that join within --join-timeout (%.0f s)\n",
+                rt_error_detail(), k->o->listen, k->o->join_timeout);
     /* as coord_abort: the I/O thread needs a moment to write them all */
     usleep(500000);
     return n;

@@ -274,5 +274,57 @@ ok(sorted(set(m["epoch"] for m in res.epochs)) == [1, 2, 3]
    "resume: 3 epochs in the metrics, every sample once per epoch")
 ok(sorted(t["returncode"] for t in res.tasks) == [0, 0], "resume: both new workers ended 0")
 
+# a failed task (its Python worker killed, as when an executor is lost):
+# Spark tears the barrier stage down, the ragtag workers die with their
+# tasks (--parent), and Spark runs the stage again; the coordinator, left
+# without workers, goes on from its checkpoint with the retried stage's
+# workers, and run() returns a finished run
+retry_ep = f"tcp://127.0.0.1:{port + 2}"
+torn = []
+
+
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def tear_down_tasks():
+    ck = os.path.join(work, "retry", "checkpoint", "last.safetensors")
+    for _ in range(3000):
+        if os.path.exists(ck):
+            break
+        time.sleep(0.01)
+    for pid in worker_pids(retry_ep):
+        try:
+            os.kill(parent_of(pid), signal.SIGKILL)
+            torn.append(pid)
+        except OSError:
+            pass
+
+
+def tear_after_epoch_1(line):
+    keep(line)
+    if line.startswith("epoch 1/3") and not torn:
+        threading.Thread(target=tear_down_tasks).start()
+
+
+first = len(lines)
+try:
+    res = ragtag_spark.run(model, 2, data="fashion-mnist", limit=6000, val=0, epochs=3, seed=3,
+                           workdir=os.path.join(work, "retry"), port=port + 2,
+                           log_port=port + 3, ring_port=port + 36, on_line=tear_after_epoch_1)
+    ok(len(torn) == 2 and any("instead the run goes on from that checkpoint" in x
+                              for x in res.log),
+       f"retried stage: both tasks torn down after epoch 1 ({len(torn)}), the run went on "
+       "from its checkpoint")
+    ok(sorted(set(m["epoch"] for m in res.epochs)) == [1, 2, 3]
+       and all(m["samples"] == 6000 for m in res.epochs),
+       "retried stage: 3 epochs in the metrics, every sample once per epoch")
+    ok(any(re.search(r"resuming from .* at epoch [12],", x) for x in res.log),
+       "retried stage: the retried stage's workers resumed from the checkpoint")
+except RagtagSparkError as e:
+    ok(False, "retried stage: the run went on with the retried stage's workers: "
+       + str(e)[-600:].replace("\n", " | "))
+
 spark.stop()
 sys.exit(1 if failures else 0)

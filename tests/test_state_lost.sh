@@ -10,6 +10,9 @@
 #  - Without one it stops at once with status 1 (not 0, not a wait for
 #    more joiners, who would bring no state either), saying the run's state
 #    is lost and that there is no checkpoint to go on from.
+#  - Every worker lost (two, killed): the run goes on from its checkpoint
+#    with two new workers; with none joining within --join-timeout it stops
+#    with status 1 and the checkpoint as it was.
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -84,6 +87,68 @@ if [ $s2 -eq 1 ] && [ $sb1 -ne 0 ] &&
 else
   bad "state lost, no checkpoint: coordinator status $s2, joiner's status $sb1"
   grep "members\|lost\|error\|done" "$tmp/none.log" | tail -n 6
+fi
+
+# every worker lost (both killed once epoch 1's checkpoint is there): with
+# nobody left either, the run goes on from its checkpoint with the workers
+# that join within --join-timeout (here two new ones) ...
+lose_all() { # TAG COORD-FLAGS...: the coordinator ($c) and a1, a2, both killed
+  tag=$1
+  shift
+  port=$((port + 1))
+  "$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" $run --epochs 4 \
+    --checkpoint "$tmp/$tag.ck" --metrics "$tmp/$tag.jsonl" "$@" >"$tmp/$tag.log" 2>&1 & c=$!
+  pids="$pids $c"; echo $c >>"$tmp/pids"
+  worker a1 "$tmp/$tag.a1.log"; a1=$!
+  worker a2 "$tmp/$tag.a2.log"; a2=$!
+  until_there -f "$tmp/$tag.ck/last.safetensors"
+  kill -9 "$a1" "$a2"
+  until_there "instead the run goes on from that checkpoint" "$tmp/$tag.log"
+  cp "$tmp/$tag.ck/last.safetensors" "$tmp/$tag.kept"
+}
+lose_all all
+worker c1 "$tmp/all.c1.log"; c1=$!
+worker c2 "$tmp/all.c2.log"; c2=$!
+wait "$c"; s3=$?
+wait "$c1"; sc1=$?
+wait "$c2"; sc2=$?
+if [ $s3 -eq 0 ] && [ $sc1 -eq 0 ] && [ $sc2 -eq 0 ] &&
+   grep -q "every worker was lost (the last: a[12], .*); its last checkpoint, $tmp/all.ck/last.safetensors, is whole: run the coordinator again with --resume; instead the run goes on from that checkpoint on tcp://127.0.0.1:$port with the workers that join within --join-timeout ([0-9]* s)" "$tmp/all.log" &&
+   grep -q "resuming from $tmp/all.ck/last.safetensors at epoch [1-3]" "$tmp/all.log" &&
+   grep -q "^epoch 4/4: " "$tmp/all.log" && grep -q "replicas identical" "$tmp/all.log" &&
+   samples_exact "$tmp/all.jsonl" 4; then
+  ok "every worker lost: the run went on from its checkpoint ($(grep -o "at epoch [0-9]*, step [0-9]*" "$tmp/all.log" | head -n 1)) with two new workers, 4 epochs, samples exact"
+else
+  bad "every worker lost, new ones joined: coordinator status $s3, new workers $sc1 / $sc2"
+  grep "members\|lost\|error\|done\|resum" "$tmp/all.log" | tail -n 8
+fi
+
+# ... and when none joins within --join-timeout it stops (status 1),
+# naming the checkpoint, which it left as it was
+lose_all none2 --join-timeout 3
+wait "$c"; s4=$?
+if [ $s4 -eq 1 ] &&
+   grep -q "only 0 of 2 workers joined within --join-timeout 3 s; joined: none; missing: 2 more; the run's last checkpoint, $tmp/none2.ck/last.safetensors, is whole: run the coordinator again with --resume" "$tmp/none2.log" &&
+   cmp -s "$tmp/none2.ck/last.safetensors" "$tmp/none2.kept" && ! grep -q "^ragtag: done" "$tmp/none2.log"; then
+  ok "every worker lost, none joined within --join-timeout: stopped (status 1), checkpoint named and unchanged"
+else
+  bad "every worker lost, none joined: coordinator status $s4"
+  tail -n 4 "$tmp/none2.log"
+fi
+
+# ... and Ctrl-C as soon as it says so (a launcher whose workers are all
+# gone: ragtag_spark) stops it, the checkpoint as it was, not after the
+# --join-timeout's wait (the signal came between the two runs)
+lose_all int
+kill -INT "$c"
+wait "$c"; s5=$?
+if [ $s5 -ne 0 ] && grep -q "interrupted while waiting for workers" "$tmp/int.log" &&
+   ! grep -q "workers joined within --join-timeout" "$tmp/int.log" &&
+   cmp -s "$tmp/int.ck/last.safetensors" "$tmp/int.kept"; then
+  ok "every worker lost, then Ctrl-C: stopped (status $s5), the checkpoint unchanged"
+else
+  bad "every worker lost, then Ctrl-C: coordinator status $s5"
+  tail -n 4 "$tmp/int.log"
 fi
 wait_all
 kill "$watchdog" 2>/dev/null

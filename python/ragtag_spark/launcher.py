@@ -229,7 +229,12 @@ def _stage(sc, n, spec, group, box):
     try:
         sc.setJobGroup(group, f"ragtag workers ({n} barrier tasks)", interruptOnCancel=True)
         rdd = sc.parallelize(range(n), n).barrier().mapPartitions(partial(barrier_task, spec))
-        box["tasks"] = rdd.collect()
+        # The shuffle makes the barrier stage a map stage, which Spark runs
+        # again when one of its tasks fails (up to
+        # spark.stage.maxConsecutiveAttempts); a barrier result stage it
+        # cannot ("Could not recover from a failed barrier ResultStage").
+        # The coordinator goes on from its checkpoint with the new workers.
+        box["tasks"] = sorted(rdd.repartition(1).collect(), key=lambda t: t["partition"])
     except Exception as e:  # Py4J wraps the tasks' errors; keep ours readable
         box["error"] = e
 
@@ -315,6 +320,27 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     return _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0)
 
 
+_RESTART_LINE = "instead the run goes on from that checkpoint"
+
+
+def _stage_ended_first(coord, box, log, grace=10):
+    """The stage ended while the coordinator runs: every task is gone and
+    this stage brings no more workers. Every worker ended 0: the run is
+    finishing, wait. Otherwise a coordinator that lost them all goes on
+    from its checkpoint and waits --join-timeout for workers (those of a
+    retried stage would come while the stage still runs): stop it (Ctrl-C:
+    its checkpoint stays whole) once it says so, or after `grace` seconds."""
+    tasks = box.get("tasks") or []
+    if "error" not in box and tasks and all(t.get("returncode") == 0 for t in tasks):
+        coord.wait()
+        return
+    deadline = time.monotonic() + grace
+    while coord.poll() is None and time.monotonic() < deadline and \
+            not any(_RESTART_LINE in x for x in log.lines[-20:]):
+        time.sleep(0.1)
+    _stop(coord, 60)
+
+
 def _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0):
     """Waits for the coordinator and the stage; stops the one left when the
     other fails; builds the result."""
@@ -331,11 +357,7 @@ def _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0):
         while coord.poll() is None and stage.is_alive():
             time.sleep(0.1)
         if coord.poll() is None:
-            # the stage ended first: every task is gone. A failed stage
-            # (Spark gave up retrying it) cannot bring workers back.
-            if "error" in box:
-                _stop(coord, 60)
-            coord.wait()
+            _stage_ended_first(coord, box, log)
         rc = coord.returncode
         stage.join(30 if rc == 0 else 0)
         if stage.is_alive():
