@@ -147,6 +147,8 @@ struct coord {
     double short_since;     /* members below --min-workers since (0: not) */
     long lost, joined, standby; /* members lost, admitted, gone on standby */
     bool told_finished;     /* joiners were told the run ended: the socket lingers for them */
+    char held[8][24];       /* ids of workers whose hellos wait for training (noted once) */
+    int nheld;
     /* the coordinator goes away and comes back (coord_adopt.c) */
     double t_start, last_loop;
     bool adopt_wanted;      /* --resume found the run's id: its workers may be alive */

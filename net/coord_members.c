@@ -67,6 +67,29 @@ static void add_member(struct coord *k, const struct rt_member *m, const char *p
                        k->o->workers);
 }
 
+/* A hello that comes while the run sets up (or as its join phase fills)
+ * from a worker it has room for once training begins (--max-workers, or
+ * one lost in the set-up): no answer, so that it says hello again every
+ * second and is admitted then (coord_admit), as the adopt phase holds
+ * hellos for the next one. Noted once per worker. */
+static bool hold(struct coord *k, const struct rt_member *m, const char *from)
+{
+    int cap = k->o->max_workers > 0 ? k->o->max_workers : k->o->workers, here = 0;
+    for (int i = 0; i < k->nw; i++)
+        here += !k->w[i].gone;
+    if (!coord_elastic(k) || here >= cap)
+        return false;
+    int n = k->nheld < 8 ? k->nheld : 8;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(k->held[i], m->id))
+            return true;
+    snprintf(k->held[k->nheld++ % 8], sizeof k->held[0], "%s", m->id);
+    coord_note("worker %s from %s waits: the run sets up with its %d workers; it joins once "
+               "training begins (room for %d more)", m->name, from, here,
+               cap - here);
+    return true;
+}
+
 /* A hello from w (NULL: a new route). A worker says hello every second
  * until its job comes: the same member on the same route is no news. The
  * same member id on another route is someone else (or a stale copy):
@@ -99,6 +122,8 @@ int coord_hello(struct coord *k, struct coord_worker *w, bool open)
     if (!open && coord_elastic(k) && k->training)
         return coord_admit(k, &m, from);
     if (!open || k->nw >= k->o->workers) {
+        if (hold(k, &m, from))
+            return RT_OK;
         snprintf(why, sizeof why, "the run already has its %d workers", k->nw);
         return turn_away(k, &m, from, true, why);
     }

@@ -6,7 +6,9 @@
 # wait out --setup-timeout (300 s) for it: it says the worker was lost
 # while setting up, starts with the other two, which regroup without it,
 # and the run finishes, every epoch's samples used once. With --min-workers
-# 3 the same loss stops the run at once, saying why.
+# 3 the same loss stops the run at once, saying why. A worker that says
+# hello while the run sets up, with room for it, waits and joins once
+# training begins (it used to be turned away).
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -40,6 +42,10 @@ lose_in_setup() {
   worker w3 "$tmp/$tag.w3.log"; w3=$!
   until_there "joined run" "$tmp/$tag.w3.log"
   kill -STOP "$w3"
+  if [ -n "${joiner:-}" ]; then # one more says hello while the run sets up
+    worker w4 "$tmp/$tag.w4.log"; w4=$!
+    until_there "worker w4 from .* waits: the run sets up" "$tmp/$tag.log"
+  fi
   sleep 1
   kill -9 "$w3"
   wait "$c"; s=$?
@@ -67,6 +73,22 @@ if [ $s -eq 1 ] && [ "$secs" -lt 60 ] &&
 else
   bad "lost in set-up, --min-workers 3: coordinator status $s after $secs s"
   tail -n 5 "$tmp/stop.log"
+fi
+
+# a worker that says hello while the run sets up (room for it: --max-workers
+# 4) is not turned away: it waits, then joins once training begins
+port=$((port + 1))
+joiner=yes lose_in_setup held --max-workers 4 --epochs 8
+wait "$w4"; s4=$?
+wait_all
+if [ $s -eq 0 ] && [ $s4 -eq 0 ] &&
+   grep -q "worker w4 from [^ ]* waits: the run sets up with its 3 workers; it joins once training begins (room for 1 more)" "$tmp/held.log" &&
+   ! grep -q "turned away" "$tmp/held.log" && grep -q "admitted w4" "$tmp/held.log" &&
+   grep -q "^epoch 8/8: " "$tmp/held.log" && samples_exact "$tmp/held.jsonl" 8; then
+  ok "a worker that came while the run set up waited and joined in training ($(grep -o "generation [0-9]*: admitted w4" "$tmp/held.log")), samples exact"
+else
+  bad "a joiner during set-up: coordinator status $s, the joiner's $s4"
+  grep "w4\|turned" "$tmp/held.log" | tail -n 5
 fi
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
