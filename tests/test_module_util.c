@@ -51,7 +51,7 @@ static void test_two_devices(void **state)
 static void test_buffers(void **state)
 {
     (void)state;
-    rt_buf a = {NULL, 0, NULL}, b = {NULL, 400, NULL};
+    rt_buf a = {.bytes = 0}, b = {.bytes = 400};
     assert_int_equal(mod_buf_bytes(&a), 4); /* a zero-byte buffer still gets a handle */
     assert_int_equal(mod_buf_bytes(&b), 400);
     char what[96];

@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -40,13 +43,59 @@ static inline double tu_max_rel_err(const float *a, const float *b, size_t n, do
     return worst;
 }
 
-/* A fresh temporary directory (removed by the OS's tmp cleaning). */
+/* path and everything under it (links not followed). */
+static inline void tu_rm_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char sub[1024];
+            if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) < (int)sizeof sub)
+                tu_rm_tree(sub);
+        }
+        if (d)
+            closedir(d);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+/* The directories tu_tmpdir made, removed when the test program exits
+ * (not by a forked child's exit: the parent still uses them), unless
+ * RAGTAG_KEEP_TMP is set: a developer's make check left about twenty in
+ * /tmp a run. */
+static char tu_tmpdirs[64][32];
+static int tu_ntmpdirs;
+static pid_t tu_tmp_owner;
+
+static inline void tu_tmpdirs_remove(void)
+{
+    if (getpid() != tu_tmp_owner || getenv("RAGTAG_KEEP_TMP"))
+        return;
+    for (int i = 0; i < tu_ntmpdirs; i++)
+        tu_rm_tree(tu_tmpdirs[i]);
+}
+
+/* A fresh temporary directory, removed at exit (above). */
 static inline const char *tu_tmpdir(void)
 {
-    static char dir[256];
+    static char dir[32];
     snprintf(dir, sizeof dir, "/tmp/ragtag-test-XXXXXX");
     if (!mkdtemp(dir))
         fail_msg("mkdtemp failed");
+    if (tu_ntmpdirs == 0) {
+        tu_tmp_owner = getpid();
+        atexit(tu_tmpdirs_remove);
+    }
+    if (tu_ntmpdirs < 64)
+        memcpy(tu_tmpdirs[tu_ntmpdirs++], dir, sizeof dir);
     return dir;
 }
 
