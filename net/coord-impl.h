@@ -270,6 +270,9 @@ bool coord_elastic(const struct coord *k);
 /* A member or joiner is lost: the run goes on without it (a new
  * generation), or fails when it cannot. */
 int coord_lose(struct coord *k, struct coord_worker *w, const char *why);
+/* Where a run that stops for want of members can go on from (its whole
+ * checkpoint and --resume, or that there is none), into out. */
+const char *coord_resume_hint(const struct coord *k, char *out, size_t cap);
 int coord_member_failed(struct coord *k, struct coord_worker *w, int status, const char *msg);
 int coord_joiner_failed(struct coord *k, struct coord_worker *w);
 /* A hello during training: admitted as a joiner (the job), or turned away. */

@@ -451,10 +451,11 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
                              : ro.min_workers < ro.workers ? ro.min_workers
                                                            : ro.workers;
         } else {
-            /* nobody is left: the run's own --workers and --min-workers, as
-             * for its first start (new workers, a retried Spark stage) */
+            /* nobody is left: the run's own --workers (new workers, a retried
+             * Spark stage), and when --join-timeout ends those that came, at
+             * least training's floor (--min-workers, default 1) */
             ro.workers = o->workers < ro.max_workers ? o->workers : ro.max_workers;
-            ro.min_workers = o->min_workers;
+            ro.min_workers = o->min_workers > 0 ? o->min_workers : 1;
         }
         cfg.resume = true;
         rt_error_clear();

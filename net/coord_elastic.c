@@ -133,8 +133,7 @@ static int regroup_if_enough(struct coord *k)
     return RT_OK;
 }
 
-/* Where a run that stops for want of members can go on from. */
-static const char *resume_hint(const struct coord *k, char *out, size_t cap)
+const char *coord_resume_hint(const struct coord *k, char *out, size_t cap)
 {
     struct stat st;
     const char *last = k->ck.last_path;
@@ -174,7 +173,7 @@ static int drop_member(struct coord *k, struct coord_worker *w, const char *even
      * checkpoint, with whoever joins within --join-timeout. */
     if (left == 0)
         return rt_error(RT_ERR_NO_STATE, "every worker was lost (the last: %s, %s); %s",
-                        w->m.name, why, resume_hint(k, hint, sizeof hint));
+                        w->m.name, why, coord_resume_hint(k, hint, sizeof hint));
     return regroup_if_enough(k);
 }
 
@@ -193,7 +192,7 @@ static int state_lost(struct coord *k, struct coord_worker *w, const char *msg)
     char hint[1300];
     return rt_error(RT_ERR_NO_STATE, "the run's state is lost: every member that held it is "
                     "gone (%s, rank %d: %s); %s", w->m.name, w->rank, msg,
-                    resume_hint(k, hint, sizeof hint));
+                    coord_resume_hint(k, hint, sizeof hint));
 }
 
 /* A member that stopped on a failure of the cluster's links (a ring that

@@ -271,11 +271,18 @@ int coord_setup_check_alive(struct coord *k)
             continue;
         w->gone = w->lost_in_setup = true;
         int left = coord_alive(k), least = k->o->min_workers > 0 ? k->o->min_workers : 1;
+        /* nobody left: the state is in the checkpoint alone (a run that
+         * resumed, or started again from it): go on from it as a training
+         * run that lost every worker does (coord_restart.c) */
+        char hint[1300] = "";
+        if (left == 0)
+            coord_resume_hint(k, hint, sizeof hint);
         if (left < least)
-            return rt_error(RT_ERR_NET, "worker %s (rank %d, %s) was lost while setting up: its "
-                                        "connection closed (the process died or its host cut "
-                                        "it); %d left, fewer than --min-workers %d",
-                            w->m.name, w->rank, w->m.host, left, least);
+            return rt_error(left ? RT_ERR_NET : RT_ERR_NO_STATE,
+                            "worker %s (rank %d, %s) was lost while setting up: its connection "
+                            "closed (the process died or its host cut it); %d left, fewer than "
+                            "--min-workers %d%s%s", w->m.name, w->rank, w->m.host, left, least,
+                            hint[0] ? "; " : "", hint);
         fprintf(stderr, "ragtag: [members] worker %s (rank %d, %s) lost while setting up: its "
                         "connection closed %.1f s ago (the process died or its host cut it); "
                         "the run starts with the %d other%s\n", w->m.name, w->rank, w->m.host,

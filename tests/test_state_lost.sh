@@ -136,6 +136,28 @@ else
   tail -n 4 "$tmp/none2.log"
 fi
 
+# ... with fewer than --workers back when --join-timeout ends it starts
+# with those (training's floor, --min-workers, default 1), and when those
+# too are lost while they set up, it goes on from the checkpoint again
+lose_all few --join-timeout 3
+worker c1 "$tmp/few.c1.log"; c1=$!
+until_there "joined run" "$tmp/few.c1.log"
+kill -STOP "$c1"
+kill -9 "$c1"
+until_there "lost while setting up: .*; instead the run goes on from that checkpoint" "$tmp/few.log"
+worker c2 "$tmp/few.c2.log"; c2=$!
+wait "$c"; s6=$?
+wait "$c2"; sc2=$?
+if [ $s6 -eq 0 ] && [ $sc2 -eq 0 ] &&
+   grep -q "worker c1 (rank 0, [^)]*) was lost while setting up: its connection closed (the process died or its host cut it); 0 left, fewer than --min-workers 1; its last checkpoint, .* is whole: .*; instead the run goes on from that checkpoint" "$tmp/few.log" &&
+   [ "$(grep -c "starting with the 1 of 2 workers that joined" "$tmp/few.log")" -eq 2 ] &&
+   grep -q "^epoch 4/4: " "$tmp/few.log" && samples_exact "$tmp/few.jsonl" 4; then
+  ok "every worker lost, then the one that came lost while setting up: the run went on from its checkpoint twice and finished with the one after it, samples exact"
+else
+  bad "every worker lost, one back and lost in set-up: coordinator status $s6, the last worker's $sc2"
+  grep "members\|lost\|error\|done\|starting" "$tmp/few.log" | tail -n 8
+fi
+
 # ... and Ctrl-C as soon as it says so (a launcher whose workers are all
 # gone: ragtag_spark) stops it, the checkpoint as it was, not after the
 # --join-timeout's wait (the signal came between the two runs)
