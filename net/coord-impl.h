@@ -224,6 +224,7 @@ int coord_setup_timeout(struct coord *k);
 int coord_check_alive(struct coord *k);
 /* The set-up phase's: a worker whose connection closed is left out. */
 int coord_setup_check_alive(struct coord *k);
+int coord_setup_lose(struct coord *k, struct coord_worker *w, const char *how);
 /* This process did not run for a while (SIGSTOP, a frozen VM): the
  * workers' silence is not theirs; their clocks start again. */
 void coord_members_resumed(struct coord *k, double paused);

@@ -104,7 +104,13 @@ int coord_job_send(struct coord *k)
     for (int r = 0; r < k->nw; r++) {
         put_job(k, r, &k->ms, 0.0);
         RT_TRY(rt_wire_end(&k->wr));
-        RT_TRY(coord_send(k, coord_rank(k, r), NULL, NULL, 0));
+        /* one that left between its hello and its job is lost in set-up,
+         * not the run's end */
+        if (coord_send(k, coord_rank(k, r), NULL, NULL, 0) < 0) {
+            char how[700];
+            snprintf(how, sizeof how, "its job could not reach it (%s)", rt_error_detail());
+            RT_TRY(coord_setup_lose(k, coord_rank(k, r), how));
+        }
     }
     return RT_OK;
 }

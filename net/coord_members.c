@@ -256,11 +256,32 @@ int coord_check_alive(struct coord *k)
     return coord_elastic_clock(k);
 }
 
+/* w is gone before it is ready (how: what was seen): the run starts
+ * without it, which the train phase then counts as a loss (the others
+ * regroup; train_enter), or stops at once when fewer than --min-workers
+ * are left (when none is, the run's state is in its checkpoint alone:
+ * RT_ERR_NO_STATE, and it goes on from it, coord_restart.c). */
+int coord_setup_lose(struct coord *k, struct coord_worker *w, const char *how)
+{
+    w->gone = w->lost_in_setup = true;
+    int left = coord_alive(k), least = k->o->min_workers > 0 ? k->o->min_workers : 1;
+    char hint[1300] = "";
+    if (left == 0)
+        coord_resume_hint(k, hint, sizeof hint);
+    if (left < least)
+        return rt_error(left ? RT_ERR_NET : RT_ERR_NO_STATE,
+                        "worker %s (rank %d, %s) was lost while setting up: %s; %d left, fewer "
+                        "than --min-workers %d%s%s", w->m.name, w->rank, w->m.host, how, left,
+                        least, hint[0] ? "; " : "", hint);
+    fprintf(stderr, "ragtag: [members] worker %s (rank %d, %s) lost while setting up: %s; the "
+                    "run starts with the %d other%s\n", w->m.name, w->rank, w->m.host, how,
+            left, left == 1 ? "" : "s");
+    return RT_OK;
+}
+
 /* While workers set up they are silent (reading their data, measuring
- * their speed), so only a closed connection says one is gone. The run
- * does not wait out --setup-timeout for a dead process: it starts without
- * it, which the train phase then counts as a loss (the others regroup;
- * train_enter), or stops at once when fewer than --min-workers are left. */
+ * their speed), so only a closed connection says one is gone: the run
+ * does not wait out --setup-timeout for a dead process. */
 int coord_setup_check_alive(struct coord *k)
 {
     double now = rt_now();
@@ -269,24 +290,10 @@ int coord_setup_check_alive(struct coord *k)
         if (w->gone || w->rank < 0 || !(w->closed_at > 0.0) ||
             now - w->closed_at <= CLOSED_GRACE || coord_has_input(k))
             continue;
-        w->gone = w->lost_in_setup = true;
-        int left = coord_alive(k), least = k->o->min_workers > 0 ? k->o->min_workers : 1;
-        /* nobody left: the state is in the checkpoint alone (a run that
-         * resumed, or started again from it): go on from it as a training
-         * run that lost every worker does (coord_restart.c) */
-        char hint[1300] = "";
-        if (left == 0)
-            coord_resume_hint(k, hint, sizeof hint);
-        if (left < least)
-            return rt_error(left ? RT_ERR_NET : RT_ERR_NO_STATE,
-                            "worker %s (rank %d, %s) was lost while setting up: its connection "
-                            "closed (the process died or its host cut it); %d left, fewer than "
-                            "--min-workers %d%s%s", w->m.name, w->rank, w->m.host, left, least,
-                            hint[0] ? "; " : "", hint);
-        fprintf(stderr, "ragtag: [members] worker %s (rank %d, %s) lost while setting up: its "
-                        "connection closed %.1f s ago (the process died or its host cut it); "
-                        "the run starts with the %d other%s\n", w->m.name, w->rank, w->m.host,
-                now - w->closed_at, left, left == 1 ? "" : "s");
+        char how[160];
+        snprintf(how, sizeof how, "its connection closed %.1f s ago (the process died or its "
+                                  "host cut it)", now - w->closed_at);
+        RT_TRY(coord_setup_lose(k, w, how));
     }
     return RT_OK;
 }

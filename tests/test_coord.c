@@ -324,6 +324,40 @@ static void test_duplicate_member_id(void **state)
     fake_close(&c);
 }
 
+/* ---- a worker gone between its hello and its job --------------------------------------- */
+
+/* b says hello and goes (its connection closed) before the join phase
+ * ends: its job cannot reach it. That is b lost while setting up, not the
+ * run's end ("cannot reach worker b: Host unreachable" stopped it): a and
+ * c get their jobs and start. */
+static void test_gone_before_its_job(void **state)
+{
+    struct coord_thread ct;
+    coord_start(&ct, 3);
+    struct fake a, b, c;
+    fake_open(&a, ct.o.listen, "00000000000000a2", "a");
+    fake_open(&b, ct.o.listen, "00000000000000b2", "b");
+    fake_open(&c, ct.o.listen, "00000000000000c2", "c");
+    fake_hello(&a);
+    fake_hello(&b);
+    usleep(200000);
+    fake_close(&b);
+    usleep(300000); /* its route is gone (within CLOSED_GRACE: still a member) */
+    fake_hello(&c);
+    fake_expect_job(&a, &ct.c, 3);
+    fake_expect_job(&c, &ct.c, 3);
+    fake_ready(&a);
+    fake_ready(&c);
+    assert_string_equal(fake_recv(&a, 60.0), "start");
+    assert_string_equal(fake_recv(&c, 60.0), "start");
+    fake_error(&a, "the fake worker stops here");
+    coord_join(&ct);
+    assert_int_equal(ct.rc, RT_ERR_NET);
+    assert_non_null(strstr(ct.detail, "failed: the fake worker stops here"));
+    fake_close(&a);
+    fake_close(&c);
+}
+
 /* ---- a run whose state is lost --------------------------------------------------------- */
 
 /* A member reports that no member of its new group holds the run's state
@@ -408,6 +442,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_children),
         cmocka_unit_test(test_duplicate_member_id),
+        cmocka_unit_test(test_gone_before_its_job),
         cmocka_unit_test(test_state_lost_stops_the_run),
         cmocka_unit_test(test_two_coordinators),
     };
