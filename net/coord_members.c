@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "coord-impl.h"
 #include "status.h"
@@ -201,7 +202,8 @@ int coord_join_timeout(struct coord *k)
     else
         snprintf(missing, sizeof missing, "%d more", o->workers - k->nw);
     char whole[1300] = "";
-    if (k->restarted) /* its state is in the checkpoint alone */
+    struct stat st;
+    if (k->restarted && stat(k->ck.last_path, &st) == 0) /* its state is there alone */
         snprintf(whole, sizeof whole, "; the run's last checkpoint, %s, is whole: run the "
                  "coordinator again with --resume when workers can join", k->ck.last_path);
     return rt_error(RT_ERR_TIMEOUT,

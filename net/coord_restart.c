@@ -12,10 +12,11 @@
  * container), as a first start does, and stops if none come. What the run
  * loses is the work since that checkpoint, never the run.
  *
- * Not for `train --workers N` (its local workers end with the failed run)
- * nor for a coordinator on a port chosen at random (nobody could find the
- * new one), nor without a checkpoint or after Ctrl-C: the run stops then,
- * as before, naming what it can be resumed from. */
+ * With --checkpoint DIR but none written yet it starts again from its
+ * beginning. Not for `train --workers N` (its local workers end with the
+ * failed run) nor for a coordinator on a port chosen at random (nobody
+ * could find the new one), nor without --checkpoint or after Ctrl-C: the
+ * run stops then, as before, naming what it can be resumed from. */
 #include "config.h"
 
 #include <stdio.h>
@@ -34,18 +35,31 @@ static bool fixed_address(const char *ep)
            strcmp(colon + 1, "0") != 0;
 }
 
+/* Whether the checkpoint is written (else the run starts again from its
+ * beginning, as `coord --checkpoint DIR --resume` would). */
+static bool have_checkpoint(const struct coord *k)
+{
+    struct stat st;
+    return stat(k->ck.last_path, &st) == 0;
+}
+
 /* What the workers are told with "expelled". */
 static void rejoin_reason(const struct coord *k, char *out, size_t cap)
 {
-    snprintf(out, cap, "the run's state was lost; it goes on from its last checkpoint, %s: "
-                       "join again", k->ck.last_path);
+    if (have_checkpoint(k))
+        snprintf(out, cap, "the run's state was lost; it goes on from its last checkpoint, %s: "
+                           "join again", k->ck.last_path);
+    else
+        snprintf(out, cap, "the run's state was lost before its first checkpoint; it starts "
+                           "again from its beginning: join again");
 }
 
+/* With --checkpoint DIR, also before its first checkpoint: what is lost
+ * then is less than one checkpoint's worth of work, and the run goes on. */
 bool coord_restart_possible(const struct coord *k, int rc)
 {
-    struct stat st;
     return rc == RT_ERR_NO_STATE && !k->o->spawn_local && fixed_address(k->o->listen) &&
-           k->ck.last_path[0] && stat(k->ck.last_path, &st) == 0 && !coord_stop_requested(k);
+           k->ck.last_path[0] && !coord_stop_requested(k);
 }
 
 int coord_restart_tell(struct coord *k)
@@ -60,14 +74,16 @@ int coord_restart_tell(struct coord *k)
         coord_send_simple(k, w, "expelled", why);
         n++;
     }
+    const char *from = have_checkpoint(k) ? "goes on from that checkpoint"
+                                          : "starts again from its beginning";
     if (n > 0)
-        fprintf(stderr, "ragtag: [members] %s; instead the run goes on from that checkpoint on "
-                        "%s: the %d worker%s still here join%s again\n", rt_error_detail(),
-                k->o->listen, n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+        fprintf(stderr, "ragtag: [members] %s; instead the run %s on %s: the %d worker%s still "
+                        "here join%s again\n", rt_error_detail(), from, k->o->listen, n,
+                n == 1 ? "" : "s", n == 1 ? "s" : "");
     else
-        fprintf(stderr, "ragtag: [members] %s; instead the run goes on from that checkpoint on "
-                        "%s with the workers that join within --join-timeout (%.0f s)\n",
-                rt_error_detail(), k->o->listen, k->o->join_timeout);
+        fprintf(stderr, "ragtag: [members] %s; instead the run %s on %s with the workers that "
+                        "join within --join-timeout (%.0f s)\n",
+                rt_error_detail(), from, k->o->listen, k->o->join_timeout);
     /* as coord_abort: the I/O thread needs a moment to write them all */
     usleep(500000);
     return n;

@@ -11,8 +11,9 @@
 #    more joiners, who would bring no state either), saying the run's state
 #    is lost and that there is no checkpoint to go on from.
 #  - Every worker lost (two, killed): the run goes on from its checkpoint
-#    with two new workers; with none joining within --join-timeout it stops
-#    with status 1 and the checkpoint as it was.
+#    with two new workers (before the first checkpoint: from its
+#    beginning); with none joining within --join-timeout it stops with
+#    status 1 and the checkpoint as it was; with one it starts with it.
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -156,6 +157,33 @@ if [ $s6 -eq 0 ] && [ $sc2 -eq 0 ] &&
 else
   bad "every worker lost, one back and lost in set-up: coordinator status $s6, the last worker's $sc2"
   grep "members\|lost\|error\|done\|starting" "$tmp/few.log" | tail -n 8
+fi
+
+# ... and before its first checkpoint (both killed as soon as their ring
+# formed) it starts again from its beginning with the workers that join
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" $run --epochs 4 \
+  --checkpoint "$tmp/early.ck" --metrics "$tmp/early.jsonl" >"$tmp/early.log" 2>&1 & c=$!
+pids="$pids $c"; echo $c >>"$tmp/pids"
+worker a1 "$tmp/early.a1.log"; a1=$!
+worker a2 "$tmp/early.a2.log"; a2=$!
+until_there "ring formed" "$tmp/early.a2.log"
+kill -9 "$a1" "$a2"
+until_there "instead the run starts again from its beginning" "$tmp/early.log"
+had=$(ls "$tmp/early.ck" 2>/dev/null | grep -c safetensors)
+worker c1 "$tmp/early.c1.log"; c1=$!
+worker c2 "$tmp/early.c2.log"; c2=$!
+wait "$c"; s7=$?
+wait "$c1"; sc1=$?
+wait "$c2"; sc2=$?
+if [ $s7 -eq 0 ] && [ $sc1 -eq 0 ] && [ $sc2 -eq 0 ] && [ "$had" -eq 0 ] &&
+   grep -q "every worker was lost (the last: a[12], .*); no checkpoint to go on from (no --checkpoint DIR, or none written yet); instead the run starts again from its beginning on tcp://127.0.0.1:$port with the workers that join within --join-timeout" "$tmp/early.log" &&
+   grep -q "no checkpoint at $tmp/early.ck/last.safetensors yet: starting from scratch" "$tmp/early.log" &&
+   grep -q "^epoch 4/4: " "$tmp/early.log" && samples_exact "$tmp/early.jsonl" 4; then
+  ok "every worker lost before the first checkpoint: the run started again from its beginning with two new workers, 4 epochs, samples exact"
+else
+  bad "every worker lost before the first checkpoint: coordinator status $s7, new workers $sc1 / $sc2, checkpoints then $had"
+  grep "members\|lost\|error\|done\|scratch" "$tmp/early.log" | tail -n 6
 fi
 
 # ... and Ctrl-C as soon as it says so (a launcher whose workers are all
