@@ -156,6 +156,7 @@ struct coord {
                                run id, nobody to adopt */
     char prev_run[RT_RUN_ID_LEN + 1]; /* then: the run id it replaces ("" none) */
     double prev_told;       /* when one of its workers was last told to join again */
+    double last_join;       /* when the last worker joined (the join phase) */
     bool adopting, adopted;
     uint64_t adopt_gen;     /* the newest generation the rejoined workers were in */
     int adopt_world;        /* its size */
@@ -302,6 +303,9 @@ int coord_restart_tell(struct coord *k);
 /* A message of the run this one replaces, in k->fr: its worker missed the
  * word to join again (paused, say) and is told once more. Whether it was. */
 bool coord_restart_retell(struct coord *k);
+/* The join phase of a restarted run: 1 (and a note) once at least
+ * --min-workers are back and no other came for a few seconds, else 0. */
+int coord_restart_settled(struct coord *k);
 
 /* coord_adopt.c */
 /* The run id: kept in --checkpoint DIR, taken back on --resume. */

@@ -106,7 +106,8 @@ static int join_on_stop(struct coord *k)
 }
 static int join_on_clock(struct coord *k)
 {
-    return rt_now() - k->phase_start > k->o->join_timeout ? coord_join_timeout(k) : RT_OK;
+    return rt_now() - k->phase_start > k->o->join_timeout ? coord_join_timeout(k)
+                                                          : coord_restart_settled(k);
 }
 static int join_leave(struct coord *k)
 {

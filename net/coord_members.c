@@ -61,6 +61,7 @@ struct coord_worker *coord_add_member(struct coord *k, const struct rt_member *m
 static void add_member(struct coord *k, const struct rt_member *m, const char *peer)
 {
     coord_add_member(k, m, peer);
+    k->last_join = rt_now();
     coord_note("worker %s joined from %s (%s, %s) [%d/%d]", m->name, peer[0] ? peer : m->host,
                m->host, m->endpoint, k->nw, k->o->workers);
     coord_status_event(k, "join", "worker %s joined from %s (%s, %s %s) [%d/%d]", m->name,

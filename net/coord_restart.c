@@ -108,3 +108,21 @@ bool coord_restart_retell(struct coord *k)
                              "of the last run");
     return true;
 }
+
+/* Seconds without a new worker after which a restarted run goes on with
+ * those back: the workers of a retried Spark stage or of restarted
+ * containers come within a second or two of each other, and the rest are
+ * admitted in training as any joiner is, instead of idling the others
+ * up to --join-timeout. */
+#define RESTART_SETTLE_S 5.0
+
+int coord_restart_settled(struct coord *k)
+{
+    int least = k->o->min_workers > 0 ? k->o->min_workers : 1;
+    if (!k->restarted || k->nw < least || k->nw >= k->o->workers ||
+        rt_now() - k->last_join < RESTART_SETTLE_S)
+        return 0;
+    coord_note("starting with the %d of %d workers back (no other came for %.0f s); others "
+               "join during training", k->nw, k->o->workers, RESTART_SETTLE_S);
+    return 1;
+}
