@@ -85,6 +85,7 @@ struct coord_worker {
 struct coord_option_list {
     char **key, **value;
     int n, cap;
+    bool built; /* once, for every job (coord_job.c) */
 };
 
 /* The coordinator's own copy of the model (cpu, batch 1) and a full-size

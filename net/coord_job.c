@@ -91,16 +91,32 @@ static void put_job(struct coord *k, int r, const struct rt_membership *ms, doub
         rt_manifest_put(&k->wr, &k->man);
 }
 
+/* The options of every job, built once: for the set-up phase's jobs, or
+ * for the first joiner of a re-adopted run, which has no set-up phase
+ * (its joiners got no options at all, trained with the defaults, and the
+ * ring's collective check caught them as a diverged member). */
+static int job_options(struct coord *k)
+{
+    if (k->opts.built)
+        return RT_OK;
+    RT_TRY(rt_train_config_each(k->c, option_add, k));
+    if (k->c->mode == RT_MODE_GOSSIP && k->c->local_batch == 0) {
+        /* a run constant: a worker that joins later walks the same batches;
+         * a re-adopted run's first start had its --workers (the same
+         * command line) */
+        int n = k->adopted ? k->o->workers : k->nw;
+        char v[24];
+        snprintf(v, sizeof v, "%d", (k->c->batch + n - 1) / n);
+        RT_TRY(option_add(k, "local_batch", v));
+    }
+    k->opts.built = true;
+    return RT_OK;
+}
+
 /* Rank by rank, once the ranks are known. */
 int coord_job_send(struct coord *k)
 {
-    RT_TRY(rt_train_config_each(k->c, option_add, k));
-    if (k->c->mode == RT_MODE_GOSSIP && k->c->local_batch == 0) {
-        /* a run constant: a worker that joins later walks the same batches */
-        char v[24];
-        snprintf(v, sizeof v, "%d", (k->c->batch + k->nw - 1) / k->nw);
-        RT_TRY(option_add(k, "local_batch", v));
-    }
+    RT_TRY(job_options(k));
     for (int r = 0; r < k->nw; r++) {
         put_job(k, r, &k->ms, 0.0);
         RT_TRY(rt_wire_end(&k->wr));
@@ -119,6 +135,7 @@ int coord_job_send_late(struct coord *k, struct coord_worker *w, double setup_af
 {
     if (k->ms.n >= RT_MAX_WORKERS)
         return rt_error(RT_ERR_ARG, "a run holds at most %d workers", RT_MAX_WORKERS);
+    RT_TRY(job_options(k));
     struct rt_membership *ms = malloc(sizeof *ms);
     if (!ms)
         return rt_error(RT_ERR_NOMEM, "no memory for a member list");

@@ -66,7 +66,7 @@ ckpt_step() { head -c 400 "$1" | LC_ALL=C tr -c '[:print:]' ' ' | sed -n 's/.*"s
 # ---- (a) kill -9, restart with --resume within --coord-timeout: re-adopted ----------
 port=$((port + 1))
 mkdir -p "$tmp/a"
-flags="--epochs 40 --checkpoint $tmp/a --metrics $tmp/a/m.jsonl --worker-timeout 2"
+flags="--epochs 40 --checkpoint $tmp/a --metrics $tmp/a/m.jsonl --worker-timeout 2 --max-workers 4"
 coord "$tmp/coord-a1.log" $flags
 for n in a1 a2 a3; do worker $n "$tmp/$n.log" --coord-timeout 30; done
 epoch_seen "$tmp/coord-a1.log" 4
@@ -75,14 +75,19 @@ wait $c 2>/dev/null
 sleep 1
 t0=$(date +%s)
 coord "$tmp/coord-a2.log" $flags --resume
+# a worker that joins the re-adopted run gets the run's options (it used
+# to get none, trained with the defaults and was lost as a diverged member)
+i=0; while [ $i -lt 600 ] && ! grep -q "re-adopted" "$tmp/coord-a2.log"; do sleep 0.1; i=$((i + 1)); done
+worker a4 "$tmp/a4.log"
 wait $c; sa=$?; wait_all
 from=$(sed -n 's/.*the most advanced is at step \([0-9]*\), the checkpoint file at step \([0-9]*\).*/\1 (file: \2)/p' "$tmp/coord-a2.log")
 after=$(sed -n 's/.*training goes on \([0-9.]*\) s after this coordinator started.*/\1/p' "$tmp/coord-a2.log")
 redone=$(grep -o "[0-9]* steps* redone" "$tmp/coord-a2.log" | head -n 1)
 if [ $sa -eq 0 ] && grep -q "re-adopted 3 live workers" "$tmp/coord-a2.log" && [ -n "$from" ] &&
-   grep -q "replicas identical: parameter hash [0-9a-f]* on all 3 workers" "$tmp/coord-a2.log" &&
+   grep -q "admitted a4" "$tmp/coord-a2.log" && ! grep -q "lost rank" "$tmp/coord-a2.log" &&
+   grep -q "replicas identical: parameter hash [0-9a-f]* on all 4 workers" "$tmp/coord-a2.log" &&
    samples_exact "$tmp/a/m.jsonl" 40 && [ "$(ckpt_step "$tmp/a/last.safetensors")" = 1800 ]; then
-  ok "kill -9 of the coordinator, restarted with --resume: re-adopted 3 workers at step $from, training went on $after s after the restart (${redone:-no step redone}), replicas identical, every epoch's samples exact"
+  ok "kill -9 of the coordinator, restarted with --resume: re-adopted 3 workers at step $from, training went on $after s after the restart (${redone:-no step redone}), a fourth joined, replicas identical, every epoch's samples exact"
 else bad "re-adoption (status $sa, from '$from')"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-a2.log" | tail -n 12; tail -n 4 "$tmp/coord-a1.log"; fi
 
 # ---- (a') the same in average and gossip modes (they go back to their last agreement) ------
