@@ -266,11 +266,17 @@ int coord_adopt_clock(struct coord *k)
 }
 
 /* Nobody came back: today's resume from the file, for new workers, under
- * a new run id. */
+ * a new run id. It is a restart (coord_restart.c): a worker of the old run
+ * that did not rejoin (one that was setting up, not training, when its
+ * coordinator went) is told to join again when its next message comes,
+ * rather than waiting out its --coord-timeout and exiting, and the run
+ * starts with those back once no other came for a while. */
 static int fall_back(struct coord *k)
 {
     char old[RT_RUN_ID_LEN + 1];
     snprintf(old, sizeof old, "%s", k->run);
+    snprintf(k->prev_run, sizeof k->prev_run, "%s", old);
+    k->restarted = true;
     rt_wire_new_run_id(k->run);
     coord_note("no worker of run %.8s came back within %.0f s: run %s starts from the "
                "checkpoint%s", old, ADOPT_WINDOW, k->run,

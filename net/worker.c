@@ -267,6 +267,15 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
             say(w, "the coordinator: %s", why);
             return rt_error(RT_ERR_EXPELLED, "%s", why);
         }
+        if (!strcmp(t, "who")) {
+            /* a restarted coordinator that does not know this worker: before
+             * training it holds no state to be re-adopted with, so it joins
+             * again as a new worker (else it waits for a start that never
+             * comes and exits after --worker-timeout) */
+            say(w, "the coordinator was restarted and does not know this worker, which had "
+                   "not started training: joining again");
+            return rt_error(RT_ERR_EXPELLED, "the coordinator was restarted before training began");
+        }
         if (!strcmp(t, "abort") || !strcmp(t, "reject")) {
             char why[700];
             if (rt_wire_get_str(rt_wire_root(&w->msg), "reason", 0, why, sizeof why) < 0)

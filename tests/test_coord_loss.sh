@@ -11,7 +11,8 @@
 #      --worker-timeout): the workers wait within the bound, and after
 #      SIGCONT the run completes with every checkpoint written;
 #  (d) kill -9 of the parent of `train --workers 3`: no worker outlives it;
-#  (e) --resume when no worker is left to re-adopt: the file resume.
+#  (e) --resume when no worker is left to re-adopt: the file resume;
+#  (f) kill -9 while the workers set up, --resume: they join the new run.
 # Epochs are short (45 steps, under the 50-step run-ahead bound), so the
 # steps a lost coordinator never saw always hold an epoch's close: its
 # metrics and checkpoint must reach the restarted one.
@@ -123,6 +124,39 @@ if [ $se -eq 0 ] && grep -q "no worker of run [0-9a-f]* came back within 5 s: ru
    grep -q "replicas identical" "$tmp/coord-e.log"; then
   ok "--resume with no live worker: after 5 s, the checkpoint file's resume for 3 new workers, under a new run id"
 else bad "the fall-back to the file (status $se)"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-e.log" | tail -n 8; fi
+
+# ---- (f) kill -9 while the workers set up, restart with --resume ------------------------
+# f2 is paused in its set-up (nobody trains: nothing to re-adopt); the
+# restarted coordinator falls back to the file and tells the old run's
+# workers, f1 waiting for its start and f2 once resumed, to join again:
+# the run finishes with both.
+port=$((port + 1))
+mkdir -p "$tmp/f"
+flags="--epochs 2 --checkpoint $tmp/f --metrics $tmp/f/m.jsonl --worker-timeout 2"
+"$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" $run $flags \
+  >"$tmp/coord-f1.log" 2>&1 & c=$!
+worker f1 "$tmp/f1.log" --coord-timeout 30; f1=$!
+worker f2 "$tmp/f2.log" --coord-timeout 30; f2=$!
+i=0; while [ $i -lt 600 ] && ! grep -q "joined run" "$tmp/f2.log"; do sleep 0.1; i=$((i + 1)); done
+kill -STOP $f2
+sleep 0.5
+kill -9 $c
+wait $c 2>/dev/null
+"$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" $run $flags --resume \
+  >"$tmp/coord-f2.log" 2>&1 & c=$!
+sleep 1
+kill -CONT $f2
+wait $c; sf=$?
+wait $f1; sf1=$?
+wait $f2; sf2=$?
+pids=""
+if [ $sf -eq 0 ] && [ $sf1 -eq 0 ] && [ $sf2 -eq 0 ] &&
+   grep -q "no worker of run [0-9a-f]* came back within 5 s" "$tmp/coord-f2.log" &&
+   grep -q "worker f1 joined from" "$tmp/coord-f2.log" && grep -q "worker f2 joined from" "$tmp/coord-f2.log" &&
+   grep -q "replicas identical: parameter hash [0-9a-f]* on all 2 workers" "$tmp/coord-f2.log" &&
+   samples_exact "$tmp/f/m.jsonl" 2; then
+  ok "kill -9 of the coordinator while its workers set up, restarted with --resume: both joined the new run and it finished, samples exact"
+else bad "coordinator lost in the set-up (status $sf, workers $sf1 $sf2)"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-f2.log" | tail -n 8; tail -n 3 "$tmp/f1.log" "$tmp/f2.log"; fi
 
 # ---- (b) kill -9 and no restart: the workers give up, saying so ------------------------
 # (a coordinator of another run on the address meanwhile does not take them)
