@@ -159,10 +159,13 @@ static int train_enter(struct coord *k)
     return RT_OK;
 }
 /* Every member of the current generation is done (none of it lost: a
- * generation of members that all failed is not a finished run). */
+ * generation of members that all failed is not a finished run). A regroup
+ * announced to them need not form: a coordinator restarted after their
+ * last step re-adopts members that have nothing left to train, and that
+ * never answer it (it waited for them for ever). */
 static bool train_finished(const struct coord *k)
 {
-    if (k->regroup_gen || k->ms.n == 0)
+    if (k->ms.n == 0)
         return false;
     for (int r = 0; r < k->ms.n; r++) {
         const struct coord_worker *w = &k->w[k->by_rank[r]];

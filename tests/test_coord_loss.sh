@@ -12,7 +12,8 @@
 #      SIGCONT the run completes with every checkpoint written;
 #  (d) kill -9 of the parent of `train --workers 3`: no worker outlives it;
 #  (e) --resume when no worker is left to re-adopt: the file resume;
-#  (f) kill -9 while the workers set up, --resume: they join the new run.
+#  (f) kill -9 while the workers set up, --resume: they join the new run;
+#  (g) kill -9 after the workers' last step, --resume: the run ends.
 # Epochs are short (45 steps, under the 50-step run-ahead bound), so the
 # steps a lost coordinator never saw always hold an epoch's close: its
 # metrics and checkpoint must reach the restarted one.
@@ -132,7 +133,10 @@ else bad "the fall-back to the file (status $se)"; grep -v "plan\]\|^epoch\|^  "
 # the run finishes with both.
 port=$((port + 1))
 mkdir -p "$tmp/f"
-flags="--epochs 2 --checkpoint $tmp/f --metrics $tmp/f/m.jsonl --worker-timeout 2"
+# (--worker-timeout 10: longer than the 5 s the restarted one waits for
+# rejoins, as the default 30 s is; a worker silent to it past the timeout
+# gives up before it is told to join again)
+flags="--epochs 2 --checkpoint $tmp/f --metrics $tmp/f/m.jsonl --worker-timeout 10"
 "$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" $run $flags \
   >"$tmp/coord-f1.log" 2>&1 & c=$!
 worker f1 "$tmp/f1.log" --coord-timeout 30; f1=$!
@@ -157,6 +161,34 @@ if [ $sf -eq 0 ] && [ $sf1 -eq 0 ] && [ $sf2 -eq 0 ] &&
    samples_exact "$tmp/f/m.jsonl" 2; then
   ok "kill -9 of the coordinator while its workers set up, restarted with --resume: both joined the new run and it finished, samples exact"
 else bad "coordinator lost in the set-up (status $sf, workers $sf1 $sf2)"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-f2.log" | tail -n 8; tail -n 3 "$tmp/f1.log" "$tmp/f2.log"; fi
+
+# ---- (g) kill -9 after the workers' last step, restart with --resume --------------------
+# The coordinator paused at epoch 1 of 2 (45 steps an epoch, run-ahead 50):
+# the workers reach the last step and wait for it; killed and restarted,
+# it re-adopts members with nothing left to train, which never form its
+# new generation: the run ends with their results (it used to wait for
+# the generation for ever).
+port=$((port + 1))
+mkdir -p "$tmp/g"
+flags="--epochs 2 --checkpoint $tmp/g --metrics $tmp/g/m.jsonl --worker-timeout 30"
+coord "$tmp/coord-g1.log" $flags
+for n in g1 g2 g3; do worker $n "$tmp/$n.log" --coord-timeout 30; done
+epoch_seen "$tmp/coord-g1.log" 1
+kill -STOP $c
+i=0; while [ $i -lt 600 ] && ! grep -q "waiting at step 90" "$tmp/g1.log"; do sleep 0.1; i=$((i + 1)); done
+kill -9 $c
+kill -CONT $c 2>/dev/null
+wait $c 2>/dev/null
+coord "$tmp/coord-g2.log" $flags --resume
+( sleep 60; kill -9 $c 2>/dev/null ) & guard=$!
+wait $c; sg=$?
+kill $guard 2>/dev/null
+wait_all
+if [ $sg -eq 0 ] && grep -q "re-adopted 3 live workers of run [0-9a-f]* (generation [0-9]*): the most advanced is at step 90" "$tmp/coord-g2.log" &&
+   grep -q "replicas identical: parameter hash [0-9a-f]* on all 3 workers" "$tmp/coord-g2.log" &&
+   samples_exact "$tmp/g/m.jsonl" 2; then
+  ok "kill -9 of the coordinator after the workers' last step, restarted with --resume: it re-adopted them at step 90 and the run ended with their results, samples exact"
+else bad "re-adoption after the last step (status $sg)"; grep -v "plan\]\|^epoch\|^  " "$tmp/coord-g2.log" | tail -n 6; fi
 
 # ---- (b) kill -9 and no restart: the workers give up, saying so ------------------------
 # (a coordinator of another run on the address meanwhile does not take them)
