@@ -241,13 +241,16 @@ def kill_some(line):
         threading.Thread(target=kill_after_checkpoint).start()
 
 
+def wait_file(path, seconds=30):
+    for _ in range(int(seconds * 100)):
+        if os.path.exists(path):
+            return
+        time.sleep(0.01)
+
+
 def kill_after_checkpoint():
     """The epoch's checkpoint comes after its line: kill once it is there."""
-    ck = os.path.join(work, "lost", "checkpoint", "last.safetensors")
-    for _ in range(3000):
-        if os.path.exists(ck):
-            break
-        time.sleep(0.01)
+    wait_file(os.path.join(work, "lost", "checkpoint", "last.safetensors"))
     kill_worker("spark-000-0", f"tcp://127.0.0.1:{port + 14}")
 
 
@@ -289,11 +292,7 @@ def parent_of(pid):
 
 
 def tear_down_tasks():
-    ck = os.path.join(work, "retry", "checkpoint", "last.safetensors")
-    for _ in range(3000):
-        if os.path.exists(ck):
-            break
-        time.sleep(0.01)
+    wait_file(os.path.join(work, "retry", "checkpoint", "last.safetensors"))
     for pid in worker_pids(retry_ep):
         try:
             os.kill(parent_of(pid), signal.SIGKILL)

@@ -53,10 +53,11 @@ coord() { # log [flags]: in the background, $c its pid
   "$RAGTAG" coord "$model" --workers 3 --listen "tcp://127.0.0.1:$port" $run "$@" >"$log" 2>&1 &
   c=$!
 }
-epoch_seen() { # log N: wait (up to 60 s) for epoch N's line
+line_seen() { # pattern log: wait (up to 60 s) for a line
   i=0
-  while [ $i -lt 600 ] && ! grep -q "^epoch $2/" "$1"; do sleep 0.1; i=$((i + 1)); done
+  while [ $i -lt 600 ] && ! grep -q "$1" "$2"; do sleep 0.1; i=$((i + 1)); done
 }
+epoch_seen() { line_seen "^epoch $2/" "$1"; } # log N: epoch N's line
 wait_all() { for p in $pids; do wait "$p" 2>/dev/null; done; pids=""; }
 alive() { for p in "$@"; do st=$(ps -o stat= -p "$p" 2>/dev/null); case "$st" in ""|Z*) ;; *) echo "$p"; esac; done; }
 samples_exact() { # metrics epochs: every epoch used each of the $ntrain samples once
@@ -79,7 +80,7 @@ t0=$(date +%s)
 coord "$tmp/coord-a2.log" $flags --resume
 # a worker that joins the re-adopted run gets the run's options (it used
 # to get none, trained with the defaults and was lost as a diverged member)
-i=0; while [ $i -lt 600 ] && ! grep -q "re-adopted" "$tmp/coord-a2.log"; do sleep 0.1; i=$((i + 1)); done
+line_seen "re-adopted" "$tmp/coord-a2.log"
 worker a4 "$tmp/a4.log"
 wait $c; sa=$?; wait_all
 from=$(sed -n 's/.*the most advanced is at step \([0-9]*\), the checkpoint file at step \([0-9]*\).*/\1 (file: \2)/p' "$tmp/coord-a2.log")
@@ -141,7 +142,7 @@ flags="--epochs 2 --checkpoint $tmp/f --metrics $tmp/f/m.jsonl --worker-timeout 
   >"$tmp/coord-f1.log" 2>&1 & c=$!
 worker f1 "$tmp/f1.log" --coord-timeout 30; f1=$!
 worker f2 "$tmp/f2.log" --coord-timeout 30; f2=$!
-i=0; while [ $i -lt 600 ] && ! grep -q "joined run" "$tmp/f2.log"; do sleep 0.1; i=$((i + 1)); done
+line_seen "joined run" "$tmp/f2.log"
 kill -STOP $f2
 sleep 0.5
 kill -9 $c
@@ -175,7 +176,7 @@ coord "$tmp/coord-g1.log" $flags
 for n in g1 g2 g3; do worker $n "$tmp/$n.log" --coord-timeout 30; done
 epoch_seen "$tmp/coord-g1.log" 1
 kill -STOP $c
-i=0; while [ $i -lt 600 ] && ! grep -q "waiting at step 90" "$tmp/g1.log"; do sleep 0.1; i=$((i + 1)); done
+line_seen "waiting at step 90" "$tmp/g1.log"
 kill -9 $c
 kill -CONT $c 2>/dev/null
 wait $c 2>/dev/null
