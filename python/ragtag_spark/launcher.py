@@ -320,7 +320,10 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     return _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0)
 
 
-_RESTART_LINE = "instead the run goes on from that checkpoint"
+# the coordinator's line when it goes on without workers: "...; instead
+# the run goes on from that checkpoint on ..." or, none written yet,
+# "...; instead the run starts again from its beginning on ..."
+_RESTART_LINE = "; instead the run "
 
 
 def _stage_ended_first(coord, box, log, grace=10):
