@@ -266,10 +266,16 @@ int coord_ckpt_send_resume(struct coord *k, struct coord_worker *w);
 int coord_ckpt_part(struct coord *k, struct coord_worker *w);
 void coord_ckpt_close(struct coord_ckpt *ck);
 void coord_ckpt_start_from_init(struct coord *k);
+/* Whether --checkpoint DIR holds a last.safetensors to go on from. */
+bool coord_ckpt_written(const struct coord *k);
 
 /* coord_elastic.c */
 /* Whether members may change during training (sync mode). */
 bool coord_elastic(const struct coord *k);
+/* The fewest members training goes on with (--min-workers, at least 1)
+ * and the most it admits (--max-workers, else --workers). */
+int coord_min_members(const struct coord *k);
+int coord_max_members(const struct coord *k);
 /* A member or joiner is lost: the run goes on without it (a new
  * generation), or fails when it cannot. */
 int coord_lose(struct coord *k, struct coord_worker *w, const char *why);

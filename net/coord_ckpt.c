@@ -284,3 +284,9 @@ int coord_ckpt_part(struct coord *k, struct coord_worker *w)
                        (unsigned long long)p.step);
     return RT_OK;
 }
+
+bool coord_ckpt_written(const struct coord *k)
+{
+    struct stat st;
+    return k->ck.last_path[0] && stat(k->ck.last_path, &st) == 0;
+}

@@ -17,7 +17,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "coord-impl.h"
 #include "status.h"
@@ -60,9 +59,14 @@ static int joiners(const struct coord *k, bool ready_only)
     return n;
 }
 
-static int min_members(const struct coord *k)
+int coord_min_members(const struct coord *k)
 {
     return k->o->min_workers > 0 ? k->o->min_workers : 1;
+}
+
+int coord_max_members(const struct coord *k)
+{
+    return k->o->max_workers > 0 ? k->o->max_workers : k->o->workers;
 }
 
 /* A message to a member that cannot leave (its connection is gone: the
@@ -122,24 +126,22 @@ int coord_regroup(struct coord *k, long have)
 static int regroup_if_enough(struct coord *k)
 {
     int have = coord_alive(k) + joiners(k, true);
-    if (have >= min_members(k))
+    if (have >= coord_min_members(k))
         return coord_regroup(k, -1);
     if (k->short_since == 0.0) {
         k->short_since = rt_now();
         members_note("%d worker%s left, fewer than --min-workers %d: waiting up to %.0f s "
                      "(--join-timeout) for workers to join", have, have == 1 ? "" : "s",
-                     min_members(k), k->o->join_timeout);
+                     coord_min_members(k), k->o->join_timeout);
     }
     return RT_OK;
 }
 
 const char *coord_resume_hint(const struct coord *k, char *out, size_t cap)
 {
-    struct stat st;
-    const char *last = k->ck.last_path;
-    if (last[0] && stat(last, &st) == 0)
+    if (coord_ckpt_written(k))
         snprintf(out, cap, "its last checkpoint, %s, is whole: run the coordinator again with "
-                           "--resume", last);
+                           "--resume", k->ck.last_path);
     else
         snprintf(out, cap, "no checkpoint to go on from (no --checkpoint DIR, or none written "
                            "yet)");
@@ -262,7 +264,7 @@ static double standby_backoff(const struct coord *k, const char *name, int *time
 
 int coord_admit(struct coord *k, const struct rt_member *m, const char *peer)
 {
-    int cap = k->o->max_workers > 0 ? k->o->max_workers : k->o->workers;
+    int cap = coord_max_members(k);
     char why[700];
     const char *no = NULL;
     if (coord_alive(k) + joiners(k, false) >= cap) {
@@ -393,7 +395,8 @@ int coord_elastic_clock(struct coord *k)
     if (k->short_since > 0.0 && rt_now() - k->short_since > k->o->join_timeout)
         return rt_error(RT_ERR_NET, "only %d worker%s left (--min-workers %d) and none joined "
                                     "within %.0f s", coord_alive(k),
-                        coord_alive(k) == 1 ? "" : "s", min_members(k), k->o->join_timeout);
+                        coord_alive(k) == 1 ? "" : "s", coord_min_members(k),
+                        k->o->join_timeout);
     return RT_OK;
 }
 

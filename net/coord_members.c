@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "coord-impl.h"
 #include "status.h"
@@ -76,7 +75,7 @@ static void add_member(struct coord *k, const struct rt_member *m, const char *p
  * hellos for the next one. Noted once per worker. */
 static bool hold(struct coord *k, const struct rt_member *m, const char *from)
 {
-    int cap = k->o->max_workers > 0 ? k->o->max_workers : k->o->workers, here = 0;
+    int cap = coord_max_members(k), here = 0;
     for (int i = 0; i < k->nw; i++)
         here += !k->w[i].gone;
     if (!coord_elastic(k) || here >= cap)
@@ -203,8 +202,7 @@ int coord_join_timeout(struct coord *k)
     else
         snprintf(missing, sizeof missing, "%d more", o->workers - k->nw);
     char whole[1300] = "";
-    struct stat st;
-    if (k->restarted && stat(k->ck.last_path, &st) == 0) /* its state is there alone */
+    if (k->restarted && coord_ckpt_written(k)) /* its state is there alone */
         snprintf(whole, sizeof whole, "; the run's last checkpoint, %s, is whole: run the "
                  "coordinator again with --resume when workers can join", k->ck.last_path);
     return rt_error(RT_ERR_TIMEOUT,
@@ -267,7 +265,7 @@ int coord_check_alive(struct coord *k)
 int coord_setup_lose(struct coord *k, struct coord_worker *w, const char *how)
 {
     w->gone = w->lost_in_setup = true;
-    int left = coord_alive(k), least = k->o->min_workers > 0 ? k->o->min_workers : 1;
+    int left = coord_alive(k), least = coord_min_members(k);
     char hint[1300] = "";
     if (left == 0)
         coord_resume_hint(k, hint, sizeof hint);

@@ -21,7 +21,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coord-impl.h"
@@ -35,18 +34,10 @@ static bool fixed_address(const char *ep)
            strcmp(colon + 1, "0") != 0;
 }
 
-/* Whether the checkpoint is written (else the run starts again from its
- * beginning, as `coord --checkpoint DIR --resume` would). */
-static bool have_checkpoint(const struct coord *k)
-{
-    struct stat st;
-    return stat(k->ck.last_path, &st) == 0;
-}
-
 /* What the workers are told with "expelled". */
 static void rejoin_reason(const struct coord *k, char *out, size_t cap)
 {
-    if (have_checkpoint(k))
+    if (coord_ckpt_written(k))
         snprintf(out, cap, "the run's state was lost; it goes on from its last checkpoint, %s: "
                            "join again", k->ck.last_path);
     else
@@ -74,7 +65,7 @@ int coord_restart_tell(struct coord *k)
         coord_send_simple(k, w, "expelled", why);
         n++;
     }
-    const char *from = have_checkpoint(k) ? "goes on from that checkpoint"
+    const char *from = coord_ckpt_written(k) ? "goes on from that checkpoint"
                                           : "starts again from its beginning";
     if (n > 0)
         fprintf(stderr, "ragtag: [members] %s; instead the run %s on %s: the %d worker%s still "
@@ -118,8 +109,7 @@ bool coord_restart_retell(struct coord *k)
 
 int coord_restart_settled(struct coord *k)
 {
-    int least = k->o->min_workers > 0 ? k->o->min_workers : 1;
-    if (!k->restarted || k->nw < least || k->nw >= k->o->workers ||
+    if (!k->restarted || k->nw < coord_min_members(k) || k->nw >= k->o->workers ||
         rt_now() - k->last_join < RESTART_SETTLE_S)
         return 0;
     coord_note("starting with the %d of %d workers back (no other came for %.0f s); others "
