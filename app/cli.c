@@ -148,6 +148,9 @@ static const char *const coord_help[] = {
     "--serve-data", "coord: send the data files to workers (cached there by content hash)",
     "--no-shm", "never use shared memory between workers of one machine (TCP only)",
     "--chunk BYTES", "ring pipeline chunk (default 262144)",
+    "--max-restarts N", "train: start a local worker again in place of one that died, or "
+                        "all from the checkpoint when none is left, at most N times (default "
+                        "3; 0: never)",
     "--throttle F[,F...]", "train: testing aid: each local worker runs at fraction F of its speed",
     "--keys DIR", "coord: its key pair and join token (ragtag keygen DIR); needed to listen "
                   "beyond loopback",
@@ -285,6 +288,12 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
         }
         o->insecure = !strcmp(v, "none");
         o->token_links = !strcmp(v, "token");
+        return 1;
+    }
+    if (!coord && !strcmp(key, "max-restarts")) {
+        if (parse_count(cmd, key, v, 0, 100, &n) < 0)
+            return -1;
+        o->max_restarts = (int)n;
         return 1;
     }
     if (!coord) {

@@ -102,6 +102,18 @@ struct coord_ckpt {
     float *best_params, *best_state;
 };
 
+/* The local workers of `train --workers N`: child i of ch took place
+ * slot[i] of the N (its backend and throttle); answered[i] once its end
+ * was dealt with. *restarts: workers started again in this command, kept
+ * by rt_coord_run across a restart from the checkpoint. */
+struct coord_local {
+    rt_children *ch;
+    int *slot;
+    bool *answered;
+    int cap;
+    int *restarts;
+};
+
 struct coord {
     const struct rt_coord_options *o;
     const struct rt_train_config *c;
@@ -133,7 +145,7 @@ struct coord {
     struct rt_data_manifest man;
     struct coord_option_list opts;
     char *chunk; /* RT_DATA_CHUNK bytes of a served file */
-    rt_children *local;
+    struct coord_local local; /* train --workers N (coord_local.c) */
     bool stop_sent;
     /* reports */
     rt_progress prog;
@@ -255,6 +267,8 @@ void coord_job_free(struct coord *k);
 /* coord_local.c */
 int coord_local_start(struct coord *k);
 int coord_local_check(struct coord *k);
+/* Whether --max-restarts leaves another start of a local worker. */
+bool coord_local_restart_left(const struct coord *k);
 /* The local workers' names that have not joined, comma separated. */
 void coord_local_missing(struct coord *k, char *out, size_t cap);
 void coord_local_finish(struct coord *k, int rc);

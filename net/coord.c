@@ -55,6 +55,7 @@ void rt_coord_options_defaults(struct rt_coord_options *o)
     o->allow_shm = true;
     o->chunk_bytes = RT_RING_DEFAULT_CHUNK;
     snprintf(o->local_backend, sizeof o->local_backend, "cpu");
+    o->max_restarts = 3;
 }
 
 void coord_note(const char *fmt, ...)
@@ -400,12 +401,13 @@ static void coord_destroy(struct coord **kp, int rc)
  * replaces ("" for the first), then its own. */
 static int run_once(const struct rt_coord_options *o, const struct rt_train_config *c,
                     char prev_run[RT_RUN_ID_LEN + 1], struct rt_train_result *res, int *again,
-                    sig_atomic_t stops0)
+                    sig_atomic_t stops0, int *restarts)
 {
     double t_start = rt_now();
     struct coord *k = coord_new(o, c);
     if (!k)
         return RT_ERR_NOMEM;
+    k->local.restarts = restarts;
     k->restarted = prev_run[0] != '\0';
     /* a Ctrl-C between two runs of one command stops the next one */
     k->stops_at_start = stops0;
@@ -438,11 +440,12 @@ int rt_coord_run(const struct rt_coord_options *o, const struct rt_train_config 
     struct rt_train_config cfg = *c;
     char prev_run[RT_RUN_ID_LEN + 1] = ""; /* the run a restarted one replaces */
     sig_atomic_t stops0 = coord_stop_requests;
+    int restarts = 0; /* of local workers, this command's (--max-restarts) */
     for (;;) {
         memset(res, 0, sizeof *res);
         res->test_loss = res->test_acc = -1.0;
         int again = -1;
-        int rc = run_once(&ro, &cfg, prev_run, res, &again, stops0);
+        int rc = run_once(&ro, &cfg, prev_run, res, &again, stops0, &restarts);
         if (rc != RT_ERR_NO_STATE || again < 0)
             return rc;
         if (!ro.max_workers)

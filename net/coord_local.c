@@ -1,10 +1,21 @@
 /* coord_local.c — the local workers of `ragtag train --workers N`: N
  * processes of this very binary, `ragtag worker --join` this coordinator,
- * named local-0 ... local-(N-1); one that dies without saying "done"
- * ends the run. */
+ * named local-0 ... local-(N-1).
+ *
+ * One that dies without saying "done" is a lost member (the others go on,
+ * coord_elastic.c), and a new process takes its place, local-N, local-N+1,
+ * ..., with its backend and throttle: it joins as any worker joining
+ * during training does and gets the members' state. A local machine has
+ * no other source of workers, so without this a run that lost one (the
+ * kernel's OOM killer, a stray kill) would finish short of a worker, and
+ * one that lost all would stop. --max-restarts bounds it (default 3): a
+ * worker that dies for a reason of its own dies again. One that dies
+ * before the run starts (a backend that cannot load, say) stops it: the
+ * same start would fail the same way. */
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,38 +38,91 @@ static void list_item(const char *list, int i, char *out, size_t cap)
 
 static void local_name(int i, char *out, size_t cap) { snprintf(out, cap, "local-%d", i); }
 
-int coord_local_start(struct coord *k)
+/* Room for child i's place and verdict. */
+static int local_room(struct coord_local *l, int i)
 {
-    const struct rt_coord_options *o = k->o;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = o->local_threads > 0 ? o->local_threads
-                                       : (int)((cores > 0 ? cores : 1) / o->workers);
-    if (threads < 1)
-        threads = 1;
-    char th[16], dv[16], parent[24];
-    snprintf(th, sizeof th, "%d", threads);
-    snprintf(parent, sizeof parent, "%ld", (long)getpid());
-    snprintf(dv, sizeof dv, "%d", o->local_device);
-    if (!(k->local = rt_children_new()))
-        return RT_ERR_NOMEM;
-    for (int i = 0; i < o->workers; i++) {
-        char name[32], be[32], tr[32], what[32];
-        local_name(i, name, sizeof name);
-        list_item(o->local_backend, i, be, sizeof be);
-        list_item(o->local_throttle, i, tr, sizeof tr);
-        char *argv[] = {"ragtag", "worker", "--join", k->endpoint, "--name", name,
-                        "--threads", th, "--backend", be, "--device", dv, "--quiet",
-                        "--connect-timeout", "60", "--parent", parent,
-                        /* their coordinator is their parent: they die with it */
-                        "--coord-timeout", "0",
-                        o->insecure ? "--insecure" : "--quiet",
-                        tr[0] ? "--throttle" : NULL, tr, NULL};
-        snprintf(what, sizeof what, "worker %d", i);
-        RT_TRY(rt_children_start(k->local, "/proc/self/exe", argv, what));
-    }
+    if (i < l->cap)
+        return RT_OK;
+    int cap = l->cap ? 2 * l->cap : 8;
+    int *slot = realloc(l->slot, (size_t)cap * sizeof *slot);
+    if (slot)
+        l->slot = slot;
+    bool *answered = realloc(l->answered, (size_t)cap * sizeof *answered);
+    if (answered)
+        l->answered = answered;
+    if (!slot || !answered)
+        return rt_error(RT_ERR_NOMEM, "out of memory");
+    l->cap = cap;
     return RT_OK;
 }
 
+/* A new local worker in place `slot` of the N; its name is its child
+ * index: local-0 ... for the first N, then local-N, ... */
+static int local_spawn(struct coord *k, int slot)
+{
+    const struct rt_coord_options *o = k->o;
+    struct coord_local *l = &k->local;
+    int i = rt_children_count(l->ch);
+    RT_TRY(local_room(l, i));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = o->local_threads > 0 ? o->local_threads
+                                       : (int)((cores > 0 ? cores : 1) / o->workers);
+    char th[16], dv[16], parent[24], name[32], be[32], tr[32], what[32];
+    snprintf(th, sizeof th, "%d", threads < 1 ? 1 : threads);
+    snprintf(parent, sizeof parent, "%ld", (long)getpid());
+    snprintf(dv, sizeof dv, "%d", o->local_device);
+    local_name(i, name, sizeof name);
+    list_item(o->local_backend, slot, be, sizeof be);
+    list_item(o->local_throttle, slot, tr, sizeof tr);
+    char *argv[] = {"ragtag", "worker", "--join", k->endpoint, "--name", name,
+                    "--threads", th, "--backend", be, "--device", dv, "--quiet",
+                    "--connect-timeout", "60", "--parent", parent,
+                    /* their coordinator is their parent: they die with it */
+                    "--coord-timeout", "0",
+                    o->insecure ? "--insecure" : "--quiet",
+                    tr[0] ? "--throttle" : NULL, tr, NULL};
+    snprintf(what, sizeof what, "worker %d", i);
+    RT_TRY(rt_children_start(l->ch, "/proc/self/exe", argv, what));
+    l->slot[i] = slot;
+    l->answered[i] = false;
+    return RT_OK;
+}
+
+int coord_local_start(struct coord *k)
+{
+    if (!(k->local.ch = rt_children_new()))
+        return RT_ERR_NOMEM;
+    for (int i = 0; i < k->o->workers; i++)
+        RT_TRY(local_spawn(k, i));
+    return RT_OK;
+}
+
+bool coord_local_restart_left(const struct coord *k)
+{
+    const struct coord_local *l = &k->local;
+    return l->restarts && *l->restarts < k->o->max_restarts;
+}
+
+/* Child i died: a new worker in its place while the run trains or sets up
+ * (it joins then), none once members are finishing or stopping. */
+static int local_replace(struct coord *k, int i)
+{
+    struct coord_local *l = &k->local;
+    char dead[32], name[32];
+    local_name(i, dead, sizeof dead);
+    if (k->ndone > 0 || k->stop_sent || coord_stop_requested(k))
+        return RT_OK;
+    if (!coord_local_restart_left(k)) {
+        coord_note("%s is not started again: --max-restarts %d %s; the run goes on without it",
+                   dead, k->o->max_restarts, k->o->max_restarts ? "used up" : "(none)");
+        return RT_OK;
+    }
+    local_name(rt_children_count(l->ch), name, sizeof name);
+    ++*l->restarts;
+    coord_note("starting %s in place of %s (restart %d of --max-restarts %d)", name, dead,
+               *l->restarts, k->o->max_restarts);
+    return local_spawn(k, l->slot[i]);
+}
 static struct coord_worker *find_name(struct coord *k, const char *name)
 {
     for (int j = 0; j < k->nw; j++)
@@ -79,24 +143,33 @@ static bool said_done(struct coord *k, const char *name)
  * seen, so the verdict waits a moment. */
 int coord_local_check(struct coord *k)
 {
-    if (!k->local)
+    struct coord_local *l = &k->local;
+    if (!l->ch)
         return RT_OK;
-    rt_children_reap(k->local);
-    for (int i = 0; i < rt_children_count(k->local); i++) {
+    rt_children_reap(l->ch);
+    for (int i = 0; i < rt_children_count(l->ch); i++) {
         int st;
         char name[32];
         local_name(i, name, sizeof name);
-        if (!rt_children_exited(k->local, i, 2.0, &st) || said_done(k, name))
+        if (l->answered[i] || !rt_children_exited(l->ch, i, 0.0, &st))
+            continue;
+        struct coord_worker *w = find_name(k, name);
+        /* one the run already lost (its connection closed) is replaced at once */
+        if (!(w && w->gone) && !rt_children_exited(l->ch, i, 2.0, &st))
+            continue;
+        l->answered[i] = true;
+        if (said_done(k, name))
             continue;
         char why[96];
         snprintf(why, sizeof why, "its process %s %d",
                  WIFEXITED(st) ? "exited with status" : "was killed by signal",
                  WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-        struct coord_worker *w = find_name(k, name);
-        if (!w)
+        bool started = k->training || (w && w->rank >= 0);
+        if (!started && i < k->o->workers)
             return rt_error(RT_ERR_NET, "local worker %d: %s", i, why);
-        if (!w->gone)
-            RT_TRY(coord_lose(k, w, why));
+        if (w && !w->gone)
+            RT_TRY(k->training ? coord_lose(k, w, why) : coord_setup_lose(k, w, why));
+        RT_TRY(local_replace(k, i));
     }
     return RT_OK;
 }
@@ -122,13 +195,15 @@ void coord_local_missing(struct coord *k, char *out, size_t cap)
 /* Give the workers time to leave: more after a run that ended well. */
 void coord_local_finish(struct coord *k, int rc)
 {
-    if (!k->local)
+    if (!k->local.ch)
         return;
     /* Keep the error detail: waiting may set its own. */
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", rt_error_detail());
-    rt_children_wait(k->local, rc < 0 ? 5.0 : 30.0);
-    rt_children_destroy(&k->local);
+    rt_children_wait(k->local.ch, rc < 0 ? 5.0 : 30.0);
+    rt_children_destroy(&k->local.ch);
+    free(k->local.slot);
+    free(k->local.answered);
     if (rc < 0)
         rt_error(rc, "%s", keep);
 }

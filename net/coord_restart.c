@@ -13,10 +13,11 @@
  * loses is the work since that checkpoint, never the run.
  *
  * With --checkpoint DIR but none written yet it starts again from its
- * beginning. Not for `train --workers N` (its local workers end with the
- * failed run) nor for a coordinator on a port chosen at random (nobody
- * could find the new one), nor without --checkpoint or after Ctrl-C: the
- * run stops then, as before, naming what it can be resumed from. */
+ * beginning. For `train --workers N` the next run starts N new local
+ * workers (it counts as one of --max-restarts, coord_local.c). Not for a
+ * coordinator on a port chosen at random (nobody could find the new one),
+ * nor without --checkpoint or after Ctrl-C: the run stops then, as
+ * before, naming what it can be resumed from. */
 #include "config.h"
 
 #include <stdio.h>
@@ -49,12 +50,31 @@ static void rejoin_reason(const struct coord *k, char *out, size_t cap)
  * then is less than one checkpoint's worth of work, and the run goes on. */
 bool coord_restart_possible(const struct coord *k, int rc)
 {
-    return rc == RT_ERR_NO_STATE && !k->o->spawn_local && fixed_address(k->o->listen) &&
-           k->ck.last_path[0] && !coord_stop_requested(k);
+    if (rc != RT_ERR_NO_STATE || !k->ck.last_path[0] || coord_stop_requested(k))
+        return false;
+    return k->o->spawn_local ? coord_local_restart_left(k) : fixed_address(k->o->listen);
+}
+
+/* train --workers N: the next run starts N new local workers; those still
+ * here (joiners without the state) end with this one. */
+static int restart_local(struct coord *k)
+{
+    ++*k->local.restarts;
+    coord_send_all(k, "abort", "the run starts again from its checkpoint with new local "
+                               "workers");
+    fprintf(stderr, "ragtag: [members] %s; instead the run %s with %d new local workers "
+                    "(restart %d of --max-restarts %d)\n", rt_error_detail(),
+            coord_ckpt_written(k) ? "goes on from that checkpoint" : "starts again from its "
+                                                                     "beginning",
+            k->o->workers, *k->local.restarts, k->o->max_restarts);
+    usleep(500000); /* as coord_abort: the I/O thread writes them */
+    return 0;
 }
 
 int coord_restart_tell(struct coord *k)
 {
+    if (k->o->spawn_local)
+        return restart_local(k);
     char why[1500];
     rejoin_reason(k, why, sizeof why);
     int n = 0;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Workers come and go, the run goes on (sync mode, real processes on
-# 127.0.0.x): kill -9 of one of 4 joined workers at a random moment, of a
-# local worker of `train --workers 3`, a worker that joins mid-run, one
+# 127.0.0.x): kill -9 of one of 4 joined workers at a random moment, of
+# local workers of `train --workers 3` (started again), a worker that joins mid-run, one
 # paused past --worker-timeout (dropped, then back as a new member), and
 # churn (two losses and two joins in one run), a worker on standby leaving
 # the ring, and a worker whose training thread hangs. Each run must finish with
@@ -77,17 +77,31 @@ if [ $s8 -eq 0 ] && grep -q "lost rank [0-9] (b2, " "$tmp/c8.log" &&
   ok "kill -9 of a worker as training started: the other 2 formed the next generation and went on, samples exact"
 else bad "a worker lost at the start: status $s8"; grep "members\|error" "$tmp/c8.log" | tail -n 5; tail -n 3 "$tmp/b1.log"; fi
 
-# ---- kill -9 a local worker of train --workers 3 --------------------------------------
-"$RAGTAG" train "$model" --workers 3 --threads 1 $run --epochs 6 --metrics "$tmp/m2.jsonl" \
-  >"$tmp/c2.log" 2>&1 & c=$!
+# ---- local workers of train --workers 3 that die are started again ------------------------
+# one killed: a new one takes its place and joins; all killed: the run goes
+# on from its checkpoint with 3 new ones; --max-restarts 2 used up, one
+# more killed: the other 2 finish (throttled so that each step has time)
+"$RAGTAG" train "$model" --workers 3 --threads 1 --throttle 0.3 $run --epochs 6 --max-restarts 2 \
+  --checkpoint "$tmp/ck2" --metrics "$tmp/m2.jsonl" >"$tmp/c2.log" 2>&1 & c=$!
 started "$tmp/c2.log"
-kid=$(pgrep -P $c | head -n 1)
-kill -9 "$kid"
+kill -9 $(pgrep -f -- "--name local-1 ")
+until_there "admitted local-3 " "$tmp/c2.log"
+n=$(grep -c "^epoch [0-9]*/6:" "$tmp/c2.log")
+pkill -9 -P $c
+until_there "restart 2 of" "$tmp/c2.log"
+i=0
+while [ $i -lt 600 ] && [ "$(grep -c "^epoch [0-9]*/6:" "$tmp/c2.log")" -le "$n" ]; do sleep 0.1; i=$((i + 1)); done
+kill -9 $(pgrep -P $c | head -n 1)
 wait $c; s2=$?
-if [ $s2 -eq 0 ] && grep -q "lost rank .*killed by signal 9\|lost rank .*connection closed" "$tmp/c2.log" &&
-   grep -q "on all 2 workers" "$tmp/c2.log" && samples_exact "$tmp/m2.jsonl" 6; then
-  ok "kill -9 of a local worker: the other 2 went on, samples exact"
-else bad "kill -9 of a local worker: status $s2"; grep "members\|error" "$tmp/c2.log" | tail -n 5; fi
+if [ $s2 -eq 0 ] && grep -q "lost rank [0-9] (local-1, .*connection closed\|lost rank [0-9] (local-1, .*killed by signal 9" "$tmp/c2.log" &&
+   grep -q "starting local-3 in place of local-1 (restart 1 of --max-restarts 2)" "$tmp/c2.log" &&
+   grep -q "admitted local-3 " "$tmp/c2.log" &&
+   grep -q "every worker was lost .*with 3 new local workers (restart 2 of --max-restarts 2)" "$tmp/c2.log" &&
+   grep -q "local-[0-9] is not started again: --max-restarts 2 used up" "$tmp/c2.log" &&
+   grep -q "on all 2 workers" "$tmp/c2.log" && samples_exact "$tmp/m2.jsonl" 6 &&
+   ! pgrep -f -- "--parent $c" >/dev/null; then
+  ok "local workers that died: one replaced and admitted, all lost: 3 new ones from the checkpoint, --max-restarts used up: 2 finished, samples exact, none left behind"
+else bad "local workers that died: status $s2"; grep "members\|coord\] \(start\|local\)\|error" "$tmp/c2.log" | tail -n 8; fi
 
 # ---- a worker joins mid-run --------------------------------------------------------
 port=$((port + 1))
