@@ -431,6 +431,9 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
     if (!multi && co.local_throttle[0])
         return fail(rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag "
                                             "worker, or train --workers N)"));
+    if (!multi && co.max_restarts >= 0)
+        return fail(rt_error(RT_ERR_CONFIG, "--max-restarts starts local workers again: give "
+                                            "--workers N"));
     struct rt_train_result res;
     if (!multi) {
         signal(SIGINT, on_sigint);

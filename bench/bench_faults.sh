@@ -8,7 +8,8 @@
 #   test_acc   the run's final test accuracy, next to the same run without the fault
 #   finished   the coordinator ended (status) within HARD seconds and no worker was left
 #              running 15 s after it; else "HUNG" and every process is killed
-# and what the faulty worker did afterwards.
+# and what the faulty worker did afterwards (for a local worker: when the one started in
+# its place was admitted).
 #
 #   bench/bench_faults.sh [CASE...]   CASE: kill9 (kill -9 one of 4 joined workers, one
 #                                     host), local (kill -9 a local worker of `train
@@ -240,7 +241,13 @@ row() {
   [ "$id" = local ] && v=local-1
   if grep -q "admitted $v " "$log"; then what="rejoined (admitted)"
   elif [ -z "$t_lost" ]; then what="not dropped (stalled, went on)"
-  elif [ "$id" = local ]; then what="killed"
+  elif [ "$id" = local ]; then
+    # train --workers N starts a new local worker in its place (--max-restarts)
+    local new t_new
+    new=$(sed -n 's/.*starting \(local-[0-9]*\) in place of local-1 .*/\1/p' "$log" | head -n 1)
+    t_new=$(awk -v n="admitted $new " 'index($0, n) { print $1; exit }' "$log")
+    what="killed"
+    [ -n "$new" ] && what="killed; $new started in its place, admitted after $(secs "$t_fault" "$t_new") s"
   elif [ -f "$tmp/$id-$v.log" ] && [ "$id" != kill9 ]; then
     what="did not rejoin: $(grep -o "lost the coordinator[^;]*\|the run goes on without[^:]*" "$tmp/$id-$v.log" | head -n 1)"
   else what="killed"; fi

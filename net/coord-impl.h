@@ -267,7 +267,9 @@ void coord_job_free(struct coord *k);
 /* coord_local.c */
 int coord_local_start(struct coord *k);
 int coord_local_check(struct coord *k);
-/* Whether --max-restarts leaves another start of a local worker. */
+/* --max-restarts (its default when not given), and whether it leaves
+ * another start of a local worker. */
+int coord_local_max_restarts(const struct coord *k);
 bool coord_local_restart_left(const struct coord *k);
 /* The local workers' names that have not joined, comma separated. */
 void coord_local_missing(struct coord *k, char *out, size_t cap);

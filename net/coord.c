@@ -55,7 +55,7 @@ void rt_coord_options_defaults(struct rt_coord_options *o)
     o->allow_shm = true;
     o->chunk_bytes = RT_RING_DEFAULT_CHUNK;
     snprintf(o->local_backend, sizeof o->local_backend, "cpu");
-    o->max_restarts = 3;
+    o->max_restarts = -1;
 }
 
 void coord_note(const char *fmt, ...)

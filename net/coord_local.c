@@ -97,10 +97,15 @@ int coord_local_start(struct coord *k)
     return RT_OK;
 }
 
+int coord_local_max_restarts(const struct coord *k)
+{
+    return k->o->max_restarts < 0 ? 3 : k->o->max_restarts;
+}
+
 bool coord_local_restart_left(const struct coord *k)
 {
     const struct coord_local *l = &k->local;
-    return l->restarts && *l->restarts < k->o->max_restarts;
+    return l->restarts && *l->restarts < coord_local_max_restarts(k);
 }
 
 /* Child i died: a new worker in its place while the run trains or sets up
@@ -114,13 +119,14 @@ static int local_replace(struct coord *k, int i)
         return RT_OK;
     if (!coord_local_restart_left(k)) {
         coord_note("%s is not started again: --max-restarts %d %s; the run goes on without it",
-                   dead, k->o->max_restarts, k->o->max_restarts ? "used up" : "(none)");
+                   dead, coord_local_max_restarts(k),
+                   coord_local_max_restarts(k) ? "used up" : "(none)");
         return RT_OK;
     }
     local_name(rt_children_count(l->ch), name, sizeof name);
     ++*l->restarts;
     coord_note("starting %s in place of %s (restart %d of --max-restarts %d)", name, dead,
-               *l->restarts, k->o->max_restarts);
+               *l->restarts, coord_local_max_restarts(k));
     return local_spawn(k, l->slot[i]);
 }
 static struct coord_worker *find_name(struct coord *k, const char *name)

@@ -66,7 +66,7 @@ static int restart_local(struct coord *k)
                     "(restart %d of --max-restarts %d)\n", rt_error_detail(),
             coord_ckpt_written(k) ? "goes on from that checkpoint" : "starts again from its "
                                                                      "beginning",
-            k->o->workers, *k->local.restarts, k->o->max_restarts);
+            k->o->workers, *k->local.restarts, coord_local_max_restarts(k));
     usleep(500000); /* as coord_abort: the I/O thread writes them */
     return 0;
 }

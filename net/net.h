@@ -37,7 +37,7 @@ struct rt_coord_options {
     char local_throttle[128]; /* testing aid: "" or one fraction per worker (cycled) */
     int max_restarts;      /* local workers started again after one died: in its place
                               while others train on, or all of them from the checkpoint
-                              when none is left (default 3; 0: never) */
+                              when none is left (-1: the default, 3; 0: never) */
     /* link security (docs/cluster.md, "Security") */
     bool insecure;            /* no CURVE: plain links, said loudly */
     bool token_links;         /* --link-security token: worker-to-worker links authenticated,

@@ -92,6 +92,7 @@ expect 2 "throttle: '2' is not accepted (expected a number in (0, 1]" "a throttl
 expect 2 "expected fractions in (0, 1], comma separated" "an empty throttle item is refused" -- train "$lenet" --throttle 1,,0.5
 expect 1 "--throttle is a testing aid for workers" "throttle without workers" -- train "$lenet" --throttle 0.5 --limit 100 --progress off
 expect 2 "max-restarts: '-1' is not accepted (expected an integer from 0 to 100)" "a negative --max-restarts is refused" -- train "$lenet" --workers 2 --max-restarts -1
+expect 1 "--max-restarts starts local workers again: give --workers N" "--max-restarts without workers" -- train "$lenet" --max-restarts 2 --limit 100 --progress off
 expect 2 "unknown flag '--max-restarts'" "coord has no local workers to restart" -- coord "$lenet" --workers 2 --listen tcp://127.0.0.1:1 --max-restarts 2
 expect 2 "--throttle '0': a fraction in (0, 1]" "worker --throttle 0 is refused" -- worker --join tcp://127.0.0.1:1 --throttle 0
 
