@@ -231,6 +231,35 @@ static int parse_fractions(const char *cmd, const char *flag, const char *v, cha
     return 0;
 }
 
+/* A flag of train's local workers: 1 taken, 0 not one, -1 bad value. */
+static int local_flag(const char *cmd, struct rt_coord_options *o, const char *key,
+                      const char *v)
+{
+    long n;
+    if (!strcmp(key, "max-restarts")) {
+        if (parse_count(cmd, key, v, 0, 100, &n) < 0)
+            return -1;
+        o->max_restarts = (int)n;
+        return 1;
+    }
+    if (!strcmp(key, "throttle"))
+        return parse_fractions(cmd, key, v, o->local_throttle, sizeof o->local_throttle) < 0 ? -1
+                                                                                             : 1;
+    return 0;
+}
+
+/* Flags that act on local workers, given without any. */
+static int local_flags_alone(const struct rt_coord_options *o)
+{
+    if (o->local_throttle[0])
+        return rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag worker, "
+                                       "or train --workers N)");
+    if (o->max_restarts >= 0)
+        return rt_error(RT_ERR_CONFIG, "--max-restarts starts local workers again: give "
+                                       "--workers N");
+    return RT_OK;
+}
+
 /* A cluster flag of train/coord: 1 taken, 0 not one, -1 bad value. */
 static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o, bool *multi,
                         const char *key, const char *v)
@@ -290,18 +319,8 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
         o->token_links = !strcmp(v, "token");
         return 1;
     }
-    if (!coord && !strcmp(key, "max-restarts")) {
-        if (parse_count(cmd, key, v, 0, 100, &n) < 0)
-            return -1;
-        o->max_restarts = (int)n;
-        return 1;
-    }
-    if (!coord) {
-        if (strcmp(key, "throttle") != 0)
-            return 0;
-        return parse_fractions(cmd, key, v, o->local_throttle, sizeof o->local_throttle) < 0 ? -1
-                                                                                             : 1;
-    }
+    if (!coord)
+        return local_flag(cmd, o, key, v);
     if (!strcmp(key, "listen")) {
         if (strncmp(v, "tcp://", 6) != 0 || strlen(v) >= sizeof o->listen) {
             fprintf(stderr, "ragtag %s: --listen: '%s' is not accepted (expected tcp://*:PORT "
@@ -428,12 +447,8 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
     if (!multi && co.http[0])
         return usage_error(cmd, "%s", "--http: the status page is served by a cluster's "
                                       "coordinator: give --workers N (or run ragtag coord)");
-    if (!multi && co.local_throttle[0])
-        return fail(rt_error(RT_ERR_CONFIG, "--throttle is a testing aid for workers (ragtag "
-                                            "worker, or train --workers N)"));
-    if (!multi && co.max_restarts >= 0)
-        return fail(rt_error(RT_ERR_CONFIG, "--max-restarts starts local workers again: give "
-                                            "--workers N"));
+    if (!multi && (rc = local_flags_alone(&co)) < 0)
+        return fail(rc);
     struct rt_train_result res;
     if (!multi) {
         signal(SIGINT, on_sigint);

@@ -359,6 +359,11 @@ void coord_report_table(struct coord *k);
 /* A membership event in the --metrics file ("lost", "joined"). */
 void coord_report_event(struct coord *k, const char *event, const struct coord_worker *w,
                         const char *why);
+/* The run starts again from its checkpoint (coord_restart.c): an event in
+ * the --metrics file and on the status page, before the next run's lines;
+ * workers: those still here that join again (0: it waits for new ones), or
+ * the new local workers of train --workers N. */
+void coord_report_restart(struct coord *k, int workers);
 /* A worker's "done": its result kept in w (w->done set when well-formed). */
 void coord_report_done(struct coord *k, struct coord_worker *w);
 /* A worker's "error" or failed "done": the error that ends the run. */

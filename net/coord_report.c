@@ -334,6 +334,28 @@ void coord_report_event(struct coord *k, const char *event, const struct coord_w
         coord_note("cannot write the metrics file: %s", rt_error_detail());
 }
 
+void coord_report_restart(struct coord *k, int workers)
+{
+    bool ck = coord_ckpt_written(k);
+    char why[1024]; /* the reason the run lost its state; later calls may set their own */
+    snprintf(why, sizeof why, "%s", rt_error_detail());
+    coord_status_event(k, "restart", "the run goes on from %s: %s",
+                       ck ? k->ck.last_path : "its beginning", why);
+    if (!k->mf)
+        return;
+    rt_metrics_begin(k->mf);
+    rt_metrics_str(k->mf, "event", "restart");
+    rt_metrics_str(k->mf, "from", ck ? "checkpoint" : "beginning");
+    if (ck)
+        rt_metrics_str(k->mf, "checkpoint", k->ck.last_path);
+    rt_metrics_str(k->mf, "reason", why);
+    rt_metrics_int(k->mf, "workers", workers);
+    if (k->o->spawn_local)
+        rt_metrics_int(k->mf, "restarts", *k->local.restarts);
+    if (rt_metrics_end(k->mf) < 0)
+        coord_note("cannot write the metrics file: %s", rt_error_detail());
+}
+
 int coord_report_end(struct coord *k, double t_start, struct rt_train_result *res)
 {
     if (k->lost || k->joined || k->standby)

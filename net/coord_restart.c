@@ -67,6 +67,7 @@ static int restart_local(struct coord *k)
             coord_ckpt_written(k) ? "goes on from that checkpoint" : "starts again from its "
                                                                      "beginning",
             k->o->workers, *k->local.restarts, coord_local_max_restarts(k));
+    coord_report_restart(k, k->o->workers);
     usleep(500000); /* as coord_abort: the I/O thread writes them */
     return 0;
 }
@@ -95,6 +96,7 @@ int coord_restart_tell(struct coord *k)
         fprintf(stderr, "ragtag: [members] %s; instead the run %s on %s with the workers that "
                         "join within --join-timeout (%.0f s)\n",
                 rt_error_detail(), from, k->o->listen, k->o->join_timeout);
+    coord_report_restart(k, n);
     /* as coord_abort: the I/O thread needs a moment to write them all */
     usleep(500000);
     return n;

@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "python"))
 import ragtag_spark  # noqa: E402
 from ragtag_spark import RagtagSparkError  # noqa: E402
 from ragtag_spark.task import worker_argv  # noqa: E402
+from ragtag_spark import launcher  # noqa: E402
 
 failures = []
 T0 = time.monotonic()
@@ -268,6 +269,24 @@ ok(killed == ["spark-001-0", "spark-000-0"], f"lost: killed one after the first 
 ok(any("lost rank 1 (spark-001-0" in x and "1 worker continues" in x for x in lines[first:]),
    "lost: the coordinator dropped the first and went on")
 ok(any(x.startswith("epoch 1/3") for x in lines[first:]), "lost: epoch 1 ended with 1 worker")
+# run() stopped the coordinator that waited for workers once its metrics
+# file ended with the "restart" event; the test of that reading
+lost_metrics = os.path.join(work, "lost", "metrics.jsonl")
+with open(lost_metrics) as f:
+    last = json.loads(f.read().splitlines()[-1])
+ok(last.get("event") == "restart" and last.get("from") == "checkpoint",
+   f"lost: the metrics file ends with the coordinator's restart event: {last}")
+ok(launcher._waits_after_restart(lost_metrics), "lost: the launcher reads that event")
+probe_path = os.path.join(work, "restart-probe.jsonl")
+for text, want, what in [('{"event": "restart", "from": "beginning"}\n{"epoch": 2}\n', False,
+                          "a run that went on"),
+                         ('{"event": "restart", "from": "beg', False, "a line half written"),
+                         ('{"epoch": 1}\n{"event": "restart", "from": "beginning"}\n', True,
+                          "the last line")]:
+    with open(probe_path, "w") as f:
+        f.write(text)
+    ok(launcher._waits_after_restart(probe_path) == want, f"restart event: {what}")
+ok(not launcher._waits_after_restart(probe_path + ".none"), "restart event: no file yet")
 res = ragtag_spark.run(model, 2, port=port + 16, log_port=port + 17, ring_port=port + 34,
                        resume=True, on_line=keep, **lost)
 ok(any(re.search(r"resuming from .* at epoch [12],", x) for x in res.log),

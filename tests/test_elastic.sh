@@ -99,6 +99,7 @@ if [ $s2 -eq 0 ] && grep -q "lost rank [0-9] (local-1, .*connection closed\|lost
    grep -q "every worker was lost .*with 3 new local workers (restart 2 of --max-restarts 2)" "$tmp/c2.log" &&
    grep -q "local-[0-9] is not started again: --max-restarts 2 used up" "$tmp/c2.log" &&
    grep -q "on all 2 workers" "$tmp/c2.log" && samples_exact "$tmp/m2.jsonl" 6 &&
+   grep -q "\"event\": \"restart\", \"from\": \"[a-z]*\", .*\"workers\": 3, \"restarts\": 2}" "$tmp/m2.jsonl" &&
    ! pgrep -f -- "--parent $c" >/dev/null; then
   ok "local workers that died: one replaced and admitted, all lost: 3 new ones from the checkpoint, --max-restarts used up: 2 finished, samples exact, none left behind"
 else bad "local workers that died: status $s2"; grep "members\|coord\] \(start\|local\)\|error" "$tmp/c2.log" | tail -n 8; fi

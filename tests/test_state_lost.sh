@@ -117,6 +117,7 @@ if [ $s3 -eq 0 ] && [ $sc1 -eq 0 ] && [ $sc2 -eq 0 ] &&
    grep -q "every worker was lost (the last: a[12], .*); its last checkpoint, $tmp/all.ck/last.safetensors, is whole: run the coordinator again with --resume; instead the run goes on from that checkpoint on tcp://127.0.0.1:$port with the workers that join within --join-timeout ([0-9]* s)" "$tmp/all.log" &&
    grep -q "resuming from $tmp/all.ck/last.safetensors at epoch [1-3]" "$tmp/all.log" &&
    grep -q "^epoch 4/4: " "$tmp/all.log" && grep -q "replicas identical" "$tmp/all.log" &&
+   grep -q "\"event\": \"restart\", \"from\": \"checkpoint\", \"checkpoint\": \"$tmp/all.ck/last.safetensors\", \"reason\": \"every worker was lost .*\"workers\": 0}" "$tmp/all.jsonl" &&
    samples_exact "$tmp/all.jsonl" 4; then
   ok "every worker lost: the run went on from its checkpoint ($(grep -o "at epoch [0-9]*, step [0-9]*" "$tmp/all.log" | head -n 1)) with two new workers, 4 epochs, samples exact"
 else
@@ -181,7 +182,8 @@ wait "$c2"; sc2=$?
 if [ $s7 -eq 0 ] && [ $sc1 -eq 0 ] && [ $sc2 -eq 0 ] && [ "$had" -eq 0 ] &&
    grep -q "every worker was lost (the last: a[12], .*); no checkpoint to go on from (no --checkpoint DIR, or none written yet); instead the run starts again from its beginning on tcp://127.0.0.1:$port with the workers that join within --join-timeout" "$tmp/early.log" &&
    grep -q "no checkpoint at $tmp/early.ck/last.safetensors yet: starting from scratch" "$tmp/early.log" &&
-   grep -q "^epoch 4/4: " "$tmp/early.log" && samples_exact "$tmp/early.jsonl" 4; then
+   grep -q "^epoch 4/4: " "$tmp/early.log" && samples_exact "$tmp/early.jsonl" 4 &&
+   grep -q "\"event\": \"restart\", \"from\": \"beginning\", \"reason\": \"every worker was lost" "$tmp/early.jsonl"; then
   ok "every worker lost before the first checkpoint: the run started again from its beginning with two new workers, 4 epochs, samples exact"
 else
   bad "every worker lost before the first checkpoint: coordinator status $s7, new workers $sc1 / $sc2, checkpoints then $had"

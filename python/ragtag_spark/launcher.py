@@ -320,13 +320,21 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     return _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0)
 
 
-# the coordinator's line when it goes on without workers: "...; instead
-# the run goes on from that checkpoint on ..." or, none written yet,
-# "...; instead the run starts again from its beginning on ..."
-_RESTART_LINE = "; instead the run "
+def _waits_after_restart(metrics):
+    """Whether the coordinator started the run again and waits for workers:
+    the last line of its metrics file is its "restart" event (a line being
+    written, or none yet, is not)."""
+    try:
+        with open(metrics, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [x for x in f.read().split(b"\n") if x.strip()]
+        return bool(lines) and json.loads(lines[-1]).get("event") == "restart"
+    except (OSError, ValueError):
+        return False
 
 
-def _stage_ended_first(coord, box, log, grace=10):
+def _stage_ended_first(coord, box, metrics, grace=10):
     """The stage ended while the coordinator runs: every task is gone and
     this stage brings no more workers. Every worker ended 0: the run is
     finishing, wait. Otherwise a coordinator that lost them all goes on
@@ -339,7 +347,7 @@ def _stage_ended_first(coord, box, log, grace=10):
         return
     deadline = time.monotonic() + grace
     while coord.poll() is None and time.monotonic() < deadline and \
-            not any(_RESTART_LINE in x for x in log.lines[-20:]):
+            not _waits_after_restart(metrics):
         time.sleep(0.1)
     _stop(coord, 60)
 
@@ -360,7 +368,7 @@ def _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0):
         while coord.poll() is None and stage.is_alive():
             time.sleep(0.1)
         if coord.poll() is None:
-            _stage_ended_first(coord, box, log)
+            _stage_ended_first(coord, box, metrics)
         rc = coord.returncode
         stage.join(30 if rc == 0 else 0)
         if stage.is_alive():
