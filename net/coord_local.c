@@ -99,7 +99,7 @@ int coord_local_start(struct coord *k)
 
 int coord_local_max_restarts(const struct coord *k)
 {
-    return k->o->max_restarts < 0 ? 3 : k->o->max_restarts;
+    return k->o->max_restarts < 0 ? RT_LOCAL_MAX_RESTARTS : k->o->max_restarts;
 }
 
 bool coord_local_restart_left(const struct coord *k)
@@ -129,9 +129,12 @@ static int local_replace(struct coord *k, int i)
                *l->restarts, coord_local_max_restarts(k));
     return local_spawn(k, l->slot[i]);
 }
+
+/* The newest member record of that name: a worker that was dropped (paused
+ * too long) and joined again has two. */
 static struct coord_worker *find_name(struct coord *k, const char *name)
 {
-    for (int j = 0; j < k->nw; j++)
+    for (int j = k->nw - 1; j >= 0; j--)
         if (!strcmp(k->w[j].m.name, name))
             return &k->w[j];
     return NULL;

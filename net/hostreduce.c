@@ -24,6 +24,7 @@
 
 #include "clock.h"
 #include "collective.h"
+#include "floatsum.h"
 #include "shm.h"
 #include "status.h"
 
@@ -328,22 +329,14 @@ static int wait_all(rt_hostreduce *h, int phase, const struct rt_hostreduce_wait
     return RT_OK;
 }
 
-/* dst[a, b) = the sum of every rank's [a, b), in rank order. The blocks go
- * through a local array: dst is one of the sources. */
-#define HR_BLOCK 1024
+/* dst[a, b) = the sum of every rank's [a, b), in rank order (dst is one of
+ * the sources). */
 static void sum_ranks(const rt_hostreduce *h, float *dst, size_t a, size_t b)
 {
-    alignas(64) float acc[HR_BLOCK];
-    for (size_t i = a; i < b; i += HR_BLOCK) {
-        size_t m = b - i < HR_BLOCK ? b - i : HR_BLOCK;
-        memcpy(acc, h->peers[0].data + i, m * sizeof(float));
-        for (int r = 1; r < h->world; r++) {
-            const float *src = h->peers[r].data + i;
-            for (size_t j = 0; j < m; j++)
-                acc[j] += src[j];
-        }
-        memcpy(dst + i, acc, m * sizeof(float));
-    }
+    const float *src[RT_MAX_WORKERS];
+    for (int r = 0; r < h->world; r++)
+        src[r] = h->peers[r].data + a;
+    rt_f32_sum_sources(dst + a, src, h->world, b - a);
 }
 
 int rt_hostreduce_allreduce(rt_hostreduce *h, size_t lo, size_t hi, uint32_t votes,

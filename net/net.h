@@ -15,6 +15,9 @@
 /* Whether this ragtag was built with the multi-machine layer. */
 bool rt_net_available(void);
 
+/* --max-restarts when not given (train --workers N) */
+#define RT_LOCAL_MAX_RESTARTS 3
+
 struct rt_coord_options {
     char listen[256];      /* tcp://HOST:PORT (HOST * for all interfaces); empty:
                               127.0.0.1 and a free port */

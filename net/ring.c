@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "floatsum.h"
 #include "half.h"
 #include "partition.h"
 #include "shm.h"
@@ -164,21 +165,9 @@ static int diverged(const rt_ring *r, uint32_t got, uint32_t want)
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-static void add_f32(void *dst, const void *src, size_t count)
-{
-    float *restrict d = dst;
-    const float *restrict s = src;
-    for (size_t i = 0; i < count; i++)
-        d[i] += s[i];
-}
+static void add_f32(void *dst, const void *src, size_t count) { rt_f32_add(dst, src, count); }
 
-static void add_f64(void *dst, const void *src, size_t count)
-{
-    double *restrict d = dst;
-    const double *restrict s = src;
-    for (size_t i = 0; i < count; i++)
-        d[i] += s[i];
-}
+static void add_f64(void *dst, const void *src, size_t count) { rt_f64_add(dst, src, count); }
 
 static void add_f16(void *dst, const void *src, size_t count) { rt_f16_add(dst, src, count); }
 
