@@ -55,17 +55,23 @@ bool coord_restart_possible(const struct coord *k, int rc)
     return k->o->spawn_local ? coord_local_restart_left(k) : fixed_address(k->o->listen);
 }
 
+/* Where the next run starts, as the log says it. */
+static const char *restart_from(const struct coord *k)
+{
+    return coord_ckpt_written(k) ? "goes on from that checkpoint"
+                                 : "starts again from its beginning";
+}
+
 /* train --workers N: the next run starts N new local workers; those still
  * here (joiners without the state) end with this one. */
 static int restart_local(struct coord *k)
 {
     ++*k->local.restarts;
-    coord_send_all(k, "abort", "the run starts again from its checkpoint with new local "
-                               "workers");
+    char why[1500];
+    snprintf(why, sizeof why, "the run %s with new local workers", restart_from(k));
+    coord_send_all(k, "abort", why);
     fprintf(stderr, "ragtag: [members] %s; instead the run %s with %d new local workers "
-                    "(restart %d of --max-restarts %d)\n", rt_error_detail(),
-            coord_ckpt_written(k) ? "goes on from that checkpoint" : "starts again from its "
-                                                                     "beginning",
+                    "(restart %d of --max-restarts %d)\n", rt_error_detail(), restart_from(k),
             k->o->workers, *k->local.restarts, coord_local_max_restarts(k));
     coord_report_restart(k, k->o->workers);
     usleep(500000); /* as coord_abort: the I/O thread writes them */
@@ -86,8 +92,7 @@ int coord_restart_tell(struct coord *k)
         coord_send_simple(k, w, "expelled", why);
         n++;
     }
-    const char *from = coord_ckpt_written(k) ? "goes on from that checkpoint"
-                                          : "starts again from its beginning";
+    const char *from = restart_from(k);
     if (n > 0)
         fprintf(stderr, "ragtag: [members] %s; instead the run %s on %s: the %d worker%s still "
                         "here join%s again\n", rt_error_detail(), from, k->o->listen, n,
