@@ -221,6 +221,28 @@ except RagtagSparkError as e:
 stray = left_behind(f"tcp://127.0.0.1:{port + 18}")
 ok(not stray, f"a bad model file: no worker of the failed run left behind: {stray}")
 
+# a worker that cannot start (its --ring-port taken by another program):
+# run() stops the run at once with the worker's own reason, instead of the
+# coordinator waiting out --join-timeout for the one worker that will not
+# come (the last pass's CI waited 300 s), and no worker of it stays behind
+holder = socket.socket()
+holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+holder.bind(("", port + 44))
+holder.listen()
+t = time.monotonic()
+try:
+    ragtag_spark.run(model, 2, data="fashion-mnist", epochs=1, port=port + 42,
+                     log_port=port + 43, ring_port=port + 44, join_timeout=240, on_line=None)
+    ok(False, "a worker that cannot start: run() raises")
+except RagtagSparkError as e:
+    ok("worker spark-000-0 on " in str(e) and "before it joined the run" in str(e)
+       and f"cannot listen on tcp://*:{port + 44}" in str(e),
+       f"a worker that cannot start: run() raises at once with its reason "
+       f"[{time.monotonic() - t:.0f} s]: {e}")
+holder.close()
+stray = left_behind(f"tcp://127.0.0.1:{port + 42}")
+ok(not stray, f"a worker that cannot start: no worker of the run left behind: {stray}")
+
 # a worker lost mid-run (its process killed): the run goes on with the
 # other. Then that one too (as when Spark tears down a failed barrier
 # stage): the coordinator stops with its checkpoint whole, run() raises,

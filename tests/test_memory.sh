@@ -31,7 +31,6 @@ trap cleanup EXIT
 fails=0
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
-# ports 51000-52999: this test's own range
 # Ports: 24000-24999, this test's own block. Every test's listen ports lie
 # below 32768, outside Linux's ephemeral range (32768-60999), so the kernel
 # never hands one to another test's outgoing or port-0 socket meanwhile.

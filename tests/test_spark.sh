@@ -10,7 +10,7 @@
 # its checkpoint (tests/spark_check.py). PySpark goes into a cached venv
 # ($RAGTAG_SPARK_VENV, default ~/.cache/ragtag/pyspark-venv). Skips, saying
 # why, without Java (openjdk-17-jre-headless), python3-venv or PySpark.
-# Ports: a free block of 50 in 55600-55999.
+# Ports: a free block of 50 in 15600-15999.
 set -u
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -55,9 +55,12 @@ else
   cp "$RAGTAG" "$tmp/tree/bin/ragtag"  # a static build (--disable-shared)
 fi
 
-# executors find ragtag on the PATH (as installed on a cluster)
+# executors find ragtag on the PATH (as installed on a cluster). Ports: a
+# free block of 50 in 15600-15999, below Linux's ephemeral range
+# (32768-60999): in it an outgoing connection of Spark's or a worker's own
+# took a worker's --ring-port once (CI, "Address already in use").
 PATH=$(dirname "$RAGTAG"):$PATH "$venv/bin/python" "$top_srcdir/tests/spark_check.py" \
-  "$RAGTAG" "$model" "$tmp" "$base" 55600 55999 2>"$tmp/spark.err"
+  "$RAGTAG" "$model" "$tmp" "$base" 15600 15999 2>"$tmp/spark.err"
 rc=$?
 [ $rc = 0 ] || grep -v '^\s*at ' "$tmp/spark.err" | tail -30
 exit $rc

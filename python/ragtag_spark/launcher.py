@@ -85,12 +85,18 @@ def _join_of(keys):
         return f.read().strip()
 
 
+# the last line a task streams (task.py ended_line)
+_ENDED = re.compile(r"^\[task (\d+)\] ragtag_spark: worker (\S+) on (\S+) ended with "
+                    r"status (-?\d+) (before|after) joining$")
+
+
 class _Log:
     """The run's lines, in order, each also handed to the caller's on_line;
     the join string never appears in them."""
 
     def __init__(self, on_line, secret):
         self.lines = []
+        self.unjoined = []  # (worker, host, status, its last line) of a worker never admitted
         self.lock = threading.Lock()
         self.on_line = on_line
         self.secret = secret
@@ -100,6 +106,11 @@ class _Log:
             line = line.replace(self.secret, "rtj1-<this run's join string, not shown>")
         with self.lock:
             self.lines.append(line)
+            m = _ENDED.match(line)
+            if m and m.group(4) != "0" and m.group(5) == "before":
+                mine = [x for x in self.lines[:-1] if x.startswith(f"[task {m.group(1)}] ")]
+                last = mine[-1].split("] ", 1)[1] if mine else "(no line)"
+                self.unjoined.append((m.group(2), m.group(3), int(m.group(4)), last))
         if self.on_line:
             self.on_line(line)
 
@@ -298,6 +309,7 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     ckpt = train_flags.pop("checkpoint", None) or os.path.join(workdir, "checkpoint")
     if os.path.exists(metrics) and not resume:
         os.unlink(metrics)  # --metrics appends; this run's lines only
+    metrics_at = os.path.getsize(metrics) if os.path.exists(metrics) else 0
     host = _driver_host(sc, host)
     port = port or _free_port()
     argv = [dpath, "coord", os.path.abspath(model_cfg), "--workers", str(n),
@@ -317,7 +329,8 @@ def run(model_cfg, num_workers, data=None, *, spark=None, ragtag=None,
     coord = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
                              env=denv)
-    return _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0)
+    began = partial(_began, metrics, metrics_at)
+    return _supervise(sc, n, spec, coord, log, server, (metrics, began), weights, workdir, t0)
 
 
 def _waits_after_restart(metrics):
@@ -332,6 +345,31 @@ def _waits_after_restart(metrics):
         return bool(lines) and json.loads(lines[-1]).get("event") == "restart"
     except (OSError, ValueError):
         return False
+
+
+def _began(metrics, offset):
+    """Whether this coordinator began training: its metrics file has a plan
+    or a step's line after `offset` (its size when the coordinator started;
+    a resumed run's file holds the last run's lines before it)."""
+    try:
+        with open(metrics, "rb") as f:
+            f.seek(offset)
+            return any(b'"event": "plan"' in x or (b'"loss"' in x and b'"event"' not in x)
+                       for x in f)
+    except OSError:
+        return False
+
+
+def _cannot_begin(log, n, began):
+    """The error of a run that cannot begin: a task's worker ended before
+    the run admitted it (a ring port in use, no memory, a wrong flag), and
+    the run waits for all n workers at its start. No other worker comes
+    from that task: the coordinator would wait out --join-timeout."""
+    if not log.unjoined or began():
+        return None
+    name, host, rc, last = log.unjoined[0]
+    return (f"ragtag_spark: worker {name} on {host} ended (status {rc}) before it joined the "
+            f"run, which needs all {n} workers to begin: {last}")
 
 
 def _stage_ended_first(coord, box, metrics, grace=10):
@@ -352,9 +390,11 @@ def _stage_ended_first(coord, box, metrics, grace=10):
     _stop(coord, 60)
 
 
-def _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0):
+def _supervise(sc, n, spec, coord, log, server, watch, weights, workdir, t0):
     """Waits for the coordinator and the stage; stops the one left when the
-    other fails; builds the result."""
+    other fails, or both when a worker ends before the run could begin;
+    builds the result. watch: (metrics file, whether the run began)."""
+    metrics, began = watch
     reader = threading.Thread(target=_read_into, args=(coord.stdout, log), daemon=True)
     reader.start()
     first = [None]
@@ -365,8 +405,14 @@ def _supervise(sc, n, spec, coord, log, server, metrics, weights, workdir, t0):
     stage = threading.Thread(target=_stage, args=(sc, n, spec, group, box), daemon=True)
     stage.start()
     try:
-        while coord.poll() is None and stage.is_alive():
+        why = None
+        while coord.poll() is None and not why:
+            why = _cannot_begin(log, n, began)
+            if not stage.is_alive():
+                break
             time.sleep(0.1)
+        if why:
+            raise RagtagSparkError(why)
         if coord.poll() is None:
             _stage_ended_first(coord, box, metrics)
         rc = coord.returncode

@@ -51,6 +51,14 @@ def worker_argv(path, spec, partition, attempt, cpus, gpus):
     return argv
 
 
+def ended_line(argv, host, rc, lines):
+    """The task's last streamed line: its worker's name, host, status and
+    whether the run had admitted it (launcher.py reads it)."""
+    when = "after" if any(" joined run " in x for x in lines) else "before"
+    return (f"ragtag_spark: worker {argv[argv.index('--name') + 1]} on {host} ended with "
+            f"status {rc} {when} joining")
+
+
 def run_worker(spec, partition, attempt, cpus, gpus):
     """Starts the worker, streams its lines, returns the task's result."""
     host = socket.gethostname()
@@ -77,6 +85,9 @@ def run_worker(spec, partition, attempt, cpus, gpus):
             lines.append(line)
             client.send(line)
         rc = proc.wait()
+        # the driver stops a run that cannot begin at once on this line
+        # instead of waiting --join-timeout for a worker that is gone
+        client.send(ended_line(argv, host, rc, lines))
     finally:
         if proc.poll() is None:
             proc.kill()
