@@ -37,7 +37,9 @@ command -v docker >/dev/null 2>&1 || skip "no docker client (apt-get install doc
 tmp=$(mktemp -d /tmp/ragtag-ct.XXXXXX)
 proj=ragtagct$$
 img=ragtag-check:$$
-port=49555
+# below Linux's ephemeral range (32768-60999), where an outgoing connection
+# may take a port at any moment; docker-proxy publishes port..port+3 on the host
+port=17555
 dockerd_pid= made_base= fwd_before= policy_before= had_chains= had_docker0=
 fail=0
 T0=$(date +%s)

@@ -1,11 +1,12 @@
 #!/bin/sh
 # test_slurm.sh — deploy/slurm/ragtag.sbatch under a real Slurm (make
 # check-containers, root only): a one-machine cluster (munged, slurmctld and
-# slurmd of Debian's slurm-wlm, on their own socket, ports 49600-49601 and
-# files in a temporary directory) runs the script with 3 tasks; the job
-# must end 0 with the 3 workers' replicas identical. Skips, saying why,
-# where Slurm cannot be brought up. Everything started here is stopped by
-# its PID at the end, also on failure.
+# slurmd of Debian's slurm-wlm, on their own socket, ports 17600-17601
+# (below Linux's ephemeral range) and files in a temporary directory)
+# runs the script with 3 tasks; the job must end 0 with the 3 workers'
+# replicas identical. Skips, saying why, where Slurm cannot be brought
+# up. Everything started here is stopped by its PID at the end, also on
+# failure.
 set -u
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -56,8 +57,8 @@ mkdir -p "$tmp/state" "$tmp/spool"
 cat >"$tmp/slurm.conf" <<EOF
 ClusterName=ragtagtest
 SlurmctldHost=$node
-SlurmctldPort=49600
-SlurmdPort=49601
+SlurmctldPort=17600
+SlurmdPort=17601
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
