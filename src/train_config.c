@@ -174,6 +174,21 @@ static int parse_double(const char *where, const char *key, const char *s, doubl
     return RT_OK;
 }
 
+/* parse_double for a float option, its bounds checked as floats: the job
+ * carries a float as 9 digits (--clip-norm 1e30 as 1.00000002e+30), which
+ * as a double may lie past a bound that the float itself meets. */
+static int parse_float(const char *where, const char *key, const char *s, double lo, double hi,
+                       bool lo_open, float *out)
+{
+    double d;
+    RT_TRY(parse_double(where, key, s, -INFINITY, INFINITY, false, &d));
+    float f = (float)d, flo = (float)lo, fhi = (float)hi;
+    if (f < flo || f > fhi || (lo_open && f == flo))
+        return parse_double(where, key, s, lo, hi, lo_open, &d); /* its error */
+    *out = f;
+    return RT_OK;
+}
+
 static int parse_long(const char *where, const char *key, const char *s, long lo, long hi,
                       long *out)
 {
@@ -240,13 +255,11 @@ static int set_str(char *dst, size_t n, const char *where, const char *key, cons
 static int option_parse(const struct option *o, void *p, const char *key, const char *v,
                         const char *where)
 {
-    double d = 0.0;
     long l = 0;
     switch (o->type) {
     case OPT_FLOAT:
     case OPT_FLOAT_GT:
-        RT_TRY(parse_double(where, key, v, o->lo, o->hi, o->type == OPT_FLOAT_GT, &d));
-        *(float *)p = (float)d;
+        RT_TRY(parse_float(where, key, v, o->lo, o->hi, o->type == OPT_FLOAT_GT, (float *)p));
         return RT_OK;
     case OPT_INT:
     case OPT_LONG:

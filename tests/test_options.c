@@ -148,6 +148,31 @@ static void test_every_option_round_trips(void **state)
     assert_memory_equal(&b, &def, sizeof b);
 }
 
+/* Each float option at its upper bound reaches a worker: the job carries
+ * the float as 9 digits (--clip-norm 1e30 went as 1.00000002e+30, past the
+ * bound as a double, and every worker refused the job). */
+static void test_float_bounds_reach_workers(void **state)
+{
+    (void)state;
+    char k[32], v[64];
+    int tried = 0;
+    for (int i = 0; i < N_OPTS; i++) {
+        const struct opt *o = &opts[i];
+        if ((o->type != FLOAT && o->type != FLOAT_GT) || o->workers == LOCAL || o->hi >= 1e300)
+            continue;
+        struct rt_train_config a, b;
+        rt_train_config_defaults(&a);
+        rt_train_config_defaults(&b);
+        snprintf(v, sizeof v, "%.17g", o->hi);
+        assert_int_equal(rt_train_config_set(&a, key_of(o, k, sizeof k), v, "test"), RT_OK);
+        struct sink s = {.c = &b};
+        assert_int_equal(rt_train_config_each(&a, receive, &s), RT_OK);
+        assert_memory_equal((char *)&b + o->off, (char *)&a + o->off, o->size);
+        tried++;
+    }
+    assert_true(tried > 0);
+}
+
 /* A value out of range or of the wrong kind is refused with what is accepted. */
 static void test_bad_values_are_refused(void **state)
 {
@@ -233,6 +258,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_option_round_trips),
+        cmocka_unit_test(test_float_bounds_reach_workers),
         cmocka_unit_test(test_bad_values_are_refused),
         cmocka_unit_test(test_lookups_and_help),
         cmocka_unit_test(test_enum_names_agree),
