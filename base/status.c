@@ -34,12 +34,17 @@ const char *rt_error_detail(void) { return detail; }
 
 void rt_error_clear(void) { detail[0] = '\0'; }
 
+/* Formatted aside first: a caller may quote the detail it replaces
+ * (rt_error(..., "...(%s)", rt_error_detail())), which vsnprintf straight
+ * into it would overwrite while reading. */
 int rt_error(int status, const char *fmt, ...)
 {
+    char text[sizeof detail];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(detail, text, strlen(text) + 1);
     return status;
 }
 
