@@ -302,6 +302,25 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
 
 /* ---- joining ----------------------------------------------------------------------- */
 
+/* The ring port the user gave is taken: say which and what to do (the
+ * kernel hands ports of its ephemeral range to outgoing connections, so a
+ * port there may be taken at any moment). */
+static int ring_port_taken(int port)
+{
+    char why[512], eph[96] = "";
+    snprintf(why, sizeof why, "%s", rt_error_detail());
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int lo = 0, hi = 0;
+    if (f && fscanf(f, "%d %d", &lo, &hi) == 2 && port >= lo && port <= hi)
+        snprintf(eph, sizeof eph, "; it lies in this host's ephemeral range (%d-%d), whose "
+                 "ports outgoing connections take", lo, hi);
+    if (f)
+        fclose(f);
+    return rt_error(RT_ERR_NET, "%s: --ring-port %d is taken on this host%s: give another "
+                    "(below %d), or leave --ring-port out for a free one", why, port, eph,
+                    lo > 1024 ? lo : 32768);
+}
+
 static int open_sockets(struct worker *w)
 {
     const struct rt_worker_options *o = w->o;
@@ -329,7 +348,9 @@ static int open_sockets(struct worker *w)
         /* An address of a NAT or a name this host cannot bind: listen on
          * every interface, tell peers the given address. */
         snprintf(ep, sizeof ep, "tcp://*:%s", port);
-        RT_TRY(rt_zsock_bind(w->inbox, ep, bound, sizeof bound));
+        if (rt_zsock_bind(w->inbox, ep, bound, sizeof bound) < 0)
+            return errno == EADDRINUSE && o->ring_port > 0 ? ring_port_taken(o->ring_port)
+                                                           : RT_ERR_NET;
         char got[16];
         snprintf(got, sizeof got, "%s", strrchr(bound, ':'));
         snprintf(bound, sizeof bound, strchr(ip, ':') ? "tcp://[%s]%s" : "tcp://%s%s", ip, got);

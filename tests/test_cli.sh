@@ -100,6 +100,24 @@ expect 2 "--throttle '0': a fraction in (0, 1]" "worker --throttle 0 is refused"
 printf '[net]\ninput = 28x28x1\nclasses = 10\n[train]\nlr = -1\n[dense]\nunits = 10\n[softmax]\n' >"$tmp/bad.cfg"
 expect 1 "bad.cfg:5" "a bad [train] value names file:line" -- train "$tmp/bad.cfg"
 
+# a --ring-port another program holds: the worker says so and what to do.
+# Port: 16000-16499, this test's own block (below Linux's ephemeral range).
+if command -v python3 >/dev/null 2>&1; then
+  rp=$((16000 + $$ % 500))
+  python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", int(sys.argv[1]))); s.listen(); open(sys.argv[2], "w").close(); time.sleep(60)' \
+    "$rp" "$tmp/held" &
+  holder=$!
+  i=0; while [ ! -f "$tmp/held" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  expect 1 "ring-port $rp is taken on this host: give another (below 32768), or leave --ring-port out" \
+    "a --ring-port in use is named, with what to do" -- worker --join tcp://127.0.0.1:1 --insecure \
+    --ring-port "$rp" --connect-timeout 1
+  kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+else
+  echo "# no python3: the taken --ring-port check is skipped"
+fi
+
 # training writes weights that eval reads
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   expect 0 "done: 1 epochs" "a short training run" -- train "$lenet" --epochs 1 --limit 640 --val 0.1 --batch 64 --progress lines --save "$tmp/w.safetensors"
