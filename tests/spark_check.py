@@ -236,7 +236,8 @@ try:
     ok(False, "a worker that cannot start: run() raises")
 except RagtagSparkError as e:
     ok("worker spark-000-0 on " in str(e) and "before it joined the run" in str(e)
-       and f"cannot listen on tcp://*:{port + 44}" in str(e),
+       and f"cannot listen on tcp://*:{port + 44}" in str(e)
+       and f"--ring-port {port + 44} is taken on this host" in str(e),
        f"a worker that cannot start: run() raises at once with its reason "
        f"[{time.monotonic() - t:.0f} s]: {e}")
 holder.close()
