@@ -84,7 +84,7 @@ else bad "a worker lost at the start: status $s8"; grep "members\|error" "$tmp/c
 "$RAGTAG" train "$model" --workers 3 --threads 1 --throttle 0.3 $run --epochs 6 --max-restarts 2 \
   --checkpoint "$tmp/ck2" --metrics "$tmp/m2.jsonl" >"$tmp/c2.log" 2>&1 & c=$!
 started "$tmp/c2.log"
-kill -9 $(pgrep -f -- "--name local-1 ")
+kill -9 $(pgrep -P $c -f -- "--name local-1 ") # its own: another test may run a local-1
 until_there "admitted local-3 " "$tmp/c2.log"
 n=$(grep -c "^epoch [0-9]*/6:" "$tmp/c2.log")
 pkill -9 -P $c
