@@ -156,35 +156,32 @@ static int bad_value(const char *where, const char *key, const char *value, cons
                     value, accepted);
 }
 
-static int parse_double(const char *where, const char *key, const char *s, double lo, double hi,
-                        bool lo_open, double *out)
+/* What a number option accepts, in words. */
+static const char *accepted_range(char *acc, size_t n, double lo, double hi, bool lo_open)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi || (lo_open && v == lo)) {
-        char acc[128];
-        if (hi >= 1e300)
-            snprintf(acc, sizeof acc, "a number %s %g", lo_open ? ">" : ">=", lo);
-        else
-            snprintf(acc, sizeof acc, "a number in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
-        return bad_value(where, key, s, acc);
-    }
-    *out = v;
-    return RT_OK;
+    if (hi >= 1e300)
+        snprintf(acc, n, "a number %s %g", lo_open ? ">" : ">=", lo);
+    else
+        snprintf(acc, n, "a number in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
+    return acc;
 }
 
-/* parse_double for a float option, its bounds checked as floats: the job
- * carries a float as 9 digits (--clip-norm 1e30 as 1.00000002e+30), which
- * as a double may lie past a bound that the float itself meets. */
+/* A float option's value, its bounds checked on the float: the
+ * job carries a float as 9 digits (--clip-norm 1e30 as 1.00000002e+30),
+ * which as a double may lie past a bound that the float itself meets; and
+ * a value that rounds to an open bound (--lr 1e-46 is 0 as a float) is
+ * refused, not taken as "not given". */
 static int parse_float(const char *where, const char *key, const char *s, double lo, double hi,
                        bool lo_open, float *out)
 {
-    double d;
-    RT_TRY(parse_double(where, key, s, -INFINITY, INFINITY, false, &d));
+    char *end, acc[128];
+    double d = strtod(s, &end);
     float f = (float)d, flo = (float)lo, fhi = (float)hi;
-    if (f < flo || f > fhi || (lo_open && f == flo))
-        return parse_double(where, key, s, lo, hi, lo_open, &d); /* its error */
+    /* strtod's ERANGE is not checked: a value below a float's range rounds
+     * to 0, which the bounds then judge (not above an open 0) */
+    if (end == s || *end || !isfinite(d) || !isfinite(f) || f < flo || f > fhi ||
+        (lo_open && f == flo))
+        return bad_value(where, key, s, accepted_range(acc, sizeof acc, lo, hi, lo_open));
     *out = f;
     return RT_OK;
 }

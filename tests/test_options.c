@@ -173,6 +173,29 @@ static void test_float_bounds_reach_workers(void **state)
     assert_true(tried > 0);
 }
 
+/* A value that is 0 as a float is refused where 0 is not accepted: --lr
+ * 1e-46 was taken, stored as 0, the "not given" of an IF_SET option, and
+ * the model file's lr trained instead, silently. */
+static void test_values_that_round_to_an_open_bound(void **state)
+{
+    (void)state;
+    char k[32];
+    int tried = 0;
+    for (int i = 0; i < N_OPTS; i++) {
+        const struct opt *o = &opts[i];
+        if (o->type != FLOAT_GT || o->lo != 0.0)
+            continue;
+        struct rt_train_config c;
+        rt_train_config_defaults(&c);
+        assert_int_equal(rt_train_config_set(&c, key_of(o, k, sizeof k), "1e-46", "--flag"),
+                         RT_ERR_CONFIG);
+        assert_non_null(strstr(rt_error_detail(), "'1e-46' is not accepted (expected a number "
+                                                   "in (0,"));
+        tried++;
+    }
+    assert_true(tried > 0);
+}
+
 /* A value out of range or of the wrong kind is refused with what is accepted. */
 static void test_bad_values_are_refused(void **state)
 {
@@ -259,6 +282,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_option_round_trips),
         cmocka_unit_test(test_float_bounds_reach_workers),
+        cmocka_unit_test(test_values_that_round_to_an_open_bound),
         cmocka_unit_test(test_bad_values_are_refused),
         cmocka_unit_test(test_lookups_and_help),
         cmocka_unit_test(test_enum_names_agree),
