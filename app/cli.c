@@ -231,6 +231,23 @@ static int parse_fractions(const char *cmd, const char *flag, const char *v, cha
     return 0;
 }
 
+/* tcp://HOST:PORT with a port from 1 to 65535 (listen: also * or 0, a
+ * free one). libzmq keeps a port's low 16 bits: tcp://HOST:99999 listened
+ * on 34463, without a word. */
+static bool tcp_endpoint_ok(const char *v, bool listen)
+{
+    const char *colon = strrchr(v, ':');
+    if (strncmp(v, "tcp://", 6) != 0 || !colon || colon <= v + 6)
+        return false;
+    const char *port = colon + 1;
+    if (listen && !strcmp(port, "*"))
+        return true;
+    char *end;
+    errno = 0;
+    long n = strtol(port, &end, 10);
+    return end != port && !*end && !errno && n <= 65535 && (n >= 1 || (listen && n == 0));
+}
+
 /* A flag of train's local workers: 1 taken, 0 not one, -1 bad value. */
 static int local_flag(const char *cmd, struct rt_coord_options *o, const char *key,
                       const char *v)
@@ -322,9 +339,10 @@ static int cluster_flag(const char *cmd, bool coord, struct rt_coord_options *o,
     if (!coord)
         return local_flag(cmd, o, key, v);
     if (!strcmp(key, "listen")) {
-        if (strncmp(v, "tcp://", 6) != 0 || strlen(v) >= sizeof o->listen) {
+        if (!tcp_endpoint_ok(v, true) || strlen(v) >= sizeof o->listen) {
             fprintf(stderr, "ragtag %s: --listen: '%s' is not accepted (expected tcp://*:PORT "
-                            "or tcp://ADDRESS:PORT)\n", cmd, v);
+                            "or tcp://ADDRESS:PORT, PORT from 1 to 65535, or * for a free "
+                            "one)\n", cmd, v);
             return -1;
         }
         snprintf(o->listen, sizeof o->listen, "%s", v);
@@ -612,8 +630,9 @@ static int cmd_worker(int argc, char **argv)
     }
     if (!o.join[0])
         return usage_error("worker", "%s", "needs --join tcp://HOST:PORT (the coordinator)");
-    if (strncmp(o.join, "tcp://", 6) != 0)
-        return usage_error("worker", "--join '%s': expected tcp://HOST:PORT", o.join);
+    if (!tcp_endpoint_ok(o.join, false))
+        return usage_error("worker", "--join '%s': expected tcp://HOST:PORT, PORT from 1 to "
+                                     "65535", o.join);
     return run_worker(&o);
 }
 

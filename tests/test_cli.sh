@@ -93,6 +93,8 @@ expect 2 "expected fractions in (0, 1], comma separated" "an empty throttle item
 expect 1 "--throttle is a testing aid for workers" "throttle without workers" -- train "$lenet" --throttle 0.5 --limit 100 --progress off
 expect 2 "max-restarts: '-1' is not accepted (expected an integer from 0 to 100)" "a negative --max-restarts is refused" -- train "$lenet" --workers 2 --max-restarts -1
 expect 1 "--max-restarts starts local workers again: give --workers N" "--max-restarts without workers" -- train "$lenet" --max-restarts 2 --limit 100 --progress off
+expect 2 "tcp://127.0.0.1:99999' is not accepted (expected tcp://\*:PORT or tcp://ADDRESS:PORT, PORT from 1 to 65535" "coord --listen with a port past 65535 is refused (libzmq listened on 34463)" -- coord "$lenet" --workers 2 --listen tcp://127.0.0.1:99999
+expect 2 "join 'tcp://127.0.0.1:99999': expected tcp://HOST:PORT, PORT from 1 to 65535" "worker --join with a port past 65535 is refused" -- worker --join tcp://127.0.0.1:99999
 expect 2 "unknown flag '--max-restarts'" "coord has no local workers to restart" -- coord "$lenet" --workers 2 --listen tcp://127.0.0.1:1 --max-restarts 2
 expect 2 "--throttle '0': a fraction in (0, 1]" "worker --throttle 0 is refused" -- worker --join tcp://127.0.0.1:1 --throttle 0
 
