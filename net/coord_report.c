@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "coord-impl.h"
 #include "partition.h"
 #include "status.h"
@@ -51,6 +52,8 @@ int coord_report_open(struct coord *k)
     k->metrics_step = -1;
     if (c->resume && c->metrics_path[0])
         k->metrics_step = metrics_last_step(c->metrics_path);
+    if (c->save_path[0]) /* at the start, not after the training */
+        RT_TRY(rt_safetensors_can_write(c->save_path));
     if (c->metrics_path[0] && !(k->mf = rt_metrics_open(c->metrics_path)))
         return RT_ERR_IO;
     return RT_OK;

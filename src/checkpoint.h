@@ -30,6 +30,10 @@ struct rt_st_meta {
 
 int rt_safetensors_write(const char *path, const struct rt_st_tensor *t, int nt,
                          const struct rt_st_meta *meta, int nmeta);
+/* Whether rt_safetensors_write could make path now (a file can be created
+ * in its directory; path is not a directory): asked before a run, so that
+ * its --save fails at the start and not after the training. */
+int rt_safetensors_can_write(const char *path);
 
 typedef struct rt_st_file rt_st_file;
 /* Reads and validates the whole file (header JSON, dtypes, offsets inside the

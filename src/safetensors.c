@@ -280,6 +280,32 @@ static int open_temp(const char *dir, const char *base, char *tmp, size_t tmpsiz
     return -1;
 }
 
+int rt_safetensors_can_write(const char *path)
+{
+    RT_ASSERT(path);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return rt_error(RT_ERR_IO, "%s: a directory, not a file name", path);
+    char *dir = NULL;
+    const char *base = NULL;
+    int rc = split_path(path, &dir, &base);
+    size_t tmpsize = rc < 0 ? 0 : strlen(dir) + strlen(base) + 64;
+    char *tmp = rc < 0 ? NULL : malloc(tmpsize);
+    if (rc >= 0 && !tmp)
+        rc = rt_error(RT_ERR_NOMEM, "out of memory");
+    int fd = rc < 0 ? -1 : open_temp(dir, base, tmp, tmpsize);
+    if (rc >= 0 && fd < 0)
+        rc = rt_error(RT_ERR_IO, "%s: cannot create a file in %s: %s", path, dir,
+                      strerror(errno));
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    free(tmp);
+    free(dir);
+    return rc;
+}
+
 int rt_safetensors_write(const char *path, const struct rt_st_tensor *t, int nt,
                          const struct rt_st_meta *meta, int nmeta)
 {

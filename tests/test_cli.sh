@@ -124,6 +124,23 @@ fi
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   expect 0 "done: 1 epochs" "a short training run" -- train "$lenet" --epochs 1 --limit 640 --val 0.1 --batch 64 --progress lines --save "$tmp/w.safetensors"
   expect 0 "confusion matrix" "eval prints the confusion matrix" -- eval "$lenet" --weights "$tmp/w.safetensors" --limit 1000
+  # --save where no file can be made: refused at the start, not after the
+  # training (it used to fail once every epoch had run), alone and in a cluster
+  for w in "" "--workers 2"; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086 # --workers 2: two words
+    "$RAGTAG" train "$lenet" $w --epochs 1 --limit 640 --progress lines \
+      --save "$tmp/none/w.safetensors" >"$tmp/out" 2>&1
+    got=$?
+    if [ $got = 1 ] && grep -q "w.safetensors: cannot create a file in $tmp/none" "$tmp/out" &&
+       ! grep -q "^epoch 1/" "$tmp/out"; then
+      echo "ok $n - --save in a missing directory is refused before training ${w:-(one process)}"
+    else
+      echo "not ok $n - --save in a missing directory ${w:-(one process)}: exit $got"
+      sed 's/^/#   /' "$tmp/out" | tail -n 5
+      failed=$((failed + 1))
+    fi
+  done
   printf 'garbage' >"$tmp/bad.safetensors"
   expect 1 "bad.safetensors" "eval of a corrupt weights file names it" -- eval "$lenet" --weights "$tmp/bad.safetensors"
 else
