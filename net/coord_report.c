@@ -52,7 +52,9 @@ int coord_report_open(struct coord *k)
     k->metrics_step = -1;
     if (c->resume && c->metrics_path[0])
         k->metrics_step = metrics_last_step(c->metrics_path);
-    if (c->save_path[0]) /* at the start, not after the training */
+    /* at the start, not after the training (after coord_ckpt_open: it may
+     * go into the checkpoint directory just made) */
+    if (c->save_path[0])
         RT_TRY(rt_safetensors_can_write(c->save_path));
     if (c->metrics_path[0] && !(k->mf = rt_metrics_open(c->metrics_path)))
         return RT_ERR_IO;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "status.h"
 #include "train-testing.h"
 #include "trainer.h"
@@ -31,6 +32,10 @@ static int local_init(struct rt_trainer *t)
         snprintf(t->last_path, sizeof t->last_path, "%s/last.safetensors", c->checkpoint_dir);
         snprintf(t->best_path, sizeof t->best_path, "%s/best.safetensors", c->checkpoint_dir);
     }
+    /* at the start, not after the training (it may go into the checkpoint
+     * directory just made) */
+    if (c->save_path[0])
+        RT_TRY(rt_safetensors_can_write(c->save_path));
     if (!(t->loader = rt_loader_new(t->data.train, c->batch, true, c->seed)))
         return RT_ERR_NOMEM;
     return RT_OK;

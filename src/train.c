@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
 #include "clock.h"
 #include "memory.h"
 #include "report_local.h"
@@ -702,8 +701,6 @@ static int run(struct rt_trainer *t, const char *model_text)
 int rt_train_run(const struct rt_train_config *c, struct rt_train_result *res)
 {
     RT_TRY(check_config(c));
-    if (c->save_path[0]) /* at the start, not after the training */
-        RT_TRY(rt_safetensors_can_write(c->save_path));
     rt_local_report *lr = rt_local_report_new(c->progress, c->metrics_path);
     if (!lr)
         return RT_ERR_IO;
