@@ -289,15 +289,19 @@ int rt_safetensors_can_write(const char *path)
     char *dir = NULL;
     const char *base = NULL;
     int rc = split_path(path, &dir, &base);
-    size_t tmpsize = rc < 0 ? 0 : strlen(dir) + strlen(base) + 64;
-    char *tmp = rc < 0 ? NULL : malloc(tmpsize);
-    if (rc >= 0 && !tmp)
+    if (rc < 0) {
+        free(dir);
+        return rc;
+    }
+    size_t tmpsize = strlen(dir) + strlen(base) + 64;
+    char *tmp = malloc(tmpsize);
+    int fd = tmp ? open_temp(dir, base, tmp, tmpsize) : -1;
+    if (!tmp)
         rc = rt_error(RT_ERR_NOMEM, "out of memory");
-    int fd = rc < 0 ? -1 : open_temp(dir, base, tmp, tmpsize);
-    if (rc >= 0 && fd < 0)
+    else if (fd < 0)
         rc = rt_error(RT_ERR_IO, "%s: cannot create a file in %s: %s", path, dir,
                       strerror(errno));
-    if (fd >= 0) {
+    else {
         close(fd);
         unlink(tmp);
     }
