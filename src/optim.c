@@ -121,8 +121,9 @@ static int optim_config_check(const struct rt_optim_config *c)
     case RT_SCHED_COSINE:
         if (c->total_steps <= c->warmup_steps)
             return rt_error(RT_ERR_CONFIG,
-                            "cosine schedule needs total steps (%ld) > warm-up steps (%ld)",
-                            c->total_steps, c->warmup_steps);
+                            "cosine schedule needs total steps (%ld) > warm-up steps (%ld): "
+                            "train longer (--epochs, --limit), warm up less (--warmup E), or "
+                            "use --schedule constant", c->total_steps, c->warmup_steps);
         if (!(c->min_lr >= 0.0f && c->min_lr <= c->lr))
             return rt_error(RT_ERR_CONFIG, "cosine min_lr %g must be in [0, lr = %g]",
                             c->min_lr, c->lr);

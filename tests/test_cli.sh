@@ -141,6 +141,9 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
       failed=$((failed + 1))
     fi
   done
+  # lenet.cfg's cosine schedule with its warm-up longer than the run: what to change
+  expect 1 "cosine schedule needs total steps (1) > warm-up steps (1): train longer (--epochs, --limit), warm up less (--warmup E), or use --schedule constant" \
+    "a run shorter than its warm-up says what to change" -- train "$lenet" --epochs 1 --limit 64 --progress off
   printf 'garbage' >"$tmp/bad.safetensors"
   expect 1 "bad.safetensors" "eval of a corrupt weights file names it" -- eval "$lenet" --weights "$tmp/bad.safetensors"
 else
