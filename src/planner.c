@@ -419,13 +419,14 @@ int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_st
         p->qsamples += nl > 0 ? nl : probed;
         p->qsteps++;
     }
-    if (nl > 0) {
+    if (nl > 0)
         rt_speedo_add(&p->speedo, nl, busy_seconds(p, s->t_compute, s->cpu_compute));
-        double mine = rt_speedo_rate(&p->speedo);
-        bool off = p->balanced && rt_speedo_full(&p->speedo) && p->plan_speed > 0.0 &&
-                   fabs(mine - p->plan_speed) > (double)t->c.replan_change * p->plan_speed;
-        p->moved_steps = off ? p->moved_steps + 1 : 0;
-    }
+    /* every step, as the vote was: a standby worker's rate moves only with
+     * its probes, and it must still ask to come back */
+    double mine = rt_speedo_rate(&p->speedo);
+    bool off = p->balanced && rt_speedo_full(&p->speedo) && p->plan_speed > 0.0 &&
+               fabs(mine - p->plan_speed) > (double)t->c.replan_change * p->plan_speed;
+    p->moved_steps = off ? p->moved_steps + 1 : 0;
     return RT_OK;
 }
 
