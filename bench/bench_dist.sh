@@ -16,7 +16,8 @@
 #                                   it: --overlap=off; both sum in place now that the
 #                                   workers share the host) against 1 process x 2 threads:
 #                                   the ratio of the medians and the median of the rounds'
-#                                   own ratios
+#                                   own ratios, for each epoch (TRAIN_EPOCHS, default 2:
+#                                   the first with the warm-up, the last steady)
 #
 # Environment: BUILD (default .: the build directory with src/ragtag,
 # bench/bench_allreduce and bench/tcp_stream, `make bench` builds them), SHARED (default
@@ -99,19 +100,26 @@ allreduce() {
 }
 
 ips() { grep '^{"epoch"' "$1" | sed -n 's/.*"images_per_s": \([0-9.e+]*\).*/\1/p' | tail -n 1; }
+# images/s of epoch E of a metrics file (0 when it has none)
+ips_epoch() { grep "^{\"epoch\": $2," "$1" | sed -n 's/.*"images_per_s": \([0-9.e+]*\).*/\1/p' | tail -n 1 | grep . || echo 0; }
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # Interleaved cells, REPS runs each, medians: one process with 2 threads,
 # 2 workers with 1 thread each with the gradient reduced in buckets during
-# backward (--overlap, the default) and after it (--overlap=off).
+# backward (--overlap, the default) and after it (--overlap=off). Each run
+# trains TRAIN_EPOCHS epochs (default 2) and each epoch's images/s is kept
+# apart: the first carries every cell's warm-up (the workers' speed probes
+# and first plans, the first touch of every buffer, a cold cache), the
+# last is the steady state a run of many epochs trains at.
 train() {
   ragtag="$BUILD/src/ragtag"
+  epochs=${TRAIN_EPOCHS:-2}
   for model in ${MODELS:-lenet seedcnn}; do
     images=19200
     [ $model = seedcnn ] && images=6400
-    : > "$tmp/one" ; : > "$tmp/on" ; : > "$tmp/off"
+    for cell in one on off; do for e in $(seq "$epochs"); do : > "$tmp/$cell$e"; done; done
     order="one on off"
     for _ in $(seq "$REPS"); do
       # each round starts with the next cell: no cell always follows the same one
@@ -122,23 +130,28 @@ train() {
           on) flags="--threads 1 --workers 2" ;;
           off) flags="--threads 1 --workers 2 --overlap=off" ;;
         esac
+        ok=1
         "$ragtag" train "$top/examples/$model.cfg" --data fashion-mnist --val 0 --limit $images \
-          --epochs 1 --batch 64 --lr 0.01 --momentum 0.9 --progress off --metrics "$tmp/m.jsonl" \
-          $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; echo 0 >> "$tmp/$cell"; continue; }
-        ips "$tmp/m.jsonl" >> "$tmp/$cell"
+          --epochs "$epochs" --batch 64 --lr 0.01 --momentum 0.9 --progress off \
+          --metrics "$tmp/m.jsonl" $flags >/dev/null 2>&1 || { echo "ragtag failed ($model, $cell)"; ok=0; }
+        for e in $(seq "$epochs"); do
+          if [ $ok = 1 ]; then ips_epoch "$tmp/m.jsonl" "$e"; else echo 0; fi >> "$tmp/$cell$e"
+        done
       done
       order="${order#* } ${order%% *}"
     done
-    # (a failed run is a 0 in its round's line: left out of every figure)
-    one=$(grep -v '^0$' "$tmp/one" | median) on=$(grep -v '^0$' "$tmp/on" | median)
-    off=$(grep -v '^0$' "$tmp/off" | median)
-    # each round's own ratios: its cells ran within seconds of each other,
-    # so a slow spell of the machine (minutes) weighs on both sides
-    pon=$(paste "$tmp/on" "$tmp/one" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
-    poff=$(paste "$tmp/off" "$tmp/one" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
-    awk -v m=$model -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" -v pb="$pon" -v pc="$poff" 'BEGIN {
-      printf "%-8s medians of %d: 1 process x 2 threads %6.0f img/s | 2 workers x 1 thread: overlap %6.0f (ratio %.2f), overlap off %6.0f (ratio %.2f) | median of the rounds'"'"' own ratios: %.2f, %.2f\n",
-             m, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0), pb, pc }'
+    for e in $(seq "$epochs"); do
+      # (a failed run is a 0 in its round's line: left out of every figure)
+      one=$(grep -v '^0$' "$tmp/one$e" | median) on=$(grep -v '^0$' "$tmp/on$e" | median)
+      off=$(grep -v '^0$' "$tmp/off$e" | median)
+      # each round's own ratios: its cells ran within seconds of each other,
+      # so a slow spell of the machine (minutes) weighs on both sides
+      pon=$(paste "$tmp/on$e" "$tmp/one$e" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
+      poff=$(paste "$tmp/off$e" "$tmp/one$e" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
+      awk -v m=$model -v e="$e" -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" -v pb="$pon" -v pc="$poff" 'BEGIN {
+        printf "%-8s epoch %d, medians of %d: 1 process x 2 threads %6.0f img/s | 2 workers x 1 thread: overlap %6.0f (ratio %.2f), overlap off %6.0f (ratio %.2f) | median of the rounds'"'"' own ratios: %.2f, %.2f\n",
+               m, e, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0), pb, pc }'
+    done
   done
 }
 
