@@ -8,45 +8,129 @@
 #include <string.h>
 
 #include "cgroup.h"
+#include "clock.h"
 #include "status.h"
 
 void rt_speedo_reset(struct rt_speedo *s) { memset(s, 0, sizeof *s); }
 
-void rt_speedo_add(struct rt_speedo *s, long samples, double seconds)
+void rt_speedo_add_at(struct rt_speedo *s, long samples, double seconds, double at)
 {
     if (samples <= 0 || !(seconds > 0.0))
         return;
     s->t[s->next] = seconds;
+    s->at[s->next] = at;
     s->n[s->next] = samples;
-    s->next = (s->next + 1) % RT_SPEED_WINDOW;
-    if (s->filled < RT_SPEED_WINDOW)
+    s->next = (s->next + 1) % RT_SPEED_STEPS_MAX;
+    if (s->filled < RT_SPEED_STEPS_MAX)
         s->filled++;
 }
 
-/* The median of the window's per-step rates, not samples over seconds: on
- * a shared node a step now and then runs far slower (another process took
- * the core), and a mean swung the plan with it. Two equal workers trained
- * seedcnn at 1,313 and 1,310 img/s until one window caught such steps and
- * read 926: the plan moved to 27 and 37 of 64 and the machine sat 9-12%
- * idle for the rest of the run. A real change of speed holds for more than
- * half the window and moves the median as well. */
-double rt_speedo_rate(const struct rt_speedo *s)
+void rt_speedo_add(struct rt_speedo *s, long samples, double seconds)
 {
-    double r[RT_SPEED_WINDOW];
-    int n = s->filled;
-    for (int i = 0; i < n; i++) { /* insertion sort: 16 at most */
-        double v = (double)s->n[i] / s->t[i];
-        int j = i;
-        for (; j > 0 && r[j - 1] > v; j--)
-            r[j] = r[j - 1];
-        r[j] = v;
-    }
-    if (n == 0)
-        return 0.0;
-    return n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+    rt_speedo_add_at(s, samples, seconds, rt_now());
 }
 
-bool rt_speedo_full(const struct rt_speedo *s) { return s->filled == RT_SPEED_WINDOW; }
+/* The newest steps that make a window: RT_SPEED_WINDOW of them at least,
+ * covering RT_SPEED_SECONDS of wall time (from the start of the oldest's
+ * compute to the newest's end). *full: whether they do (or the history
+ * is as long as it gets). */
+static int window(const struct rt_speedo *s, bool *full)
+{
+    *full = s->filled == RT_SPEED_STEPS_MAX;
+    if (s->filled == 0)
+        return 0;
+    int newest = (s->next + RT_SPEED_STEPS_MAX - 1) % RT_SPEED_STEPS_MAX;
+    for (int k = 1; k <= s->filled; k++) {
+        int i = (s->next + RT_SPEED_STEPS_MAX - k) % RT_SPEED_STEPS_MAX;
+        if (k >= RT_SPEED_WINDOW && s->at[newest] - s->at[i] + s->t[i] >= RT_SPEED_SECONDS) {
+            *full = true;
+            return k;
+        }
+    }
+    return s->filled;
+}
+
+/* The k-th smallest of v[0..n) (v reordered): Hoare's selection. */
+static double select_kth(double *v, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = v[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot)
+                i++;
+            while (v[j] > pivot)
+                j--;
+            if (i <= j) {
+                double x = v[i];
+                v[i++] = v[j];
+                v[j--] = x;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return v[k];
+    }
+    return v[k];
+}
+
+/* The mean of the middle half of the window's per-step rates, not samples
+ * over seconds: on a shared node a step now and then runs far slower
+ * (another process took the core), and a mean swung the plan with it. Two
+ * equal workers trained seedcnn at 1,313 and 1,310 img/s until one window
+ * caught such steps and read 926: the plan moved to 27 and 37 of 64 and
+ * the machine sat 9-12% idle for the rest of the run. Not the median
+ * either: where the steps' rates take two values (a quota's phases, a
+ * host's slow spells) the median jumps from one to the other with a step
+ * more of either. A real change of speed holds for more than half the
+ * window and moves this mean as well. */
+double rt_speedo_rate(const struct rt_speedo *s)
+{
+    bool full;
+    int n = window(s, &full);
+    if (n == 0)
+        return 0.0;
+    double r[RT_SPEED_STEPS_MAX];
+    for (int k = 1; k <= n; k++) {
+        int i = (s->next + RT_SPEED_STEPS_MAX - k) % RT_SPEED_STEPS_MAX;
+        r[k - 1] = (double)s->n[i] / s->t[i];
+    }
+    /* r[q..n-1-q] is the middle: the q smallest before it, the q largest
+     * after (two selections, no sort: this runs every step) */
+    int q = n / 4, last = n - 1 - q;
+    (void)select_kth(r, n, q);
+    if (last > q)
+        (void)select_kth(r + q + 1, n - q - 1, last - q - 1);
+    double sum = 0.0;
+    for (int k = q; k <= last; k++)
+        sum += r[k];
+    return sum / (double)(last - q + 1);
+}
+
+bool rt_speedo_full(const struct rt_speedo *s)
+{
+    bool full;
+    (void)window(s, &full);
+    return full;
+}
+
+int rt_speedo_steps(const struct rt_speedo *s)
+{
+    bool full;
+    return window(s, &full);
+}
+
+long rt_speed_window_steps(double steps_per_s)
+{
+    double k = ceil(RT_SPEED_SECONDS * steps_per_s);
+    if (!(k >= RT_SPEED_WINDOW))
+        return RT_SPEED_WINDOW;
+    return k > RT_SPEED_STEPS_MAX ? RT_SPEED_STEPS_MAX : (long)k;
+}
 
 /* Speeds as integers (1/1024 sample/s), never 0. */
 static void weights(int world, const double *speed, uint64_t *w)

@@ -18,22 +18,40 @@
 
 #include "collective.h"
 
+/* A speed is measured over the last RT_SPEED_WINDOW steps at least, and
+ * over at least RT_SPEED_SECONDS of wall time: lenet's steps take 2-3 ms,
+ * and 16 of them (40 ms) fell inside one phase of a CPU quota's 100 ms
+ * period or of a shared host's slow spells, so that two equal workers read
+ * 6,873 and 11,086 img/s in one window and the plan swung with them. At
+ * most RT_SPEED_STEPS_MAX steps. */
 #define RT_SPEED_WINDOW 16
+#define RT_SPEED_SECONDS 0.5
+#define RT_SPEED_STEPS_MAX 1024
 
-/* samples/s over the last RT_SPEED_WINDOW measured steps (the median of the
- * steps' rates). */
+/* samples/s over the window (the mean of the middle half of the steps'
+ * rates). */
 struct rt_speedo {
-    double t[RT_SPEED_WINDOW];
-    long n[RT_SPEED_WINDOW];
+    double t[RT_SPEED_STEPS_MAX];  /* compute seconds of each step */
+    double at[RT_SPEED_STEPS_MAX]; /* wall clock when it ended */
+    long n[RT_SPEED_STEPS_MAX];
     int next, filled;
 };
 
 void rt_speedo_reset(struct rt_speedo *s);
+/* A step of `samples` computed in `seconds`, ending now (_at: at wall
+ * time `at`, rt_now()'s clock; tests give their own). */
 void rt_speedo_add(struct rt_speedo *s, long samples, double seconds);
+void rt_speedo_add_at(struct rt_speedo *s, long samples, double seconds, double at);
 /* 0 while nothing was measured. A few slow steps do not move it. */
 double rt_speedo_rate(const struct rt_speedo *s);
 /* Whether the window is full (a rate worth re-planning on). */
 bool rt_speedo_full(const struct rt_speedo *s);
+/* Steps in the window now. */
+int rt_speedo_steps(const struct rt_speedo *s);
+/* Steps that take `seconds` of wall time at `steps_per_s`: a window's
+ * length known on every worker alike (from exchanged speeds), within
+ * [RT_SPEED_WINDOW, RT_SPEED_STEPS_MAX]. */
+long rt_speed_window_steps(double steps_per_s);
 
 /* Cut n items between `world` workers in proportion to speed[] (largest
  * remainder). Every active worker gets at least one item while n is at

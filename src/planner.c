@@ -20,9 +20,10 @@
 #define STANDBY_GAIN 0.05     /* standby for a worker whose leaving shortens the step 5% */
 #define PLAN_GAIN 0.05        /* a new plan for a step 5% shorter */
 /* Steps in a row a worker's speed must stay off its plan's before it asks
- * for a new one: two equal workers in one 0.6-core quota measured 7,144
- * and 10,235 img/s for a window and swapped 38/26 and 27/37 shares within
- * 33 steps; a real change of speed lasts. */
+ * for a new one: half its speed window (RT_SPEED_WINDOW steps at least).
+ * Two equal workers in one 0.6-core quota measured 7,144 and 10,235 img/s
+ * for a 16-step window and swapped 38/26 and 27/37 shares within 33 steps;
+ * a real change of speed lasts. */
 #define PLAN_PERSIST (RT_SPEED_WINDOW / 2)
 
 /* A worker in a CPU-quota cgroup (docker --cpus) computes in bursts: what
@@ -55,6 +56,7 @@ int rt_planner_init(struct rt_planner *p, const struct rt_trainer *t, bool balan
     p->balanced = balanced;
     p->roles = roles;
     p->throttle = 1.0f;
+    p->settle_steps = RT_SPEED_WINDOW;
     p->can_leave = roles && t->coll && t->coll->ops->regroup;
     int W = t->world;
     if (W > RT_MAX_WORKERS)
@@ -214,6 +216,17 @@ static void say_roles(const struct rt_planner *p, const bool *was, long step)
     }
 }
 
+/* Steps of a speed window at the speeds just exchanged (the same number on
+ * every rank): when the first plan on speeds measured in training is due. */
+static long settle_steps(const struct rt_planner *p)
+{
+    const struct rt_trainer *t = p->t;
+    double sum = 0.0;
+    for (int r = 0; r < t->world; r++)
+        sum += p->active[r] && isfinite(p->speed[r]) && p->speed[r] > 0.0 ? p->speed[r] : 0.0;
+    return rt_speed_window_steps(sum / (double)t->c.batch);
+}
+
 int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *why)
 {
     const struct rt_trainer *t = p->t;
@@ -229,6 +242,7 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
     bool was[RT_MAX_WORKERS];
     memcpy(ospeed, p->speed, (size_t)W * sizeof *ospeed);
     RT_TRY(exchange_speeds(p, rep));
+    p->settle_steps = settle_steps(p);
     p->plan_speed = mine;
     p->plan_step = step;
     rt_speedo_reset(&p->speedo); /* measure the new shares afresh */
@@ -427,6 +441,7 @@ int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_st
     bool off = p->balanced && rt_speedo_full(&p->speedo) && p->plan_speed > 0.0 &&
                fabs(mine - p->plan_speed) > (double)t->c.replan_change * p->plan_speed;
     p->moved_steps = off ? p->moved_steps + 1 : 0;
+    p->window_steps = rt_speedo_steps(&p->speedo);
     return RT_OK;
 }
 
@@ -439,7 +454,8 @@ void rt_planner_exclude(struct rt_planner *p, double cpu, double wall)
 
 uint32_t rt_planner_vote(const struct rt_planner *p)
 {
-    return p->balanced && p->moved_steps >= PLAN_PERSIST ? RT_VOTE_REPLAN : 0;
+    int persist = p->window_steps / 2 > PLAN_PERSIST ? p->window_steps / 2 : PLAN_PERSIST;
+    return p->balanced && p->moved_steps >= persist ? RT_VOTE_REPLAN : 0;
 }
 
 void rt_planner_agreed(struct rt_planner *p, uint32_t agreed, long step)
@@ -449,13 +465,14 @@ void rt_planner_agreed(struct rt_planner *p, uint32_t agreed, long step)
     if (agreed & RT_VOTE_REPLAN) {
         p->replan_due = true;
         p->replan_why = "a speed changed";
-    } else if (!p->settled && step + 1 - p->plan_step >= RT_SPEED_WINDOW) {
+    } else if (!p->settled && step + 1 - p->plan_step >= p->settle_steps) {
         /* The first plan came from probes each worker ran on its own, as
          * it joined: two equal workers measured 1,488 and 1,300 img/s
          * (one probing while the other was still starting) and kept 34
          * and 30 of 64 until the periodic plan, every step waiting 6% on
          * the larger share. One plan on a window of real steps, taken by
-         * all at once (the same step everywhere), corrects that early. */
+         * all at once (the same step everywhere: its length comes from
+         * the speeds exchanged), corrects that early. */
         p->replan_due = true;
         p->replan_why = "speeds measured in training";
     } else if (p->t->c.replan_every > 0 && step + 1 - p->plan_step >= p->t->c.replan_every) {

@@ -38,6 +38,8 @@ struct rt_planner {
     struct rt_speedo speedo;
     double plan_speed;    /* this rank's speed when the plan was made */
     int moved_steps;      /* steps in a row its speed has been off plan_speed */
+    int window_steps;     /* steps in its speed window now */
+    long settle_steps;    /* steps of a speed window at the last plan's speeds */
     long plan_step;       /* step of the last plan */
     long plans, plans_changed;
     bool replan_due;
@@ -87,7 +89,7 @@ int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_st
  * a step outside computing and went on standby. */
 void rt_planner_exclude(struct rt_planner *p, double cpu, double wall);
 /* The vote of this worker on an exchanging step: a re-plan when its speed
- * has been more than --replan-change off the plan's for half a speed
+ * has been more than --replan-change off the plan's for half its speed
  * window of steps in a row (a window's noise does not re-plan). */
 uint32_t rt_planner_vote(const struct rt_planner *p);
 /* After an exchange (step not yet counted): whether the next step re-plans. */

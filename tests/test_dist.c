@@ -440,8 +440,11 @@ static void test_average_h1_is_sync(void **state)
                                            "--throttle 1,1,0.5 --replan-change 10",
                                    "average mode, H = 1, 3 uneven workers");
     /* 20 steps, no --replan-every, no votes: the plan from the start's
-     * probes, then one on the speeds of the first 16 steps, no other */
-    assert_true(log_number("avg1.log", "(end; ") == 2.0);
+     * probes, then (where the speeds make a window of 20 steps or fewer)
+     * one on the speeds measured in training, no other */
+    double plans = log_number("avg1.log", "(end; ");
+    assert_true(plans == 1.0 || plans == 2.0);
+    assert_false(log_has("avg1.log", "a speed changed"));
 }
 
 static void test_average_reaches_sync_accuracy(void **state)

@@ -161,38 +161,94 @@ static void test_unmeasured_speeds_still_get_work(void **state)
     assert_int_equal(share[0] + share[1] + share[2], 2);
 }
 
+/* Steps of `seconds` each, back to back on a clock of our own. */
+static void add_steps(struct rt_speedo *sp, double *clock, int count, long samples,
+                      double seconds)
+{
+    for (int i = 0; i < count; i++) {
+        *clock += seconds;
+        rt_speedo_add_at(sp, samples, seconds, *clock);
+    }
+}
+
 static void test_speed_window(void **state)
 {
     (void)state;
     struct rt_speedo sp;
+    double clock = 100.0;
     rt_speedo_reset(&sp);
     assert_true(rt_speedo_rate(&sp) == 0.0);
-    rt_speedo_add(&sp, 0, 1.0);   /* ignored */
-    rt_speedo_add(&sp, 10, -1.0); /* ignored */
+    rt_speedo_add_at(&sp, 0, 1.0, 1.0);   /* ignored */
+    rt_speedo_add_at(&sp, 10, -1.0, 1.0); /* ignored */
     assert_false(rt_speedo_full(&sp));
-    for (int i = 0; i < RT_SPEED_WINDOW; i++)
-        rt_speedo_add(&sp, 100, 1.0);
+    /* slow steps (1 s each): the window is RT_SPEED_WINDOW of them */
+    add_steps(&sp, &clock, RT_SPEED_WINDOW - 1, 100, 1.0);
+    assert_false(rt_speedo_full(&sp));
+    add_steps(&sp, &clock, 1, 100, 1.0);
     assert_true(rt_speedo_full(&sp));
+    assert_int_equal(rt_speedo_steps(&sp), RT_SPEED_WINDOW);
     assert_true(fabs(rt_speedo_rate(&sp) - 100.0) < 1e-9);
     /* the window moves: after a full window at 50/s only that counts */
-    for (int i = 0; i < RT_SPEED_WINDOW; i++)
-        rt_speedo_add(&sp, 50, 1.0);
+    add_steps(&sp, &clock, RT_SPEED_WINDOW, 50, 1.0);
     assert_true(fabs(rt_speedo_rate(&sp) - 50.0) < 1e-9);
     /* a few steps slowed 10-fold (a busy neighbour) do not move it; a
      * speed that holds for more than half the window does */
-    for (int i = 0; i < 3; i++)
-        rt_speedo_add(&sp, 50, 10.0);
+    add_steps(&sp, &clock, 3, 50, 10.0);
     assert_true(fabs(rt_speedo_rate(&sp) - 50.0) < 1e-9);
-    for (int i = 0; i < RT_SPEED_WINDOW / 2 + 1; i++)
-        rt_speedo_add(&sp, 20, 1.0);
+    add_steps(&sp, &clock, RT_SPEED_WINDOW / 2 + 1, 20, 1.0);
     assert_true(fabs(rt_speedo_rate(&sp) - 20.0) < 1e-9);
-    /* the steps' rates, whatever their shares: 10 at 100/s and 6 at 40/s */
+    /* the steps' rates, whatever their shares (samples over seconds would
+     * be 340 / 7 = 48.6): 10 at 100/s and 6 at 40/s, of which the middle
+     * half (the 5th to the 12th) is 2 at 40 and 6 at 100 */
     rt_speedo_reset(&sp);
-    for (int i = 0; i < 10; i++)
-        rt_speedo_add(&sp, 10, 0.1);
-    for (int i = 0; i < 6; i++)
-        rt_speedo_add(&sp, 40, 1.0);
-    assert_true(fabs(rt_speedo_rate(&sp) - 100.0) < 1e-9);
+    add_steps(&sp, &clock, 10, 10, 0.1);
+    add_steps(&sp, &clock, 6, 40, 1.0);
+    assert_true(fabs(rt_speedo_rate(&sp) - 85.0) < 1e-9);
+}
+
+/* Short steps: the window holds RT_SPEED_SECONDS of them, so phases of a
+ * few tens of ms (a CPU quota's period, a host's slow spell) no longer
+ * swing the speed from one window to the next. */
+static void test_speed_window_spans_time(void **state)
+{
+    (void)state;
+    struct rt_speedo sp;
+    double clock = 0.0, step = 0.0025; /* lenet's 2.5 ms steps */
+    int per_window = (int)(RT_SPEED_SECONDS / step + 0.5);
+    rt_speedo_reset(&sp);
+    add_steps(&sp, &clock, per_window / 2, 64, step);
+    assert_true(rt_speedo_steps(&sp) >= RT_SPEED_WINDOW); /* past 16 steps, not yet full */
+    assert_false(rt_speedo_full(&sp));
+    add_steps(&sp, &clock, per_window - per_window / 2, 64, step);
+    assert_true(rt_speedo_full(&sp));
+    assert_int_equal(rt_speedo_steps(&sp), per_window);
+    /* phases of 20 steps (50 ms) at 64 and 32 samples a step: a 16-step
+     * window read one or the other, this one their mean, give or take the
+     * step more of one phase that the window's edge may hold */
+    rt_speedo_reset(&sp);
+    double lo = 1e30, hi = 0.0;
+    for (int phase = 0; phase < 40; phase++) {
+        add_steps(&sp, &clock, 20, phase % 2 ? 32 : 64, step);
+        if (rt_speedo_full(&sp)) {
+            double r = rt_speedo_rate(&sp);
+            lo = r < lo ? r : lo;
+            hi = r > hi ? r : hi;
+        }
+    }
+    double mid = 0.5 * (64.0 + 32.0) / step;
+    assert_true(fabs(lo - mid) < 0.01 * mid && fabs(hi - mid) < 0.01 * mid);
+    /* a full history of short steps is a window whatever it spans */
+    rt_speedo_reset(&sp);
+    add_steps(&sp, &clock, RT_SPEED_STEPS_MAX + 5, 1, 1e-6);
+    assert_true(rt_speedo_full(&sp));
+    assert_int_equal(rt_speedo_steps(&sp), RT_SPEED_STEPS_MAX);
+    assert_true(fabs(rt_speedo_rate(&sp) - 1e6) < 1e-3);
+    /* the length every worker derives from the speeds they exchanged */
+    assert_int_equal(rt_speed_window_steps(0.0), RT_SPEED_WINDOW);
+    assert_int_equal(rt_speed_window_steps(10.0), RT_SPEED_WINDOW);
+    assert_int_equal(rt_speed_window_steps(400.0), (long)ceil(400.0 * RT_SPEED_SECONDS));
+    assert_int_equal(rt_speed_window_steps(1e9), RT_SPEED_STEPS_MAX);
+    assert_int_equal(rt_speed_window_steps(NAN), RT_SPEED_WINDOW);
 }
 
 /* Caps: no share above its cap, the sum is n, the uncapped keep their
@@ -402,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_plan_worth_a_change),
         cmocka_unit_test(test_unmeasured_speeds_still_get_work),
         cmocka_unit_test(test_speed_window),
+        cmocka_unit_test(test_speed_window_spans_time),
         cmocka_unit_test(test_pacer_keeps_under_quota),
         cmocka_unit_test(test_pacer_credit_capped),
         cmocka_unit_test(test_shares_capped_by_memory),
