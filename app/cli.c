@@ -491,15 +491,27 @@ static int cmd_train_or_coord(const char *cmd, int argc, char **argv)
     return 0;
 }
 
-/* A worker the run went on without (it was paused or cut off too long)
- * comes back as a new member. */
+/* A worker the run went on without (it was paused or cut off too long, or
+ * it left on standby) comes back as a new member. Within --coord-timeout
+ * (else --worker-timeout's default): a run that ended meanwhile has nobody
+ * left to tell it so, and a worker of a finished run kept trying to join
+ * it for good. */
 static int run_worker(const struct rt_worker_options *o)
 {
     signal(SIGINT, on_sigint_worker);
+    static struct rt_worker_options again; /* static: the options are large */
+    again = *o;
+    again.rejoining = true;
+    double limit = o->coord_timeout > 0.0 ? o->coord_timeout : 30.0;
+    if (again.connect_timeout <= 0.0 || again.connect_timeout > limit)
+        again.connect_timeout = limit;
     int rc;
-    while ((rc = rt_worker_run(o)) == RT_ERR_EXPELLED || rc == RT_ERR_STANDBY)
+    const struct rt_worker_options *cur = o;
+    while ((rc = rt_worker_run(cur)) == RT_ERR_EXPELLED || rc == RT_ERR_STANDBY) {
         fprintf(stderr, "ragtag: [worker] joining %s again, as a new member%s\n", o->join,
                 rc == RT_ERR_STANDBY ? " (admitted when it is fast enough)" : "");
+        cur = &again;
+    }
     signal(SIGINT, SIG_DFL);
     return rc < 0 ? fail(rc) : 0;
 }
@@ -526,7 +538,8 @@ static const char worker_help[] =
     "                       with --checkpoint DIR --resume on the same address):\n"
     "                       keep this worker's state and wait S seconds more for\n"
     "                       it, then exit with an error (default 120; 0: exit at\n"
-    "                       once)\n"
+    "                       once); also how long a worker that left the run\n"
+    "                       (standby, expelled) tries to join it again (0: 30 s)\n"
     "  --quiet              print errors only\n"
     "  --parent PID         die with process PID (how train --workers N starts\n"
     "                       its local workers: none outlives a killed parent)\n"

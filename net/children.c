@@ -39,7 +39,7 @@ void rt_children_destroy(rt_children **ch)
 {
     if (!ch || !*ch)
         return;
-    rt_children_wait(*ch, 0.0);
+    rt_children_kill(*ch);
     free((*ch)->c);
     free(*ch);
     *ch = NULL;
@@ -89,29 +89,51 @@ bool rt_children_exited(const rt_children *ch, int i, double grace, int *status)
     return true;
 }
 
-static bool any_running(rt_children *ch)
+int rt_children_running(rt_children *ch)
+{
+    rt_children_reap(ch);
+    int n = 0;
+    for (int i = 0; i < ch->n; i++)
+        n += ch->c[i].pid > 0;
+    return n;
+}
+
+bool rt_children_wait(rt_children *ch, double limit)
+{
+    double t0 = rt_now();
+    while (rt_children_running(ch) > 0) {
+        if (rt_now() - t0 >= limit)
+            return false;
+        usleep(20000);
+    }
+    return true;
+}
+
+void rt_children_signal(rt_children *ch, int sig)
+{
+    for (int i = 0; i < ch->n; i++)
+        if (ch->c[i].pid > 0)
+            kill(ch->c[i].pid, sig);
+}
+
+bool rt_children_signal_one(rt_children *ch, int i, int sig)
+{
+    RT_ASSERT(i >= 0 && i < ch->n);
+    rt_children_reap(ch);
+    if (ch->c[i].pid <= 0)
+        return false;
+    kill(ch->c[i].pid, sig);
+    return true;
+}
+
+void rt_children_kill(rt_children *ch)
 {
     rt_children_reap(ch);
     for (int i = 0; i < ch->n; i++)
-        if (ch->c[i].pid > 0)
-            return true;
-    return false;
-}
-
-void rt_children_wait(rt_children *ch, double limit)
-{
-    double t0 = rt_now();
-    while (any_running(ch)) {
-        if (rt_now() - t0 >= limit) {
-            for (int i = 0; i < ch->n; i++)
-                if (ch->c[i].pid > 0) {
-                    kill(ch->c[i].pid, SIGKILL);
-                    waitpid(ch->c[i].pid, &ch->c[i].status, 0);
-                    ch->c[i].pid = 0;
-                    ch->c[i].exit_time = rt_now();
-                }
-            return;
+        if (ch->c[i].pid > 0) {
+            kill(ch->c[i].pid, SIGKILL);
+            waitpid(ch->c[i].pid, &ch->c[i].status, 0);
+            ch->c[i].pid = 0;
+            ch->c[i].exit_time = rt_now();
         }
-        usleep(20000);
-    }
 }

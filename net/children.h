@@ -4,7 +4,7 @@
  * Started with posix_spawn, never fork: the parent already runs ZeroMQ's
  * I/O threads, and a forked copy of a threaded process may only call
  * async-signal-safe functions until it execs. Children are reaped without
- * blocking while the run goes on, and waited for (then killed) at its end.
+ * blocking while the run goes on, and waited for (then stopped) at its end.
  * Reaping takes only this set's process ids, so two sets (two
  * coordinators) can live in one process. */
 #ifndef RT_CHILDREN_H
@@ -29,7 +29,14 @@ void rt_children_reap(rt_children *ch);
  * its wait status in *status. */
 bool rt_children_exited(const rt_children *ch, int i, double grace, int *status);
 
-/* Wait up to `limit` seconds for every child to exit; kill the rest. */
-void rt_children_wait(rt_children *ch, double limit);
+/* Wait up to `limit` seconds for every child to exit: whether they all did. */
+bool rt_children_wait(rt_children *ch, double limit);
+/* The children still running: how many, and signal `sig` to each (_one:
+ * to child i, if it runs: whether it did). */
+int rt_children_running(rt_children *ch);
+void rt_children_signal(rt_children *ch, int sig);
+bool rt_children_signal_one(rt_children *ch, int i, int sig);
+/* SIGKILL to the children still running, and reap them. */
+void rt_children_kill(rt_children *ch);
 
 #endif

@@ -14,6 +14,8 @@
  * same start would fail the same way. */
 #include "config.h"
 
+#include <signal.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,7 +203,33 @@ void coord_local_missing(struct coord *k, char *out, size_t cap)
     }
 }
 
-/* Give the workers time to leave: more after a run that ended well. */
+/* Local workers that are not members when the run ends: one that left on
+ * standby and waits to come back, one still joining. Nothing tells them
+ * that the run ended: they are stopped, not waited for (a run whose
+ * standby worker left near its end sat 30 s before its last line, then
+ * killed it). */
+static void stop_outsiders(struct coord *k)
+{
+    struct coord_local *l = &k->local;
+    char names[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < rt_children_count(l->ch); i++) {
+        char name[32];
+        local_name(i, name, sizeof name);
+        const struct coord_worker *w = find_name(k, name);
+        if ((w && !w->gone && !w->pending && w->rank >= 0) ||
+            !rt_children_signal_one(l->ch, i, SIGTERM))
+            continue;
+        int n = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", name);
+        if (n > 0 && (size_t)n < sizeof names - used)
+            used += (size_t)n;
+    }
+    if (used)
+        coord_note("local worker%s %s not in the run when it ended (on standby, or joining): "
+                   "stopped", strchr(names, ',') ? "s" : "", names);
+}
+
+/* Give the members time to leave, more after a run that ended well. */
 void coord_local_finish(struct coord *k, int rc)
 {
     if (!k->local.ch)
@@ -209,7 +237,14 @@ void coord_local_finish(struct coord *k, int rc)
     /* Keep the error detail: waiting may set its own. */
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", rt_error_detail());
-    rt_children_wait(k->local.ch, rc < 0 ? 5.0 : 30.0);
+    rt_children *ch = k->local.ch;
+    if (rc >= 0)
+        stop_outsiders(k);
+    if (!rt_children_wait(ch, rc < 0 ? 5.0 : 30.0)) {
+        rt_children_signal(ch, SIGTERM);
+        if (!rt_children_wait(ch, 5.0))
+            rt_children_kill(ch);
+    }
     rt_children_destroy(&k->local.ch);
     free(k->local.slot);
     free(k->local.answered);

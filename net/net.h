@@ -87,6 +87,9 @@ struct rt_worker_options {
                              may name (served data aside) */
     int ndata_dirs;
     bool any_data;        /* every path allowed (local workers of train --workers) */
+    bool rejoining;       /* joining again after leaving a run (standby, expelled):
+                             a run that ended cannot say so, so connect_timeout
+                             bounds the wait, and its error says why */
 };
 
 void rt_worker_options_defaults(struct rt_worker_options *o);

@@ -536,8 +536,11 @@ static int join(struct worker *w)
         }
         double limit = w->o->connect_timeout > 0 ? w->o->connect_timeout - (now - t0) : 0;
         if (w->o->connect_timeout > 0 && limit <= 0)
-            return rt_error(RT_ERR_TIMEOUT, "no coordinator answered at %s within %.0f s",
-                            w->o->join, w->o->connect_timeout);
+            return rt_error(RT_ERR_TIMEOUT, "no coordinator answered at %s within %.0f s%s",
+                            w->o->join, w->o->connect_timeout,
+                            w->o->rejoining ? " of this worker leaving the run (--coord-timeout): "
+                                              "the run has ended, or its coordinator is gone"
+                                            : "");
         RT_TRY(rt_worker_sec_check(&w->sec, w->o->join));
         int rc = wait_for(w, want, 1, limit > 0 && limit < 1.0 ? limit : 1.0);
         if (rc == RT_ERR_TIMEOUT)

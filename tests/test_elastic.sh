@@ -4,7 +4,8 @@
 # local workers of `train --workers 3` (started again), a worker that joins mid-run, one
 # paused past --worker-timeout (dropped, then back as a new member), and
 # churn (two losses and two joins in one run), a worker on standby leaving
-# the ring, and a worker whose training thread hangs. Each run must finish with
+# the ring, a run that ends while a worker on standby is outside it, and a
+# worker whose training thread hangs. Each run must finish with
 # status 0, name what happened, end with identical replicas, use every
 # training sample exactly once in every epoch ("samples" in the metrics),
 # and (for the kill) reach the fault-free run's test accuracy within a point.
@@ -133,6 +134,42 @@ if [ $s6 -eq 0 ] && grep -q "rank 1 (local-1, [^)]*) left the ring: on standby" 
    samples_exact "$tmp/m6.jsonl" 3; then
   ok "a worker on standby left the ring, joined again and waited out its back-off before setting up; samples exact"
 else bad "standby leaving the ring: status $s6"; grep "members\|error" "$tmp/c6.log" | tail -n 5; fi
+
+# ---- the run ends while a worker on standby is outside it ---------------------------------
+# It left the ring at the first plan and the run ends 20 steps later,
+# before (or as) it joins again: nobody may be left waiting. Local
+# (train --workers): the run ends at once, the worker stopped or told; the
+# old code waited 30 s for it, then killed it. Joined: the worker ends by
+# itself within its --coord-timeout (3 s) of leaving, saying why, or, told
+# by the coordinator, with it; it used to try to join the finished run for
+# good.
+t0=$(date +%s)
+"$RAGTAG" train "$model" --workers 2 --threads 1 --throttle 1,0.02 --min-share 0.2 \
+  --data fashion-mnist --limit 1280 --val 0 --batch 64 --progress off --epochs 1 >"$tmp/c10.log" 2>&1
+s10=$? t10=$(($(date +%s) - t0))
+if [ $s10 -eq 0 ] && [ $t10 -lt 20 ] && grep -q "left the ring: on standby" "$tmp/c10.log" &&
+   grep -q "local worker local-1 not in the run when it ended (on standby, or joining): stopped\|worker local-1 back from standby" "$tmp/c10.log"; then
+  ok "train --workers: the run ended ${t10} s after it began, its worker on standby stopped or told"
+else bad "train --workers with a worker on standby at its end: status $s10 after $t10 s"; tail -n 4 "$tmp/c10.log"; fi
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" --data fashion-mnist \
+  --limit 1280 --val 0 --batch 64 --epochs 1 --min-share 0.2 --progress off >"$tmp/c11.log" 2>&1 & c=$!
+worker a11 127.0.0.1 "$tmp/a11.log"
+worker b11 127.0.0.1 "$tmp/b11.log" --throttle 0.02 --coord-timeout 3
+b=$!
+wait $c; s11=$?
+t0=$(date +%s) sb=124
+while [ $(($(date +%s) - t0)) -lt 30 ]; do
+  if ! kill -0 $b 2>/dev/null; then wait $b; sb=$?; break; fi
+  sleep 0.2
+done
+t11=$(($(date +%s) - t0))
+kill -9 $b 2>/dev/null; wait_all
+if [ $s11 -eq 0 ] && grep -q "(b11, [^)]*) left the ring: on standby" "$tmp/c11.log" &&
+   [ $sb -ne 124 ] && { [ $sb -eq 0 ] ||
+   grep -q "within 3 s of this worker leaving the run (--coord-timeout): the run has ended, or its coordinator is gone" "$tmp/b11.log"; }; then
+  ok "a joined worker on standby when the run ended: it ended ${t11} s after the run (status $sb), saying why"
+else bad "a joined worker on standby when the run ended: run status $s11, the worker's $sb after $t11 s"; tail -n 3 "$tmp/b11.log"; fi
 
 # ---- paused past --worker-timeout: dropped, then back as a new member ---------------------
 port=$((port + 1))
