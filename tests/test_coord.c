@@ -63,10 +63,22 @@ static void test_children(void **state)
     assert_false(rt_children_exited(ch, 0, 60.0, &st));
     assert_false(rt_children_exited(ch, 2, 0.0, &st));
 
+    /* waiting does not stop a child; signals do, to the ones still running */
     t0 = rt_now();
-    rt_children_wait(ch, 0.2);
+    assert_false(rt_children_wait(ch, 0.2));
     assert_true(rt_now() - t0 < 5.0);
+    assert_int_equal(rt_children_running(ch), 1);
+    assert_false(rt_children_exited(ch, 2, 0.0, &st));
+    assert_false(rt_children_signal_one(ch, 0, SIGTERM)); /* exited: not signalled */
+    assert_true(rt_children_signal_one(ch, 2, SIGTERM));
+    assert_true(rt_children_wait(ch, 10.0));
     assert_true(rt_children_exited(ch, 2, 0.0, &st));
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+    /* kill: SIGKILL and reaped at once */
+    assert_int_equal(rt_children_start(ch, "/bin/sh", sleeper, "sleeper"), 3);
+    rt_children_kill(ch);
+    assert_int_equal(rt_children_running(ch), 0);
+    assert_true(rt_children_exited(ch, 3, 0.0, &st));
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     rt_children_destroy(&ch);
     assert_null(ch);
