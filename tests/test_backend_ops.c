@@ -1077,6 +1077,25 @@ static int run_column(struct column *col)
     return cmocka_run_group_tests_name(col->label, tests, column_setup, column_teardown);
 }
 
+/* RAGTAG_TEST_BACKENDS=a,b: only those backends' columns (default: every
+ * backend; "cpu" is the cpu backend on one thread). test_cuda_emu.sh runs
+ * only its emulated cuda column: the others have their own run. */
+static bool wanted(const char *backend)
+{
+    const char *list = getenv("RAGTAG_TEST_BACKENDS");
+    if (!list || !*list)
+        return true;
+    size_t n = strlen(backend);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, backend, n))
+            return true;
+        p += len + (end != NULL);
+    }
+    return false;
+}
+
 int main(void)
 {
     const char *seed_env = getenv("RAGTAG_TEST_SEED");
@@ -1092,11 +1111,13 @@ int main(void)
     struct column cols[32];
     int ncols = 0, failed = 0;
     /* The cpu backend on one thread, against the reference's team. */
-    cols[ncols++] = (struct column){.backend = "cpu", .device = 0, .threads = 1};
-    snprintf(cols[0].label, sizeof cols[0].label, "cpu:0 (1 thread)");
+    if (wanted("cpu")) {
+        cols[ncols++] = (struct column){.backend = "cpu", .device = 0, .threads = 1};
+        snprintf(cols[0].label, sizeof cols[0].label, "cpu:0 (1 thread)");
+    }
     for (int b = 0; b < rt_backend_count(); b++) {
         const char *name = rt_backend_name(b);
-        if (!strcmp(name, "cpu"))
+        if (!strcmp(name, "cpu") || !wanted(name))
             continue;
         int n = rt_backend_device_count(name);
         if (n <= 0) {

@@ -1,9 +1,10 @@
 /* emu.h — the CUDA execution model on the CPU, enough of it to run the cuda
  * backend's own kernels (backends/cuda/kernels-*.cu) as C++ without a GPU
- * (tests/test_cuda_emu.sh). Each launch runs its blocks one after another
- * on a pool of RTCU_THREADS host threads, one per CUDA thread, so
- * __syncthreads and warp shuffles are real barriers, and __shared__ memory
- * is a static shared by the block running now. Kernel launches are
+ * (tests/test_cuda_emu.sh). Each launch runs its blocks one after another,
+ * a block's RTCU_THREADS CUDA threads as fibers on the launching thread
+ * (emu.cpp), so __syncthreads and warp shuffles are real barriers (a fiber
+ * waits there until all of its block or warp have come), and __shared__
+ * memory is a static shared by the block running now. Kernel launches are
  * rewritten from kernel<<<grid, block, shmem, stream>>>(args) to
  * emu_launch(kernel, grid, block, shmem, stream, args) before compiling.
  * What this proves is the kernels' indexing and arithmetic; what it cannot
