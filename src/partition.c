@@ -88,10 +88,9 @@ static double select_kth(double *v, int n, int k)
  * host's slow spells) the median jumps from one to the other with a step
  * more of either. A real change of speed holds for more than half the
  * window and moves this mean as well. */
-double rt_speedo_rate(const struct rt_speedo *s)
+double rt_speedo_measure(const struct rt_speedo *s, int *steps, bool *full)
 {
-    bool full;
-    int n = window(s, &full);
+    int n = *steps = window(s, full);
     if (n == 0)
         return 0.0;
     double r[RT_SPEED_STEPS_MAX];
@@ -109,6 +108,13 @@ double rt_speedo_rate(const struct rt_speedo *s)
     for (int k = q; k <= last; k++)
         sum += r[k];
     return sum / (double)(last - q + 1);
+}
+
+double rt_speedo_rate(const struct rt_speedo *s)
+{
+    int steps;
+    bool full;
+    return rt_speedo_measure(s, &steps, &full);
 }
 
 bool rt_speedo_full(const struct rt_speedo *s)

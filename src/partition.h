@@ -48,6 +48,9 @@ double rt_speedo_rate(const struct rt_speedo *s);
 bool rt_speedo_full(const struct rt_speedo *s);
 /* Steps in the window now. */
 int rt_speedo_steps(const struct rt_speedo *s);
+/* The three at once (one pass over the window: the planner's every step):
+ * the rate, *steps and *full. */
+double rt_speedo_measure(const struct rt_speedo *s, int *steps, bool *full);
 /* Steps that take `seconds` of wall time at `steps_per_s`: a window's
  * length known on every worker alike (from exchanged speeds), within
  * [RT_SPEED_WINDOW, RT_SPEED_STEPS_MAX]. */

@@ -437,11 +437,11 @@ int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_st
         rt_speedo_add(&p->speedo, nl, busy_seconds(p, s->t_compute, s->cpu_compute));
     /* every step, as the vote was: a standby worker's rate moves only with
      * its probes, and it must still ask to come back */
-    double mine = rt_speedo_rate(&p->speedo);
-    bool off = p->balanced && rt_speedo_full(&p->speedo) && p->plan_speed > 0.0 &&
+    bool full;
+    double mine = rt_speedo_measure(&p->speedo, &p->window_steps, &full);
+    bool off = p->balanced && full && p->plan_speed > 0.0 &&
                fabs(mine - p->plan_speed) > (double)t->c.replan_change * p->plan_speed;
     p->moved_steps = off ? p->moved_steps + 1 : 0;
-    p->window_steps = rt_speedo_steps(&p->speedo);
     return RT_OK;
 }
 

@@ -237,6 +237,12 @@ static void test_speed_window_spans_time(void **state)
     }
     double mid = 0.5 * (64.0 + 32.0) / step;
     assert_true(fabs(lo - mid) < 0.01 * mid && fabs(hi - mid) < 0.01 * mid);
+    /* the planner's one pass gives the three the same */
+    int steps;
+    bool full;
+    assert_true(rt_speedo_measure(&sp, &steps, &full) == rt_speedo_rate(&sp));
+    assert_int_equal(steps, rt_speedo_steps(&sp));
+    assert_true(full && rt_speedo_full(&sp));
     /* a full history of short steps is a window whatever it spans */
     rt_speedo_reset(&sp);
     add_steps(&sp, &clock, RT_SPEED_STEPS_MAX + 5, 1, 1e-6);
