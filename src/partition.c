@@ -117,19 +117,6 @@ double rt_speedo_rate(const struct rt_speedo *s)
     return rt_speedo_measure(s, &steps, &full);
 }
 
-bool rt_speedo_full(const struct rt_speedo *s)
-{
-    bool full;
-    (void)window(s, &full);
-    return full;
-}
-
-int rt_speedo_steps(const struct rt_speedo *s)
-{
-    bool full;
-    return window(s, &full);
-}
-
 long rt_speed_window_steps(double steps_per_s)
 {
     double k = ceil(RT_SPEED_SECONDS * steps_per_s);

@@ -44,12 +44,8 @@ void rt_speedo_add(struct rt_speedo *s, long samples, double seconds);
 void rt_speedo_add_at(struct rt_speedo *s, long samples, double seconds, double at);
 /* 0 while nothing was measured. A few slow steps do not move it. */
 double rt_speedo_rate(const struct rt_speedo *s);
-/* Whether the window is full (a rate worth re-planning on). */
-bool rt_speedo_full(const struct rt_speedo *s);
-/* Steps in the window now. */
-int rt_speedo_steps(const struct rt_speedo *s);
-/* The three at once (one pass over the window: the planner's every step):
- * the rate, *steps and *full. */
+/* The same rate, with the steps in the window now (*steps) and whether
+ * it is full (*full: a rate worth re-planning on); one pass, every step. */
 double rt_speedo_measure(const struct rt_speedo *s, int *steps, bool *full);
 /* Steps that take `seconds` of wall time at `steps_per_s`: a window's
  * length known on every worker alike (from exchanged speeds), within
