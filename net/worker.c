@@ -125,6 +125,9 @@ struct worker {
     bool finished;     /* the run ended before this worker was admitted */
     double setup_after; /* back from standby: seconds to wait before setting up */
     bool have_regroup; /* w->msg holds a "regroup" a ring set-up gave way to */
+    int ended;         /* a ring set-up read the run's end for this worker (expelled, aborted,
+                        * finished, coordinator lost): its status, end_why the reason */
+    char end_why[700];
     size_t chunk;
     double hb, peer_timeout;
     struct rt_data_manifest man;
@@ -767,12 +770,30 @@ static int setup_heartbeats(void *arg)
     if (worker_stop)
         return rt_error(RT_ERR_INTERRUPTED, "interrupted");
     zmq_pollitem_t it = {.socket = w->ctrl, .events = ZMQ_POLLIN};
-    if (zmq_poll(&it, 1, 0) > 0 && wait_for(w, next, 1, 0.01) == 1) {
+    if (zmq_poll(&it, 1, 0) <= 0)
+        return RT_OK;
+    int rc = wait_for(w, next, 1, 0.01);
+    if (rc == 1) {
         w->have_regroup = true;
-        return rt_error(RT_ERR_REGROUP, "generation %llu is announced", 
+        return rt_error(RT_ERR_REGROUP, "generation %llu is announced",
                         (unsigned long long)w->ms.gen + 1);
     }
-    return RT_OK;
+    if (rc == RT_ERR_TIMEOUT) { /* a heartbeat, or nothing more */
+        rt_error_clear();
+        return RT_OK;
+    }
+    /* The run ended for this worker (it was told to join again, the run
+     * was aborted or finished): the set-up gives up, and no next
+     * generation is waited for (ended_setup). */
+    w->ended = rc;
+    snprintf(w->end_why, sizeof w->end_why, "%s", rt_error_detail());
+    return rc;
+}
+
+/* After a ring set-up that failed: the run's end it read, or 0. */
+static int ended_setup(struct worker *w)
+{
+    return w->ended ? rt_error(w->ended, "%s", w->end_why) : 0;
 }
 
 static int form_ring(struct worker *w, rt_ring **ring, double setup_timeout)
@@ -822,8 +843,12 @@ static int skip_to_newest(struct worker *w)
         zmq_pollitem_t it = {.socket = w->ctrl, .events = ZMQ_POLLIN};
         if (zmq_poll(&it, 1, 0) <= 0 || !(it.revents & ZMQ_POLLIN))
             return RT_OK;
-        if (wait_for(w, want, 1, 0.2) < 0)
+        int rc = wait_for(w, want, 1, 0.2);
+        if (rc == RT_ERR_TIMEOUT) {
+            rt_error_clear();
             return RT_OK; /* only a heartbeat or an older generation's "go" */
+        }
+        RT_TRY(rc); /* the run ended for this worker */
         RT_TRY(take_members(w));
     }
 }
@@ -845,6 +870,7 @@ static int join_running(struct worker *w, rt_ring **ring)
         }
         w->have_regroup = false;
         if (form_ring(w, ring, RT_RING_SETUP_TIMEOUT) < 0) {
+            RT_TRY(ended_setup(w));
             say(w, "%s; waiting for the next generation", rt_error_detail());
             if (!w->have_regroup)
                 RT_TRY(wait_for(w, next, 1, w->peer_timeout));
@@ -875,6 +901,7 @@ static int start_ring(struct worker *w, rt_ring **ring)
     w->have_regroup = false;
     if (form_ring(w, ring, RT_RING_SETUP_TIMEOUT) == RT_OK)
         return RT_OK;
+    RT_TRY(ended_setup(w));
     say(w, "%s; waiting for the next generation", rt_error_detail());
     if (!w->have_regroup)
         RT_TRY(wait_for(w, next, 1, w->peer_timeout));

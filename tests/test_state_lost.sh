@@ -7,6 +7,9 @@
 #  - With --checkpoint DIR the coordinator starts the run again from
 #    DIR/last.safetensors on its address and the workers still here join
 #    again: the run finishes (status 0), every epoch's samples used once.
+#    Here the third is paused once admitted: it is lost after
+#    --worker-timeout; resumed, it is told to join again while it forms a
+#    ring that cannot form, and does.
 #  - Without one it stops at once with status 1 (not 0, not a wait for
 #    more joiners, who would bring no state either), saying the run's state
 #    is lost and that there is no checkpoint to go on from.
@@ -35,15 +38,20 @@ worker() { # name log
   pids="$pids $!"
   echo $! >>"$tmp/pids"
 }
-# nothing of this test may outlive 180 s (the list in a file: it grows)
-( sleep 180 & s=$!; trap 'kill $s; exit 0' TERM; wait $s; kill -9 $(cat "$tmp/pids") 2>/dev/null ) &
+# nothing of this test may outlive 300 s (the list in a file: it grows)
+( sleep 300 & s=$!; trap 'kill $s; exit 0' TERM; wait $s; kill -9 $(cat "$tmp/pids") 2>/dev/null ) &
 watchdog=$!
 
-# lose_state TAG COORD-FLAGS...: the coordinator ($c) and a1, b1, b2 of
-# that tag, a1 killed once b1 is admitted and b2 is setting up (paused)
+# lose_state TAG B2-STOP-AT COORD-FLAGS...: the coordinator ($c) and a1,
+# b1, b2 of that tag, a1 killed once b1 is admitted and b2 is paused at
+# B2-STOP-AT of the coordinator's log: "worker b2 joining" (setting up:
+# unless its set-up is faster than this script's look), or "admitted b2"
+# (then, with a1 gone, its ring cannot form: b2 is lost after
+# --worker-timeout and, resumed, is told to join again while it forms it)
 lose_state() {
   tag=$1
-  shift
+  b2_at=$2
+  shift 2
   "$RAGTAG" coord "$model" --workers 1 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
     --epochs 4 --metrics "$tmp/$tag.jsonl" "$@" >"$tmp/$tag.log" 2>&1 & c=$!
   pids="$pids $c"; echo $c >>"$tmp/pids"
@@ -53,31 +61,33 @@ lose_state() {
   worker b1 "$tmp/$tag.b1.log"; b1=$!
   until_there "admitted b1" "$tmp/$tag.log"
   worker b2 "$tmp/$tag.b2.log"; b2=$!
-  until_there "worker b2 joining" "$tmp/$tag.log"
+  until_there "$b2_at" "$tmp/$tag.log"
   kill -STOP "$b2"
   kill -9 "$a1"
 }
 
-lose_state ck --checkpoint "$ck"
+lose_state ck "admitted b2" --checkpoint "$ck"
 until_there "instead the run goes on from that checkpoint" "$tmp/ck.log"
 kill -CONT "$b2"
 wait "$c"; s1=$?
 wait "$b1"; sb1=$?
 wait "$b2"; sb2=$?
 if [ $s1 -eq 0 ] && [ $sb1 -eq 0 ] && [ $sb2 -eq 0 ] &&
-   grep -q "the run's state is lost: every member that held it is gone (b1, rank 0: no member of the new group holds the run's state (all 1 just joined)); its last checkpoint, $ck/last.safetensors, is whole: run the coordinator again with --resume; instead the run goes on from that checkpoint on tcp://127.0.0.1:$port: the 2 workers still here join again" "$tmp/ck.log" &&
+   grep -q "lost rank [0-9] (b2, .*): nothing heard from it for" "$tmp/ck.log" &&
+   grep -q "the run's state is lost: every member that held it is gone (b1, rank 0: no member of the new group holds the run's state (all 1 just joined)); its last checkpoint, $ck/last.safetensors, is whole: run the coordinator again with --resume; instead the run goes on from that checkpoint on tcp://127.0.0.1:$port: the 1 worker still here joins again" "$tmp/ck.log" &&
+   grep -q "joined run .* as rank 1 of 2" "$tmp/ck.b2.log" &&
    grep -q "resuming from $ck/last.safetensors at epoch [1-3]" "$tmp/ck.log" &&
    grep -q "^epoch 4/4: " "$tmp/ck.log" && grep -q "replicas identical" "$tmp/ck.log" &&
    samples_exact "$tmp/ck.jsonl" 4; then
-  ok "the last holder of the state lost before the joiners got it: the run went on from its checkpoint ($(grep -o "at epoch [0-9]*, step [0-9]*" "$tmp/ck.log" | head -n 1)) with both joiners, 4 epochs, samples exact"
+  ok "the last holder of the state lost before the joiners got it (b2, admitted, paused, lost after --worker-timeout, was told to join again while it formed its ring, and did): the run went on from its checkpoint ($(grep -o "at epoch [0-9]*, step [0-9]*" "$tmp/ck.log" | head -n 1)) with both joiners, 4 epochs, samples exact"
 else
   bad "state lost, with a checkpoint: coordinator status $s1, joiners $sb1 / $sb2"
-  tail -n 6 "$tmp/ck.log"
-  tail -n 3 "$tmp/ck.b1.log" "$tmp/ck.b2.log"
+  grep -v "^epoch\|^ragtag: \[plan\]" "$tmp/ck.log" | cut -c1-300
+  tail -n 12 "$tmp/ck.b1.log" "$tmp/ck.b2.log"
 fi
 
 port=$((port + 1))
-lose_state none
+lose_state none "worker b2 joining"
 wait "$c"; s2=$?
 wait "$b1"; sb1=$?
 kill -9 "$b2"
