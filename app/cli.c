@@ -555,7 +555,9 @@ static const char worker_help[] =
     "  --throttle F         testing aid: run at fraction F (0 < F <= 1) of this\n"
     "                       machine's speed by sleeping (docs/heterogeneous.md)\n"
     "  --stall-at STEP:S    testing aid: the training thread hangs S seconds at\n"
-    "                       STEP (its heartbeats stop: the run goes on without it)\n";
+    "                       STEP (its heartbeats stop: the run goes on without it)\n"
+    "  --stall-setup S      testing aid: the set-up hangs S seconds once the job\n"
+    "                       came, as a slow data read would (silent meanwhile)\n";
 
 static int cmd_worker(int argc, char **argv)
 {
@@ -617,6 +619,9 @@ static int cmd_worker(int argc, char **argv)
                 return EXIT_USAGE;
         } else if (!strcmp(key, "coord-timeout")) {
             if (parse_seconds_or_zero("worker", key, v, &o.coord_timeout) < 0)
+                return EXIT_USAGE;
+        } else if (!strcmp(key, "stall-setup")) {
+            if (parse_seconds("worker", key, v, &o.stall_setup) < 0)
                 return EXIT_USAGE;
         } else if (!strcmp(key, "quiet")) {
             o.quiet = true;

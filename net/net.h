@@ -75,6 +75,7 @@ struct rt_worker_options {
     bool quiet;           /* only errors (local workers of train --workers) */
     char throttle[32];    /* testing aid: "" or a fraction in (0, 1] */
     char stall_at[32];    /* testing aid: "" or STEP:SECONDS, the training thread hangs */
+    double stall_setup;   /* testing aid: seconds the set-up hangs once the job came (0: none) */
     long parent;          /* > 0: the process that started this worker (train
                              --workers N); the worker dies with it */
     /* link security (docs/cluster.md, "Security") */

@@ -519,6 +519,22 @@ static int wait_backoff(struct worker *w)
     return rc == RT_ERR_TIMEOUT ? (rt_error_clear(), RT_OK) : rc;
 }
 
+/* Testing aid (--stall-setup S): a set-up that takes S seconds more, as
+ * a slow data read would, silent meanwhile. Tests pause or kill a worker
+ * in its set-up with it, however fast the set-up itself is. */
+static int stall_setup(struct worker *w)
+{
+    if (!(w->o->stall_setup > 0.0))
+        return RT_OK;
+    say(w, "testing aid: the set-up hangs %.0f s (--stall-setup)", w->o->stall_setup);
+    for (double t0 = rt_now(); rt_now() - t0 < w->o->stall_setup;) {
+        if (worker_stop)
+            return rt_error(RT_ERR_INTERRUPTED, "interrupted");
+        usleep(50000);
+    }
+    return RT_OK;
+}
+
 static int join(struct worker *w)
 {
     static const char *const want[] = {"job", NULL};
@@ -1575,7 +1591,8 @@ int rt_worker_run(const struct rt_worker_options *o)
     if ((rc = join(w)) < 0)
         goto out;
     joined = true;
-    if ((rc = wait_backoff(w)) < 0 || (rc = get_data(w)) < 0 || (rc = check_memory(w)) < 0)
+    if ((rc = wait_backoff(w)) < 0 || (rc = stall_setup(w)) < 0 || (rc = get_data(w)) < 0 ||
+        (rc = check_memory(w)) < 0)
         goto out;
     struct rt_train_net tn = {
         .coll = {.ops = &worker_collectives, .ctx = w, .rank = w->rank, .world = w->world},

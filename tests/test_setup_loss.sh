@@ -22,9 +22,11 @@ ntrain=5400
 run="--data fashion-mnist --limit 6000 --val 0.1 --batch 48 --epochs 2 --progress lines"
 # Ports: 19000-19299, this test's own block (below Linux's ephemeral range).
 port=$((19000 + ($$ % 60) * 5))
-worker() { # name log
-  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$1" --threads 1 \
-    --connect-timeout 60 >"$2" 2>&1 &
+worker() { # name log [flags]
+  n=$1 l=$2
+  shift 2
+  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$n" --threads 1 \
+    --connect-timeout 60 "$@" >"$l" 2>&1 &
   pids="$pids $!"
 }
 
@@ -39,7 +41,7 @@ lose_in_setup() {
   pids="$pids $c"
   worker w1 "$tmp/$tag.w1.log"
   worker w2 "$tmp/$tag.w2.log"
-  worker w3 "$tmp/$tag.w3.log"; w3=$!
+  worker w3 "$tmp/$tag.w3.log" --stall-setup 60; w3=$! # in its set-up however fast that is
   until_there "joined run" "$tmp/$tag.w3.log"
   kill -STOP "$w3"
   if [ -n "${joiner:-}" ]; then # one more says hello while the run sets up

@@ -32,9 +32,11 @@ run="--data fashion-mnist --limit 12000 --val 0.1 --batch 48 --partition static 
 port=$((32000 + ($$ % 60) * 10))
 ck="$tmp/ck"
 
-worker() { # name log
-  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$1" --threads 1 --connect-timeout 60 \
-    >"$2" 2>&1 &
+worker() { # name log [flags]
+  n=$1 l=$2
+  shift 2
+  "$RAGTAG" worker --join "tcp://127.0.0.1:$port" --name "$n" --threads 1 --connect-timeout 60 \
+    "$@" >"$l" 2>&1 &
   pids="$pids $!"
   echo $! >>"$tmp/pids"
 }
@@ -44,14 +46,16 @@ watchdog=$!
 
 # lose_state TAG B2-STOP-AT COORD-FLAGS...: the coordinator ($c) and a1,
 # b1, b2 of that tag, a1 killed once b1 is admitted and b2 is paused at
-# B2-STOP-AT of the coordinator's log: "worker b2 joining" (setting up:
-# unless its set-up is faster than this script's look), or "admitted b2"
-# (then, with a1 gone, its ring cannot form: b2 is lost after
+# B2-STOP-AT of the coordinator's log: "worker b2 joining" (then b2 is
+# held in its set-up, however fast that is: --stall-setup), or "admitted
+# b2" (then, with a1 gone, its ring cannot form: b2 is lost after
 # --worker-timeout and, resumed, is told to join again while it forms it)
 lose_state() {
   tag=$1
   b2_at=$2
   shift 2
+  b2_flags=""
+  [ "$b2_at" = "worker b2 joining" ] && b2_flags="--stall-setup 60"
   "$RAGTAG" coord "$model" --workers 1 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
     --epochs 4 --metrics "$tmp/$tag.jsonl" "$@" >"$tmp/$tag.log" 2>&1 & c=$!
   pids="$pids $c"; echo $c >>"$tmp/pids"
@@ -60,7 +64,7 @@ lose_state() {
   kill -STOP "$a1"
   worker b1 "$tmp/$tag.b1.log"; b1=$!
   until_there "admitted b1" "$tmp/$tag.log"
-  worker b2 "$tmp/$tag.b2.log"; b2=$!
+  worker b2 "$tmp/$tag.b2.log" $b2_flags; b2=$!
   until_there "$b2_at" "$tmp/$tag.log"
   kill -STOP "$b2"
   kill -9 "$a1"
@@ -153,7 +157,7 @@ fi
 # after --join-timeout, 60 s), and when those too are lost while they set
 # up, it goes on from the checkpoint again
 lose_all few
-worker c1 "$tmp/few.c1.log"; c1=$!
+worker c1 "$tmp/few.c1.log" --stall-setup 60; c1=$! # in its set-up however fast that is
 until_there "joined run" "$tmp/few.c1.log"
 kill -STOP "$c1"
 kill -9 "$c1"
