@@ -182,8 +182,10 @@ port=$((port + 1))
 "$RAGTAG" coord "$model" --workers 2 --listen "tcp://127.0.0.1:$port" $run --epochs 4 \
   --checkpoint "$tmp/early.ck" --metrics "$tmp/early.jsonl" >"$tmp/early.log" 2>&1 & c=$!
 pids="$pids $c"; echo $c >>"$tmp/pids"
-worker a1 "$tmp/early.a1.log"; a1=$!
-worker a2 "$tmp/early.a2.log"; a2=$!
+# (both hang at step 1, however fast the machine: no epoch, no checkpoint
+# can be done when they are killed)
+worker a1 "$tmp/early.a1.log" --stall-at 1:60; a1=$!
+worker a2 "$tmp/early.a2.log" --stall-at 1:60; a2=$!
 until_there "ring formed" "$tmp/early.a2.log"
 kill -9 "$a1" "$a2"
 until_there "instead the run starts again from its beginning" "$tmp/early.log"
