@@ -89,7 +89,8 @@ bool rt_children_exited(const rt_children *ch, int i, double grace, int *status)
     return true;
 }
 
-int rt_children_running(rt_children *ch)
+/* The children still running. */
+static int running(rt_children *ch)
 {
     rt_children_reap(ch);
     int n = 0;
@@ -101,7 +102,7 @@ int rt_children_running(rt_children *ch)
 bool rt_children_wait(rt_children *ch, double limit)
 {
     double t0 = rt_now();
-    while (rt_children_running(ch) > 0) {
+    while (running(ch) > 0) {
         if (rt_now() - t0 >= limit)
             return false;
         usleep(20000);

@@ -31,9 +31,8 @@ bool rt_children_exited(const rt_children *ch, int i, double grace, int *status)
 
 /* Wait up to `limit` seconds for every child to exit: whether they all did. */
 bool rt_children_wait(rt_children *ch, double limit);
-/* The children still running: how many, and signal `sig` to each (_one:
- * to child i, if it runs: whether it did). */
-int rt_children_running(rt_children *ch);
+/* Signal `sig` to each child still running (_one: to child i, if it
+ * runs: whether it did). */
 void rt_children_signal(rt_children *ch, int sig);
 bool rt_children_signal_one(rt_children *ch, int i, int sig);
 /* SIGKILL to the children still running, and reap them. */
