@@ -261,8 +261,14 @@ bool rt_plan_standby(int world, const double *speed, double min_share, bool *act
     return changed;
 }
 
+/* overhead[r] as a time: 0 where there is none or it is not a number. */
+static double over_at(const double *overhead, int r)
+{
+    return overhead && isfinite(overhead[r]) && overhead[r] > 0.0 ? overhead[r] : 0.0;
+}
+
 double rt_plan_shares_time(int world, const long *share, const double *speed,
-                           const bool *active)
+                           const double *overhead, const bool *active)
 {
     double t = 0.0;
     for (int r = 0; r < world; r++) {
@@ -270,16 +276,16 @@ double rt_plan_shares_time(int world, const long *share, const double *speed,
             continue;
         if (share[r] <= 0 || !isfinite(speed[r]) || speed[r] <= 0.0)
             return INFINITY;
-        t = fmax(t, (double)share[r] / speed[r]);
+        t = fmax(t, over_at(overhead, r) + (double)share[r] / speed[r]);
     }
     return t;
 }
 
 bool rt_plan_worth(int world, const long *old, const long *share, const double *speed,
-                   const bool *active, long slack, double gain)
+                   const double *overhead, const bool *active, long slack, double gain)
 {
-    double t_old = rt_plan_shares_time(world, old, speed, active);
-    double t_new = rt_plan_shares_time(world, share, speed, active);
+    double t_old = rt_plan_shares_time(world, old, speed, overhead, active);
+    double t_new = rt_plan_shares_time(world, share, speed, overhead, active);
     if (isinf(t_old)) /* an active worker without a share: any plan that stands */
         return !isinf(t_new);
     long moved = 0;
@@ -288,17 +294,91 @@ bool rt_plan_worth(int world, const long *old, const long *share, const double *
     return moved > slack && t_old > t_new * (1.0 + gain);
 }
 
+/* The level T at which the active workers, each busy overhead[r] + k /
+ * speed[r], share n samples evenly in time: the sum over the workers with
+ * overhead[r] < T of speed[r] x (T - overhead[r]) is n. Workers whose
+ * overhead alone passes the level take no part (each round drops them and
+ * raises nobody's, so at most `world` rounds). */
+static double fluid_level(long n, int world, const double *speed, const double *overhead,
+                          const bool *active)
+{
+    bool in[RT_MAX_WORKERS];
+    for (int r = 0; r < world; r++)
+        in[r] = (!active || active[r]) && isfinite(speed[r]) && speed[r] > 0.0;
+    double level = INFINITY;
+    for (int round = 0; round < world; round++) {
+        double sum = 0.0, fixed = (double)n;
+        for (int r = 0; r < world; r++)
+            if (in[r]) {
+                sum += speed[r];
+                fixed += speed[r] * over_at(overhead, r);
+            }
+        level = sum > 0.0 ? fixed / sum : INFINITY;
+        bool dropped = false;
+        for (int r = 0; r < world; r++)
+            if (in[r] && over_at(overhead, r) >= level) {
+                in[r] = false;
+                dropped = true;
+            }
+        if (!dropped)
+            break;
+    }
+    return level;
+}
+
 double rt_plan_step_time(long n, int world, const double *speed, const double *overhead,
                          const bool *active)
 {
-    double sum = 0.0, omax = 0.0;
+    double omax = 0.0;
+    bool any = false;
     for (int r = 0; r < world; r++) {
         if (active && !active[r])
             continue;
-        sum += isfinite(speed[r]) && speed[r] > 0.0 ? speed[r] : 0.0;
-        omax = isfinite(overhead[r]) && overhead[r] > omax ? overhead[r] : omax;
+        any |= isfinite(speed[r]) && speed[r] > 0.0;
+        omax = fmax(omax, over_at(overhead, r));
     }
-    return sum > 0.0 ? (double)n / sum + omax : INFINITY;
+    return any ? fmax(fluid_level(n, world, speed, overhead, active), omax) : INFINITY;
+}
+
+bool rt_plan_shares_timed(long n, int world, const double *speed, const double *overhead,
+                          const bool *active, const long *cap, long *share)
+{
+    RT_ASSERT(world >= 1 && world <= RT_MAX_WORKERS && n >= 0);
+    bool any = false;
+    for (int r = 0; r < world; r++)
+        any |= (!active || active[r]) && over_at(overhead, r) > 0.0;
+    if (!any)
+        return rt_plan_shares_capped(n, world, speed, active, cap, share);
+    uint64_t w[RT_MAX_WORKERS];
+    weights(world, speed, w); /* unmeasured speeds as the smallest measured */
+    double sp[RT_MAX_WORKERS];
+    int nact = 0;
+    for (int r = 0; r < world; r++) {
+        sp[r] = (double)w[r] / 1024.0;
+        share[r] = 0;
+        nact += !active || active[r];
+    }
+    long given = 0;
+    /* one sample to each active worker first, when there are enough */
+    for (int r = 0; r < world && n >= nact; r++)
+        if ((!active || active[r]) && (!cap || cap[r] > 0))
+            share[r] = 1, given++;
+    /* then each next sample to whoever would finish it first */
+    for (; given < n; given++) {
+        int best = -1;
+        double tb = INFINITY;
+        for (int r = 0; r < world; r++) {
+            if ((active && !active[r]) || (cap && share[r] >= cap[r]))
+                continue;
+            double t = over_at(overhead, r) + (double)(share[r] + 1) / sp[r];
+            if (t < tb)
+                tb = t, best = r;
+        }
+        if (best < 0)
+            return false;
+        share[best]++;
+    }
+    return true;
 }
 
 /* The step time with worker r's role flipped. */

@@ -75,11 +75,12 @@ bool rt_plan_shares_capped(long n, int world, const double *speed, const bool *a
  * everybody active. Returns whether any worker changed role. */
 bool rt_plan_standby(int world, const double *speed, double min_share, bool *active);
 
-/* Seconds of the compute of a step cut as share[] at these speeds: the
- * slowest active worker's share[r] / speed[r]. INFINITY when an active
- * worker has no share or no speed (a plan that cannot stand). */
+/* Seconds of a step cut as share[] at these speeds: the slowest active
+ * worker's overhead[r] + share[r] / speed[r] (overhead may be NULL: none).
+ * INFINITY when an active worker has no share or no speed (a plan that
+ * cannot stand). */
 double rt_plan_shares_time(int world, const long *share, const double *speed,
-                           const bool *active);
+                           const double *overhead, const bool *active);
 
 /* Whether the new shares are worth taking over the old at the speeds just
  * measured: some share moved by more than slack samples, and the step
@@ -88,15 +89,28 @@ double rt_plan_shares_time(int world, const long *share, const double *speed,
  * +-10% a 16-step window), and a plan that follows the noise leaves the
  * step waiting on the larger share. */
 bool rt_plan_worth(int world, const long *old, const long *share, const double *speed,
-                   const bool *active, long slack, double gain);
+                   const double *overhead, const bool *active, long slack, double gain);
 
-/* Seconds of a step of n samples cut in proportion to speed between the
- * active workers, each also spending overhead[r] seconds per step outside
- * computing (forwarding ring traffic, the optimiser update: for a worker on
- * a fraction of a core, a real cost): n / (sum of speeds) + the largest
- * overhead. INFINITY when no active worker has a speed. */
+/* Seconds of a step of n samples between the active workers, each also
+ * busy overhead[r] seconds a step outside computing (the optimiser update,
+ * ring traffic: for a worker on a fraction of a core, its quota's worth of
+ * that CPU, a real cost): the samples cut so that all finish together,
+ * none below its overhead, and never less than the largest active
+ * overhead (an active worker takes a sample). INFINITY when no active
+ * worker has a speed. */
 double rt_plan_step_time(long n, int world, const double *speed, const double *overhead,
                          const bool *active);
+/* The cut of n samples that ends the step soonest when each active worker
+ * takes overhead[r] + share[r] / speed[r] seconds: one sample each first
+ * (when n is at least the active workers), then each next to whoever
+ * would finish it first (ties to the lower rank), none above cap[r] (cap
+ * NULL: no caps). With no overhead anywhere (overhead NULL or all 0) the
+ * proportional cut of rt_plan_shares_capped. A worker in a CPU quota
+ * whose per-step work outside computing costs a third of its step gets
+ * fewer samples than its speed alone would say: above that it holds every
+ * step. false as rt_plan_shares_capped. Deterministic. */
+bool rt_plan_shares_timed(long n, int world, const double *speed, const double *overhead,
+                          const bool *active, const long *cap, long *share);
 /* Standby for workers that cost a step more than they add: while taking
  * one active worker out (the fastest never) makes the step at least
  * `gain` shorter (0.05: 5%), it goes on standby; a standby one comes back

@@ -39,7 +39,6 @@ static void planner_quota(struct rt_planner *p, const struct rt_trainer *t)
     /* a GPU computes while the CPU waits: its wall time is its speed */
     p->cpu_clock = p->quota > 0.0 && !strcmp(rt_dev_backend(t->dev), "cpu");
     p->qcpu0 = rt_cpu_now();
-    p->qwall0 = rt_now();
     /* where the workers wait for each other every step (not gossip) */
     rt_pacer_init(&p->pacer, p->roles ? p->quota : 0.0);
     if (p->quota_scale < 1.0)
@@ -112,27 +111,24 @@ int rt_planner_say_plan(const struct rt_planner *p, long step, const char *why)
                           why, t->c.batch, buf);
 }
 
-/* What a quota-limited worker can sustain: its quota, less the CPU it
- * spends outside computing (ring traffic, the optimiser update, ...) at
- * the step rate the cluster reached since the last plan, turned into
- * samples at the CPU cost of a sample. burst x quota / threads alone
- * leaves no room for the ring work, and a worker that runs out of quota
- * freezes the ring. The rate reached, not the sum of the planned speeds:
- * with small models the work outside computing is most of a step, and the
- * planned rate (which that work slows) would leave no quota at all. */
+/* A quota-limited worker's costs, for the cut: its speed is its compute's
+ * at the quota (burst x quota / threads, rep), and the CPU it spends a
+ * step outside computing (the optimiser update, its part of the sum, ring
+ * traffic) is an overhead of that CPU / quota seconds a step: the quota
+ * pays for both, so a step of k samples needs (other + k x per sample) /
+ * quota of wall time. The cut (rt_plan_shares_timed) gives such a worker
+ * the samples that fit beside the others' step. Folding the overhead into
+ * a lower speed instead measured it at the step rate the last plan
+ * reached, which a worker that held every step raised: bench_hetero's
+ * 0.2-core worker kept 6 samples of 64 where 4 fit, and the run lost 8%
+ * against 4 (bench/README.md, twentieth pass). */
 static double quota_speed(struct rt_planner *p, double rep)
 {
     if (p->quota > 0.0 && p->qsteps >= 8 && p->qsamples > 0 && p->qcompute > 0.0) {
         double other = fmax(0.0, rt_cpu_now() - p->qcpu0 - p->qcompute) / (double)p->qsteps;
-        double per_sample = p->qcompute / (double)p->qsamples;
-        double wall = rt_now() - p->qwall0;
-        double rate = wall > 0.0 ? (double)p->qsteps / wall : 0.0; /* steps/s reached */
-        double avail = p->quota - rate * other;
         p->my_overhead = other / p->quota; /* wall seconds per step at its quota */
-        rep = fmin(rep, avail > 0.0 ? avail / per_sample : 1e-3);
     }
     p->qcpu0 = rt_cpu_now();
-    p->qwall0 = rt_now();
     p->qcompute = 0.0;
     p->qsamples = p->qsteps = 0;
     return rep;
@@ -162,7 +158,8 @@ static int exchange_speeds(struct rt_planner *p, double mine)
 static int cut(struct rt_planner *p, long n, long *share)
 {
     const struct rt_trainer *t = p->t;
-    if (rt_plan_shares_capped(n, t->world, p->speed, p->active, p->roles ? p->cap : NULL, share))
+    if (rt_plan_shares_timed(n, t->world, p->speed, p->overhead, p->active,
+                             p->roles ? p->cap : NULL, share))
         return RT_OK;
     long sum = 0;
     for (int r = 0; r < t->world; r++)
@@ -265,7 +262,7 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
      * 10% of the sum), and a new cut costs nothing. */
     long slack = t->c.batch / 50 > 1 ? t->c.batch / 50 : 1;
     bool changed = p->whole_epochs || p->plans == 1 || roles ||
-                   rt_plan_worth(W, old, p->share, p->speed, p->active, slack, PLAN_GAIN);
+                   rt_plan_worth(W, old, p->share, p->speed, p->overhead, p->active, slack, PLAN_GAIN);
     if (!changed)
         for (int r = 0; r < W; r++) {
             p->share[r] = old[r];
@@ -335,8 +332,8 @@ void rt_planner_part(struct rt_planner *p, long n, long *a, long *b)
     const long *sh = p->share, *of = p->off;
     if (n != t->c.batch) {
         /* fits: n is less than a full batch, which did */
-        (void)rt_plan_shares_capped(n, t->world, p->speed, p->active, p->roles ? p->cap : NULL,
-                                    p->nshare);
+        (void)rt_plan_shares_timed(n, t->world, p->speed, p->overhead, p->active,
+                                   p->roles ? p->cap : NULL, p->nshare);
         rt_plan_offsets(t->world, p->nshare, p->noff);
         sh = p->nshare;
         of = p->noff;
@@ -448,7 +445,6 @@ int rt_planner_step_end(struct rt_planner *p, struct rt_trainer *t, struct rt_st
 void rt_planner_exclude(struct rt_planner *p, double cpu, double wall)
 {
     p->qcpu0 += cpu;
-    p->qwall0 += wall;
     rt_pacer_exclude(&p->pacer, cpu, wall);
 }
 

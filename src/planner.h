@@ -53,7 +53,6 @@ struct rt_planner {
     /* since the last plan, for a quota-limited worker: process CPU time at
      * its start, CPU spent computing, samples and steps */
     double qcpu0, qcompute;
-    double qwall0;        /* when qcpu0 was read: the step rate actually reached */
     long qsamples, qsteps;
     double wall_rate;     /* gossip: samples / step-loop seconds of the last epoch */
     struct rt_pacer pacer; /* under a quota, where the workers wait for each other */

@@ -92,10 +92,11 @@ static void test_standby_for_overhead(void **state)
     double over[3] = {0.0006, 0.0006, 0.005};
     bool active[3] = {true, true, true};
     double all = rt_plan_step_time(64, 3, speed, over, active);
-    assert_true(fabs(all - (64.0 / 25300.0 + 0.005)) < 1e-12);
+    assert_true(fabs(all - 0.005) < 1e-12); /* its overhead alone */
     assert_true(rt_plan_standby_overhead(64, 3, speed, over, 0.05, active));
     assert_true(active[0] && active[1] && !active[2]);
-    assert_true(rt_plan_step_time(64, 3, speed, over, active) < 0.5 * all);
+    double two = rt_plan_step_time(64, 3, speed, over, active);
+    assert_true(fabs(two - (0.0006 + 32.0 / 12000.0)) < 1e-12);
     /* back only when it helps by twice the margin: 1% better is not enough */
     over[2] = 0.0007;
     assert_false(rt_plan_standby_overhead(64, 3, speed, over, 0.05, active));
@@ -117,6 +118,55 @@ static void test_standby_for_overhead(void **state)
     assert_true(a2[0]);
 }
 
+/* A worker on a fifth of a core beside two on 0.8: what bench_hetero
+ * measured (burst 48.5 and 53 us of CPU a sample, 0.15 ms of CPU a step
+ * outside computing each). At its quota a sample costs w3 265 us and its
+ * step's other work 0.75 ms: 4 samples fit beside the others' 30 (5 held
+ * every step; the proportional cut gave it 7 and the run lost a quarter). */
+static void test_shares_timed_with_overheads(void **state)
+{
+    (void)state;
+    double speed[3] = {0.8 / 48.5e-6, 0.8 / 48.5e-6, 0.2 / 53e-6};
+    double over[3] = {0.15e-3 / 0.8, 0.15e-3 / 0.8, 0.15e-3 / 0.2};
+    bool act[3] = {true, true, true};
+    long sh[3], prop[3];
+    assert_true(rt_plan_shares_timed(64, 3, speed, over, act, NULL, sh));
+    assert_int_equal(sh[0] + sh[1] + sh[2], 64);
+    assert_int_equal(sh[2], 4);
+    assert_true(labs(sh[0] - sh[1]) <= 1);
+    rt_plan_shares(64, 3, speed, act, prop);
+    assert_true(prop[2] >= 6);
+    /* the cut's step is the shortest of every cut moving a sample to or from w3 */
+    double t = rt_plan_shares_time(3, sh, speed, over, act);
+    for (int d = -2; d <= 2; d++) {
+        long alt[3] = {sh[0], sh[1], sh[2] + d};
+        alt[d > 0 ? 0 : 1] -= d;
+        assert_true(rt_plan_shares_time(3, alt, speed, over, act) >= t);
+    }
+    /* and it lies on the fluid level's integer side */
+    double level = rt_plan_step_time(64, 3, speed, over, act);
+    assert_true(level <= t && t < level + 300e-6);
+    /* no overheads: the proportional cut, bit for bit */
+    long plain[3];
+    assert_true(rt_plan_shares_timed(64, 3, speed, NULL, act, NULL, plain));
+    assert_memory_equal(plain, prop, sizeof plain);
+    /* caps hold, and a cut that cannot fit says so */
+    long cap[3] = {20, 64, 64}, c[3];
+    assert_true(rt_plan_shares_timed(64, 3, speed, over, act, cap, c));
+    assert_int_equal(c[0], 20);
+    assert_int_equal(c[0] + c[1] + c[2], 64);
+    long tiny[3] = {10, 10, 10};
+    assert_false(rt_plan_shares_timed(64, 3, speed, over, act, tiny, c));
+    /* standby: nothing; an overhead beyond the whole step: one sample */
+    act[2] = false;
+    assert_true(rt_plan_shares_timed(64, 3, speed, over, act, NULL, c));
+    assert_int_equal(c[2], 0);
+    act[2] = true;
+    over[2] = 1.0;
+    assert_true(rt_plan_shares_timed(64, 3, speed, over, act, NULL, c));
+    assert_int_equal(c[2], 1);
+}
+
 /* A new plan only for a step shorter by more than the margin: two equal
  * workers whose 16-step speeds differ by noise keep an even cut, a real
  * difference moves it, and a plan that leaves an active worker without a
@@ -127,24 +177,24 @@ static void test_plan_worth_a_change(void **state)
     bool act[3] = {true, true, true};
     long even[2] = {32, 32}, noisy[2] = {33, 31}, skew[2] = {34, 30};
     double sp[2] = {1300.0, 1240.0}; /* 5% apart: 33 / 31 shortens the step 1.6% */
-    assert_true(fabs(rt_plan_shares_time(2, even, sp, act) - 32.0 / 1240.0) < 1e-12);
-    assert_false(rt_plan_worth(2, even, noisy, sp, act, 1, 0.05));
-    assert_false(rt_plan_worth(2, even, skew, sp, act, 1, 0.05)); /* 34 / 30 is slower */
+    assert_true(fabs(rt_plan_shares_time(2, even, sp, NULL, act) - 32.0 / 1240.0) < 1e-12);
+    assert_false(rt_plan_worth(2, even, noisy, sp, NULL, act, 1, 0.05));
+    assert_false(rt_plan_worth(2, even, skew, sp, NULL, act, 1, 0.05)); /* 34 / 30 is slower */
     double eq[2] = {1300.0, 1300.0}; /* the start's probes said 34 / 30, training says equal */
-    assert_true(rt_plan_worth(2, skew, even, eq, act, 1, 0.05)); /* 6.25% shorter */
-    assert_false(rt_plan_worth(2, skew, even, eq, act, 1, 0.07));
-    assert_false(rt_plan_worth(2, skew, even, eq, act, 4, 0.0)); /* moved 2: within slack */
+    assert_true(rt_plan_worth(2, skew, even, eq, NULL, act, 1, 0.05)); /* 6.25% shorter */
+    assert_false(rt_plan_worth(2, skew, even, eq, NULL, act, 1, 0.07));
+    assert_false(rt_plan_worth(2, skew, even, eq, NULL, act, 4, 0.0)); /* moved 2: within slack */
     double fast[2] = {2000.0, 1000.0};
     long third[2] = {43, 21};
-    assert_true(rt_plan_worth(2, even, third, fast, act, 1, 0.05)); /* 2x: 1.5x shorter */
+    assert_true(rt_plan_worth(2, even, third, fast, NULL, act, 1, 0.05)); /* 2x: 1.5x shorter */
     /* an active worker with no share, or no speed: the old plan cannot stand */
     long none[3] = {32, 32, 0}, three[3] = {22, 21, 21};
     double sp3[3] = {1000.0, 1000.0, 1000.0};
-    assert_true(isinf(rt_plan_shares_time(3, none, sp3, act)));
-    assert_true(rt_plan_worth(3, none, three, sp3, act, 1, 0.05));
+    assert_true(isinf(rt_plan_shares_time(3, none, sp3, NULL, act)));
+    assert_true(rt_plan_worth(3, none, three, sp3, NULL, act, 1, 0.05));
     act[2] = false; /* on standby: no share is right */
-    assert_false(rt_plan_worth(3, none, (long[3]){33, 31, 0}, sp3, act, 1, 0.05));
-    assert_false(rt_plan_worth(3, (long[3]){0, 0, 0}, (long[3]){0, 0, 0}, sp3, act, 1, 0.05));
+    assert_false(rt_plan_worth(3, none, (long[3]){33, 31, 0}, sp3, NULL, act, 1, 0.05));
+    assert_false(rt_plan_worth(3, (long[3]){0, 0, 0}, (long[3]){0, 0, 0}, sp3, NULL, act, 1, 0.05));
 }
 
 static void test_unmeasured_speeds_still_get_work(void **state)
@@ -477,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_shares_add_up_and_follow_speeds),
         cmocka_unit_test(test_standby_gets_nothing),
         cmocka_unit_test(test_standby_for_overhead),
+        cmocka_unit_test(test_shares_timed_with_overheads),
         cmocka_unit_test(test_plan_worth_a_change),
         cmocka_unit_test(test_unmeasured_speeds_still_get_work),
         cmocka_unit_test(test_speed_window),
