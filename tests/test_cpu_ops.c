@@ -1554,7 +1554,10 @@ static void gemm_expect(bool ta, int m, int n, int k, const float *a, int lda, c
  * and the floats after it keep their guard (the masked stores). Each
  * element of C is one FMA chain in order: a block of rows and columns
  * computed alone (cut differently) gives the same bits as inside the whole
- * product. */
+ * product. That is this kernel's: where it does not run (AVX-512, no AVX2)
+ * the BLAS does the product, which promises no such thing (OpenBLAS's
+ * AVX-512 kernels gave other bits for a block), and only the values are
+ * checked. */
 static void test_gemm_small(void **state)
 {
     (void)state;
@@ -1575,7 +1578,7 @@ static void test_gemm_small(void **state)
         gemm_expect(ta, m, n, k, a, lda, b, ldb, c, ldc);
         cpu_gemm_small(ta, m - i0, n - j0, k, ta ? a + i0 : a + (size_t)i0 * lda, lda, b + j0,
                        ldb, part + (size_t)i0 * ldc + j0, ldc);
-        for (int i = i0; i < m; i++)
+        for (int i = i0; i < m && cpu_avx2_kernels(); i++)
             assert_memory_equal(part + (size_t)i * ldc + j0, c + (size_t)i * ldc + j0,
                                 sizeof(float) * (size_t)(n - j0));
         free(a);
