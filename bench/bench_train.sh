@@ -98,6 +98,11 @@ if [ "$mode" = speed ]; then
   have_torch && deb=yes || deb=no
   echo "# training images/s, batch 64, SGD lr 0.01 momentum 0.9; best of $REPS interleaved rounds"
   echo "# $(nproc) cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # A machine may pin OpenBLAS to one core's kernels (this project's
+  # sessions have OPENBLAS_CORETYPE=Haswell on AVX-512 EPYCs): ragtag's and
+  # Debian PyTorch's GEMMs then run AVX2 kernels, PyPI PyTorch's (MKL) do not.
+  [ -z "${OPENBLAS_CORETYPE:-}" ] ||
+    echo "# NOTE: OpenBLAS held to $OPENBLAS_CORETYPE kernels (ragtag, PyTorch Debian; not PyPI's MKL); env -u OPENBLAS_CORETYPE $0 gives this CPU's own"
   [ "$deb" = yes ] && echo "# PyTorch (Debian): $(torch_version /usr/bin/python3)" ||
     echo "# PyTorch (Debian): skipped: python3-torch is not installed"
   [ -z "$why" ] && echo "# PyTorch (PyPI): $(torch_version "$TORCH_VENV/bin/python")" ||
