@@ -118,8 +118,10 @@ int rt_planner_say_plan(const struct rt_planner *p, long step, const char *why)
     for (int r = 0; r < t->world; r++)
         over |= p->overhead[r] > 0.0;
     for (int r = 0; over && r < t->world && len < (int)sizeof buf - 60; r++)
-        len += snprintf(buf + len, sizeof buf - len, "%s%.2f%s", r ? " " : ", ms a step outside computing ",
-                        1e3 * p->overhead[r], r == t->world - 1 ? " (at their quotas, x 1.2)" : "");
+        len += snprintf(buf + len, sizeof buf - len, "%s%.2f", r ? " " : ", ms a step outside computing ",
+                        1e3 * p->overhead[r]);
+    if (over && len < (int)sizeof buf - 40)
+        snprintf(buf + len, sizeof buf - len, " (at their quotas, x %g)", OVERHEAD_MARGIN);
     return rt_trainer_say(t, "ragtag: [plan] step %ld (%s): shares of batch %d by rank: %s", step,
                           why, t->c.batch, buf);
 }
