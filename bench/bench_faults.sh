@@ -26,15 +26,17 @@
 # 11) are kill -9 detected within 1 s and training going on within 3 s, a cut link
 # within the timeout + 3 s, at most one step redone, no hang.
 #
-# Environment: BUILD (the build directory, default .), EPOCHS (default 10), TIMEOUT
-# (--worker-timeout of every run, default 4), FAULT_AT (default 0.4), HARD (seconds
+# Environment: BUILD (the build directory, default .), EPOCHS (default 20: a paused
+# worker wakes 7 s after the fault and must find the run still going to join it again;
+# on a fast CPU 10 epochs of lenet had ended by then), TIMEOUT (--worker-timeout of
+# every run, default 4), FAULT_AT (default 0.4), HARD (seconds
 # before a run counts as hung, default 180), VICTIM (default 2: worker w2, rank 1),
 # LOGS (a directory to keep the stamped logs and metrics in).
 set -u
 export LC_ALL=C # EPOCHREALTIME with a decimal point
 BUILD=${BUILD:-.}
 top=$(cd "$(dirname "$0")/.." && pwd)
-EPOCHS=${EPOCHS:-10}
+EPOCHS=${EPOCHS:-20}
 TIMEOUT=${TIMEOUT:-4}
 FAULT_AT=${FAULT_AT:-0.4}
 HARD=${HARD:-180}
