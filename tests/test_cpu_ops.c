@@ -552,6 +552,90 @@ static void test_conv_thread_bits(void **state)
     }
 }
 
+/* The AVX-512 transforms (wino512.c, planes up to 32 wide) give the bits
+ * of conv.c's loops: forward, bwd-data, and the backward with the
+ * activation's gradient (bwd-filter and db through the same transforms),
+ * on shapes at and around their limits. */
+static void test_conv_wino512_bits(void **state)
+{
+    (void)state;
+    if (!cpu_wino512_fits(28, 28)) {
+        print_message("skipped: this CPU has no AVX-512 (the transforms run conv.c's loops)\n");
+        skip();
+    }
+    const struct rt_conv_shape shapes[] = {
+        conv_make(5, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1), /* resnet8's stages */
+        conv_make(5, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1),
+        conv_make(5, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),
+        conv_make(3, 32, 26, 26, 32, 3, 3, 1, 1, 0, 0), /* seedcnn conv2 */
+        conv_make(2, 8, 32, 32, 8, 3, 3, 1, 1, 0, 0),   /* w = 32, ow = 30: the limits */
+        conv_make(2, 8, 30, 31, 9, 3, 3, 1, 1, 1, 1),   /* odd w, ow = 31: loops */
+        conv_make(2, 9, 29, 27, 8, 3, 3, 1, 1, 0, 2),   /* ow = 29, odd; pad in w only */
+        conv_make(3, 8, 9, 5, 11, 3, 3, 1, 1, 2, 0),    /* odd oh, pad in h only */
+        conv_make(2, 8, 4, 4, 8, 3, 3, 1, 1, 0, 0),     /* one tile */
+        conv_make(2, 8, 5, 5, 8, 3, 3, 1, 1, 4, 3),     /* pad > kernel */
+        conv_make(1, 8, 7, 9, 8, 3, 3, 1, 1, 1, 1),     /* odd oh and ow */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const struct rt_conv_shape *s = &shapes[i];
+        const size_t xs = (size_t)s->n * s->c * s->h * s->w, wsz = (size_t)s->k * s->c * 9;
+        const size_t ys = (size_t)s->n * s->k * s->oh * s->ow;
+        float *x = frand(xs, -1, 1, 170 + i), *w = frand(wsz, -1, 1, 180 + i);
+        float *dy = frand(ys, -1, 1, 190 + i), *yr = frand(ys, -1, 1, 200 + i);
+        for (size_t j = 0; j < ys; j += 7) /* zeros of both signs, as relu's give */
+            dy[j] = j % 2 ? 0.0f : -0.0f;
+        float *out[2][5];
+        size_t len[5] = {ys, xs, wsz, xs, wsz};
+        for (int on = 0; on < 2; on++) {
+            cpu_wino512_set(on);
+            rt_dev *d = open_dev(2);
+            tb X = tb_new(d, xs), W = tb_new(d, wsz), DY = tb_new(d, ys), Y = tb_new(d, ys);
+            tb YR = tb_new(d, ys), DX = tb_new(d, xs), DW = tb_new(d, wsz);
+            tb DB = tb_new(d, (size_t)s->k), G = tb_new(d, ys);
+            tb WS = tb_new(d, rt_conv2d_workspace(d, s));
+            tb_set(&X, x);
+            tb_set(&W, w);
+            tb_set(&DY, dy);
+            tb_set(&YR, yr);
+            assert_int_equal(rt_op_conv2d_fwd(d, s, X.v, W.v, Y.v, WS.v), 0);
+            assert_int_equal(rt_op_conv2d_bwd_data(d, s, DY.v, W.v, DX.v, WS.v), 0);
+            assert_int_equal(rt_op_conv2d_bwd_filter(d, s, X.v, DY.v, DW.v, WS.v), 0);
+            tb *got[5] = {&Y, &DX, &DW, NULL, NULL};
+            for (int k = 0; k < 3; k++) {
+                out[on][k] = fvec(len[k]);
+                tb_get(got[k], out[on][k]);
+            }
+            /* relu's gradient through the fused backward: dx and dw again */
+            assert_int_equal(rt_op_conv2d_bwd_act(d, s, RT_ACT_RELU, 0.0f, X.v, YR.v, DY.v, W.v,
+                                                  G.v, DX.v, DW.v, DB.v, WS.v),
+                             0);
+            out[on][3] = fvec(xs);
+            out[on][4] = fvec(wsz);
+            tb_get(&DX, out[on][3]);
+            tb_get(&DW, out[on][4]);
+            tb *all[] = {&X, &W, &DY, &Y, &YR, &DX, &DW, &DB, &G, &WS};
+            for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+                tb_free(all[j]);
+            rt_dev_close(&d);
+        }
+        cpu_wino512_set(true);
+        static const char *what[5] = {"forward", "bwd-data", "bwd-filter", "bwd-act dx",
+                                      "bwd-act dw"};
+        for (int k = 0; k < 5; k++) {
+            if (memcmp(out[0][k], out[1][k], len[k] * sizeof(float)))
+                fail_msg("conv shape %zu (%dx%d pad %d,%d): %s with the AVX-512 transforms "
+                         "differs from conv.c's loops", i, s->h, s->w, s->pad_h, s->pad_w,
+                         what[k]);
+            free(out[0][k]);
+            free(out[1][k]);
+        }
+        free(x);
+        free(w);
+        free(dy);
+        free(yr);
+    }
+}
+
 /* ---- bias ------------------------------------------------------------------------ */
 
 static void test_bias(void **state)
@@ -1823,7 +1907,7 @@ int main(void)
         cmocka_unit_test(test_act_bias_threads_same_bits),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
-        cmocka_unit_test(test_gemm_small_rows),
+        cmocka_unit_test(test_gemm_small_rows),   cmocka_unit_test(test_conv_wino512_bits),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_adam),          cmocka_unit_test(test_optim_threads),
     };

@@ -735,6 +735,7 @@ struct wino_layout {
     size_t vxs, mxs;  /* V's and M's stride from one xi to the next */
     size_t v, m;      /* 16 vxs, 16 mxs */
     size_t off_m, off_pad, off_tmp, off_g, off_idx, off_vt, slice;
+    bool w512;        /* the transforms in AVX-512 registers (wino512.c) */
 };
 
 /* The transforms' vector loops over a row of tiles run a multiple of WG_VW
@@ -807,6 +808,7 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
     l.pcs = 2 * wg_round((size_t)l.tw + 1);
     l.ldt = l.tpi * (size_t)room + WG_VW;
     l.u = 16 * wino_es(s);
+    l.w512 = cpu_wino512_fits(s->w, s->ow);
     /* a cache line more than c ldt: the 16 streams of a transform would
      * otherwise often sit a multiple of 4 KiB apart and fight for the same
      * L1 sets (seedcnn: 32 x 160 floats = 20 KiB) */
@@ -1028,7 +1030,7 @@ static void wino_dy_index(const struct rt_conv_shape *s, const struct wino_layou
                           int32_t *idx)
 {
     const size_t T = l->tpi;
-    if (l->tw > WG_TILE_MAJOR_TW)
+    if (l->tw > WG_TILE_MAJOR_TW || l->w512)
         return;
     for (int q = 0; q < 4; q++)
         for (int a = 0; a < l->th; a++)
@@ -1131,6 +1133,10 @@ CPU_CLONES
 static void wino_scatter(const struct rt_conv_shape *s, const struct wino_layout *l,
                          const float *dv, size_t xs, float *dx, float *xp, float *tmp)
 {
+    if (l->w512) {
+        cpu_wino512_scatter(s->h, s->w, s->pad_h, s->pad_w, l->th, l->tw, dv, xs, dx);
+        return;
+    }
     const size_t pc = l->pcs, n1 = (size_t)l->twv + 1, nb = wg_round((size_t)l->tw + 1);
     const int tw = l->tw, twv = l->twv;
     memset(xp, 0, l->pr * pc * sizeof(float));
@@ -1202,9 +1208,14 @@ static void wino_in_chunk(const struct rt_conv_shape *s, const struct wino_layou
     const size_t T = l->ldt, xsz = (size_t)s->h * s->w;
     for (int i = i0; i < i1; i++)
         for (int c = 0; c < s->c; c++) {
-            wino_pad(s, l, x + ((size_t)i * s->c + c) * xsz, sl + l->off_pad);
-            wino_in(l, sl + l->off_pad, V + (size_t)c * T + (size_t)(i - i0) * l->tpi,
-                    l->vxs);
+            const float *xc = x + ((size_t)i * s->c + c) * xsz;
+            float *v = V + (size_t)c * T + (size_t)(i - i0) * l->tpi;
+            if (l->w512) {
+                cpu_wino512_in(s->h, s->w, s->pad_h, s->pad_w, l->th, l->tw, xc, v, l->vxs);
+                continue;
+            }
+            wino_pad(s, l, xc, sl + l->off_pad);
+            wino_in(l, sl + l->off_pad, v, l->vxs);
         }
 }
 
@@ -1212,7 +1223,9 @@ static void wino_in_chunk(const struct rt_conv_shape *s, const struct wino_layou
 static void wino_dy(const struct rt_conv_shape *s, const struct wino_layout *l,
                     const int32_t *idx, const float *dy, float *dm, size_t xs, float *tmp)
 {
-    if (l->tw <= WG_TILE_MAJOR_TW)
+    if (l->w512)
+        cpu_wino512_dy(s->oh, s->ow, l->th, l->tw, dy, dm, xs);
+    else if (l->tw <= WG_TILE_MAJOR_TW)
         wino_dy_tiles(l, idx, dy, dm, xs, tmp);
     else
         wino_dy_rows(s, l, dy, dm, xs, tmp);
@@ -1260,7 +1273,10 @@ static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_lay
                              sl + l->off_pad, sl + l->off_tmp);
             else {
                 float *yp = out + ((size_t)i * K + p) * ysz;
-                wino_out(s, l, tiles, dst_xs, yp, sl + l->off_tmp);
+                if (l->w512)
+                    cpu_wino512_out(s->oh, s->ow, l->th, l->tw, tiles, dst_xs, yp);
+                else
+                    wino_out(s, l, tiles, dst_xs, yp, sl + l->off_tmp);
                 epi_plane(e, p, yp, yp, ysz);
             }
         }

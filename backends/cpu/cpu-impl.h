@@ -96,6 +96,19 @@ void cpu_gemm_small_acc(bool ta, int m, int n, int k, const float *a, int lda, c
 bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const float *b,
                          const int32_t *at, float *c, int ldc);
 
+/* The Winograd transforms of one plane in AVX-512 registers (wino512.c),
+ * for planes of w <= 32 input and ow <= 30 output columns on a CPU with
+ * AVX-512 (cpu_wino512_fits); the same bits as conv.c's loops.
+ * cpu_wino512_set(false) turns them off, for tests and benches. */
+bool cpu_wino512_fits(int w, int ow);
+void cpu_wino512_set(bool on);
+void cpu_wino512_in(int h, int w, int ph, int pw, int th, int tw, const float *x, float *v,
+                    size_t xs);
+void cpu_wino512_out(int oh, int ow, int th, int tw, const float *m, size_t xs, float *y);
+void cpu_wino512_dy(int oh, int ow, int th, int tw, const float *dy, float *dm, size_t xs);
+void cpu_wino512_scatter(int h, int w, int ph, int pw, int th, int tw, const float *dv,
+                         size_t xs, float *dx);
+
 /* Whether the hand-written AVX2 kernels run here: AVX2 and FMA, not
  * AVX-512 (there the BLAS's kernels are twice as wide; not measured). */
 bool cpu_avx2_kernels(void);
