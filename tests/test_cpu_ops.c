@@ -573,6 +573,8 @@ static void test_conv_wino512_bits(void **state)
         conv_make(2, 9, 29, 27, 8, 3, 3, 1, 1, 0, 2),   /* ow = 29, odd; pad in w only */
         conv_make(3, 8, 9, 5, 11, 3, 3, 1, 1, 2, 0),    /* odd oh, pad in h only */
         conv_make(2, 8, 4, 4, 8, 3, 3, 1, 1, 0, 0),     /* one tile */
+        conv_make(2, 8, 8, 8, 9, 3, 3, 1, 1, 1, 1),     /* whole plane a vector: 64, 16 tiles */
+        conv_make(2, 8, 9, 5, 8, 3, 3, 1, 1, 2, 0),     /* the same, 12 tiles, padded rows */
         conv_make(2, 8, 5, 5, 8, 3, 3, 1, 1, 4, 3),     /* pad > kernel */
         conv_make(1, 8, 7, 9, 8, 3, 3, 1, 1, 1, 1),     /* odd oh and ow */
     };

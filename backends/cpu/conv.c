@@ -736,6 +736,7 @@ struct wino_layout {
     size_t v, m;      /* 16 vxs, 16 mxs */
     size_t off_m, off_pad, off_tmp, off_g, off_idx, off_vt, slice;
     bool w512;        /* the transforms in AVX-512 registers (wino512.c) */
+    struct cpu_wino512_plane p512;
 };
 
 /* The transforms' vector loops over a row of tiles run a multiple of WG_VW
@@ -809,6 +810,12 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
     l.ldt = l.tpi * (size_t)room + WG_VW;
     l.u = 16 * wino_es(s);
     l.w512 = cpu_wino512_fits(s->w, s->ow);
+    if (l.w512) {
+        l.p512 = (struct cpu_wino512_plane){.h = s->h, .w = s->w, .ph = s->pad_h,
+                                            .pw = s->pad_w, .oh = s->oh, .ow = s->ow,
+                                            .th = l.th, .tw = l.tw};
+        cpu_wino512_plan(&l.p512);
+    }
     /* a cache line more than c ldt: the 16 streams of a transform would
      * otherwise often sit a multiple of 4 KiB apart and fight for the same
      * L1 sets (seedcnn: 32 x 160 floats = 20 KiB) */
@@ -1134,7 +1141,7 @@ static void wino_scatter(const struct rt_conv_shape *s, const struct wino_layout
                          const float *dv, size_t xs, float *dx, float *xp, float *tmp)
 {
     if (l->w512) {
-        cpu_wino512_scatter(s->h, s->w, s->pad_h, s->pad_w, l->th, l->tw, dv, xs, dx);
+        cpu_wino512_scatter(&l->p512, dv, xs, dx);
         return;
     }
     const size_t pc = l->pcs, n1 = (size_t)l->twv + 1, nb = wg_round((size_t)l->tw + 1);
@@ -1206,16 +1213,15 @@ static void wino_in_chunk(const struct rt_conv_shape *s, const struct wino_layou
                           const float *x, int i0, int i1, float *V, float *sl)
 {
     const size_t T = l->ldt, xsz = (size_t)s->h * s->w;
+    if (l->w512) {
+        cpu_wino512_in(&l->p512, i1 - i0, s->c, x + (size_t)i0 * s->c * xsz, V, T, l->vxs);
+        return;
+    }
     for (int i = i0; i < i1; i++)
         for (int c = 0; c < s->c; c++) {
-            const float *xc = x + ((size_t)i * s->c + c) * xsz;
-            float *v = V + (size_t)c * T + (size_t)(i - i0) * l->tpi;
-            if (l->w512) {
-                cpu_wino512_in(s->h, s->w, s->pad_h, s->pad_w, l->th, l->tw, xc, v, l->vxs);
-                continue;
-            }
-            wino_pad(s, l, xc, sl + l->off_pad);
-            wino_in(l, sl + l->off_pad, v, l->vxs);
+            wino_pad(s, l, x + ((size_t)i * s->c + c) * xsz, sl + l->off_pad);
+            wino_in(l, sl + l->off_pad, V + (size_t)c * T + (size_t)(i - i0) * l->tpi,
+                    l->vxs);
         }
 }
 
@@ -1224,7 +1230,7 @@ static void wino_dy(const struct rt_conv_shape *s, const struct wino_layout *l,
                     const int32_t *idx, const float *dy, float *dm, size_t xs, float *tmp)
 {
     if (l->w512)
-        cpu_wino512_dy(s->oh, s->ow, l->th, l->tw, dy, dm, xs);
+        cpu_wino512_dy(&l->p512, dy, dm, xs);
     else if (l->tw <= WG_TILE_MAJOR_TW)
         wino_dy_tiles(l, idx, dy, dm, xs, tmp);
     else
@@ -1265,6 +1271,10 @@ static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_lay
     for (int e = 0; e < 16; e++)
         cpu_gemm_small(false, rows, T, inner, U + (size_t)e * wino_es(s), inner, src + e * src_xs,
                        ld, dst + e * dst_xs, ld);
+    if (!bwd && l->w512) {
+        cpu_wino512_out(&l->p512, i1 - i0, K, dst, (size_t)ld, dst_xs,
+                        out + (size_t)i0 * K * ysz);
+    }
     for (int i = i0; i < i1; i++)
         for (int p = 0; p < rows; p++) {
             const float *tiles = dst + (size_t)p * ld + (size_t)(i - i0) * l->tpi;
@@ -1273,9 +1283,7 @@ static void wino_data_chunk(const struct rt_conv_shape *s, const struct wino_lay
                              sl + l->off_pad, sl + l->off_tmp);
             else {
                 float *yp = out + ((size_t)i * K + p) * ysz;
-                if (l->w512)
-                    cpu_wino512_out(s->oh, s->ow, l->th, l->tw, tiles, dst_xs, yp);
-                else
+                if (!l->w512)
                     wino_out(s, l, tiles, dst_xs, yp, sl + l->off_tmp);
                 epi_plane(e, p, yp, yp, ysz);
             }

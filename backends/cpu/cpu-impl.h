@@ -99,15 +99,29 @@ bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const flo
 /* The Winograd transforms of one plane in AVX-512 registers (wino512.c),
  * for planes of w <= 32 input and ow <= 30 output columns on a CPU with
  * AVX-512 (cpu_wino512_fits); the same bits as conv.c's loops.
- * cpu_wino512_set(false) turns them off, for tests and benches. */
+ * cpu_wino512_set(false) turns them off, for tests and benches.
+ * A plane: h x w in, padded by ph, pw; oh x ow out; th x tw tiles; its
+ * lane tables (cpu_wino512_plan, once per shape) where it is small (at
+ * most 64 floats and 16 tiles: a transform is one vector). in and out run
+ * over ni images of nc (nk) planes each, contiguous on the image side; on
+ * the tiles' side plane c of image i starts at c ld + i th tw, and the 16
+ * transformed values of a tile are xs apart; dy and scatter do one plane. */
+struct cpu_wino512_plane {
+    int h, w, ph, pw, oh, ow, th, tw;
+    bool small;
+    int32_t in_ix[16][16], out_ix[4][16], dy_ix[4][16], sc_ix[16][16];
+    uint16_t in_m[16][2], out_m[4][2], dy_m[4][2], sc_m[16][2];
+};
 bool cpu_wino512_fits(int w, int ow);
 void cpu_wino512_set(bool on);
-void cpu_wino512_in(int h, int w, int ph, int pw, int th, int tw, const float *x, float *v,
-                    size_t xs);
-void cpu_wino512_out(int oh, int ow, int th, int tw, const float *m, size_t xs, float *y);
-void cpu_wino512_dy(int oh, int ow, int th, int tw, const float *dy, float *dm, size_t xs);
-void cpu_wino512_scatter(int h, int w, int ph, int pw, int th, int tw, const float *dv,
-                         size_t xs, float *dx);
+void cpu_wino512_plan(struct cpu_wino512_plane *p);
+void cpu_wino512_in(const struct cpu_wino512_plane *p, int ni, int nc, const float *x,
+                    float *v, size_t ld, size_t xs);
+void cpu_wino512_out(const struct cpu_wino512_plane *p, int ni, int nk, const float *m,
+                     size_t ld, size_t xs, float *y);
+void cpu_wino512_dy(const struct cpu_wino512_plane *p, const float *dy, float *dm, size_t xs);
+void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv, size_t xs,
+                         float *dx);
 
 /* Whether the hand-written AVX2 kernels run here: AVX2 and FMA, not
  * AVX-512 (there the BLAS's kernels are twice as wide; not measured). */

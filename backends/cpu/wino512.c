@@ -12,9 +12,13 @@
  * (2b + j, shifted by the padding) are lane permutations of them
  * (vpermt2ps) with the padding's zeros from the mask; outputs go out
  * through masked stores, so no lane past the plane is read or written.
+ * A plane of at most 64 floats and 16 tiles (resnet8's 7 x 7, rows of 4
+ * tiles) is one vector a transform, through lane tables made once per
+ * shape (cpu_wino512_plan).
  * resnet8's conv layers, all three passes, 1 thread (bench_ops, CPU time,
  * AMD EPYC Zen 5): 16 channels 3,780 -> 2,285 us, 32: 3,130 -> 2,274, 64:
- * 3,513 -> 2,790; training 1,823-1,890 -> 2,262-2,275 img/s. The small
+ * 3,513 -> 2,790 by rows, 2,400 with the plane a vector; training
+ * 1,823-1,890 -> 2,262-2,275 img/s by rows. The small
  * loops are unrolled by pragma (the build is -O2), or the rows' vectors
  * went through the stack and it was slower than conv.c's loops.
  *
@@ -24,6 +28,8 @@
 #include "config.h"
 
 #include "cpu-impl.h"
+
+#include <string.h>
 
 static bool wino512_enabled = true;
 
@@ -107,8 +113,8 @@ TGT static inline void grid_row(const struct cols *c, const float *x, int h, int
 
 /* conv.c's wino_in on wino_pad's grid: V[xi][a tw + b] = B^T d B, rows
  * first (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then columns likewise. */
-TGT void cpu_wino512_in(int h, int w, int ph, int pw, int th, int tw, const float *x, float *v,
-                        size_t xs)
+TGT static void in_rows(int h, int w, int ph, int pw, int th, int tw, const float *x, float *v,
+                       size_t xs)
 {
     struct cols c;
     cols_init(&c, w, pw, tw);
@@ -156,7 +162,7 @@ TGT static inline void interleave(__m512 even, __m512 odd, __m512 *lo, __m512 *h
 
 /* conv.c's wino_out: rows 2a and 2a + 1 of y from the 16 vectors of M's
  * row of tiles a (A^T m A). */
-TGT void cpu_wino512_out(int oh, int ow, int th, int tw, const float *m, size_t xs, float *y)
+TGT static void out_rows(int oh, int ow, int th, int tw, const float *m, size_t xs, float *y)
 {
     const __mmask16 mt = lanes_below(tw), ylo = lanes_below(ow), yhi = lanes_below(ow - 16);
     for (int a = 0; a < th; a++) {
@@ -186,6 +192,180 @@ TGT void cpu_wino512_out(int oh, int ow, int th, int tw, const float *m, size_t 
     }
 }
 
+/* Planes of at most 64 floats with at most 16 tiles (resnet8's 7 x 7,
+ * cpu_wino512_plan): the whole plane is one vector a transform, a tile a
+ * lane. A plane is 4 vectors; each value a tile reads from it (its 16
+ * inputs, its 4 dy pixels) is two permutations of them and a blend, the
+ * padding's zeros from their masks, and the values that go back into a
+ * plane (y's 4 pixels a tile, dx's sums of patches) likewise from the
+ * tiles' vectors; the lane tables come from cpu_wino512_plan. */
+#define GATHER(ix, m, a, b, c, d)                                                            \
+    _mm512_mask_mov_ps(                                                                      \
+        _mm512_maskz_permutex2var_ps((m)[0], a, _mm512_loadu_si512(ix), b), (m)[1],         \
+        _mm512_permutex2var_ps(c, _mm512_loadu_si512(ix), d))
+
+TGT static inline void load_plane(const float *x, int n, __m512 pv[4])
+{
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        pv[k] = _mm512_maskz_loadu_ps(lanes_below(n - 16 * k), x + 16 * k);
+}
+
+TGT static void in_small(const struct cpu_wino512_plane *p, const float *x, float *v, size_t xs)
+{
+    const __mmask16 mt = lanes_below(p->th * p->tw);
+    __m512 pv[4], d[16];
+    load_plane(x, p->h * p->w, pv);
+#pragma GCC unroll 16
+    for (int e = 0; e < 16; e++)
+        d[e] = GATHER(p->in_ix[e], p->in_m[e], pv[0], pv[1], pv[2], pv[3]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m512 e[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            e[j] = i == 0   ? _mm512_sub_ps(d[j], d[8 + j])
+                   : i == 1 ? _mm512_add_ps(d[4 + j], d[8 + j])
+                   : i == 2 ? _mm512_sub_ps(d[8 + j], d[4 + j])
+                            : _mm512_sub_ps(d[4 + j], d[12 + j]);
+        float *oi = v + 4 * (size_t)i * xs;
+        _mm512_mask_storeu_ps(oi, mt, _mm512_sub_ps(e[0], e[2]));
+        _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(e[1], e[2]));
+        _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(e[2], e[1]));
+        _mm512_mask_storeu_ps(oi + 3 * xs, mt, _mm512_sub_ps(e[1], e[3]));
+    }
+}
+
+TGT void cpu_wino512_in(const struct cpu_wino512_plane *p, int ni, int nc, const float *x,
+                        float *v, size_t ld, size_t xs)
+{
+    const size_t xsz = (size_t)p->h * p->w, tpi = (size_t)p->th * p->tw;
+    for (int i = 0; i < ni; i++)
+        for (int c = 0; c < nc; c++) {
+            const float *xc = x + ((size_t)i * nc + c) * xsz;
+            float *vc = v + (size_t)c * ld + (size_t)i * tpi;
+            if (p->small)
+                in_small(p, xc, vc, xs);
+            else
+                in_rows(p->h, p->w, p->ph, p->pw, p->th, p->tw, xc, vc, xs);
+        }
+}
+
+TGT static void out_small(const struct cpu_wino512_plane *p, const float *m, size_t xs, float *y)
+{
+    const __mmask16 mt = lanes_below(p->th * p->tw);
+    const int n = p->oh * p->ow;
+    __m512 v[16], s[4], Y[4];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        v[k] = _mm512_maskz_loadu_ps(mt, m + (size_t)k * xs);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        s[j] = _mm512_add_ps(_mm512_add_ps(v[j], v[4 + j]), v[8 + j]);
+    Y[0] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
+    Y[1] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        s[j] = _mm512_sub_ps(_mm512_sub_ps(v[4 + j], v[8 + j]), v[12 + j]);
+    Y[2] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
+    Y[3] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+    for (int k = 0; 16 * k < n; k++)
+        _mm512_mask_storeu_ps(y + 16 * k, lanes_below(n - 16 * k),
+                              GATHER(p->out_ix[k], p->out_m[k], Y[0], Y[1], Y[2], Y[3]));
+}
+
+TGT void cpu_wino512_out(const struct cpu_wino512_plane *p, int ni, int nk, const float *m,
+                         size_t ld, size_t xs, float *y)
+{
+    const size_t ysz = (size_t)p->oh * p->ow, tpi = (size_t)p->th * p->tw;
+    for (int i = 0; i < ni; i++)
+        for (int k = 0; k < nk; k++) {
+            const float *mk = m + (size_t)k * ld + (size_t)i * tpi;
+            float *yk = y + ((size_t)i * nk + k) * ysz;
+            if (p->small)
+                out_small(p, mk, xs, yk);
+            else
+                out_rows(p->oh, p->ow, p->th, p->tw, mk, xs, yk);
+        }
+}
+
+/* dM = A dy_tile A^T from the tiles' 4 dy pixels (dy_math's sums). */
+TGT static inline void dy_math(__m512 e0, __m512 e1, __m512 o0, __m512 o1, __mmask16 mt,
+                               float *o, size_t xs)
+{
+    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f),
+                 mone = _mm512_set1_ps(-1.0f);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512 c0 = i == 3 ? zero : one, c1 = i == 0 ? zero : i == 1 ? one : mone;
+        const __m512 r0 = _mm512_add_ps(_mm512_mul_ps(c0, e0), _mm512_mul_ps(c1, e1));
+        const __m512 r1 = _mm512_add_ps(_mm512_mul_ps(c0, o0), _mm512_mul_ps(c1, o1));
+        float *oi = o + 4 * (size_t)i * xs;
+        _mm512_mask_storeu_ps(oi, mt, r0);
+        _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(r0, r1));
+        _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(r0, r1));
+        _mm512_mask_storeu_ps(oi + 3 * xs, mt, neg(r1));
+    }
+}
+
+TGT static void dy_small(const struct cpu_wino512_plane *p, const float *dy, float *dm, size_t xs)
+{
+    __m512 pv[4], q[4];
+    load_plane(dy, p->oh * p->ow, pv);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        q[k] = GATHER(p->dy_ix[k], p->dy_m[k], pv[0], pv[1], pv[2], pv[3]);
+    dy_math(q[0], q[2], q[1], q[3], lanes_below(p->th * p->tw), dm, xs);
+}
+
+/* The 16 values of the patches B dV B^T, P[4 r + j] (patch row r, column
+ * j), of a row of tiles or of a small plane's tiles. */
+TGT static inline void patches(const float *dv, size_t xs, __mmask16 mt, __m512 P[16])
+{
+    __m512 x[16], z[4][4];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        x[k] = _mm512_maskz_loadu_ps(mt, dv + (size_t)k * xs);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        z[0][j] = x[j];
+        z[1][j] = _mm512_add_ps(_mm512_sub_ps(x[4 + j], x[8 + j]), x[12 + j]);
+        z[2][j] = _mm512_sub_ps(_mm512_add_ps(x[4 + j], x[8 + j]), x[j]);
+        z[3][j] = neg(x[12 + j]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        P[4 * r] = z[r][0];
+        P[4 * r + 1] = _mm512_add_ps(_mm512_sub_ps(z[r][1], z[r][2]), z[r][3]);
+        P[4 * r + 2] = _mm512_sub_ps(_mm512_add_ps(z[r][1], z[r][2]), z[r][0]);
+        P[4 * r + 3] = neg(z[r][3]);
+    }
+}
+
+/* A dx pixel at grid (g, q) sums, from the row of tiles above (patch rows
+ * g % 2 + 2) then its own (g % 2), the patch column q % 2 of the tile at
+ * q / 2 and q % 2 + 2 of the one before: ((0 + (up + up')) + (own +
+ * own')), wino_scatter's order. Term e of vector k: sc_ix[4 k + e]. */
+TGT static void scatter_small(const struct cpu_wino512_plane *p, const float *dv, size_t xs,
+                              float *dx)
+{
+    __m512 P[16];
+    patches(dv, xs, lanes_below(p->th * p->tw), P);
+    const int n = p->h * p->w;
+    for (int k = 0; 16 * k < n; k++) {
+        __m512 t[4];
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; e++) {
+            const int r0 = e < 2 ? 2 : 0, j0 = e % 2 ? 2 : 0;
+            t[e] = GATHER(p->sc_ix[4 * k + e], p->sc_m[4 * k + e], P[4 * r0 + j0],
+                          P[4 * r0 + j0 + 1], P[4 * r0 + 4 + j0], P[4 * r0 + 4 + j0 + 1]);
+        }
+        const __m512 up = _mm512_add_ps(_mm512_setzero_ps(), _mm512_add_ps(t[0], t[1]));
+        _mm512_mask_storeu_ps(dx + 16 * k, lanes_below(n - 16 * k),
+                              _mm512_add_ps(up, _mm512_add_ps(t[2], t[3])));
+    }
+}
+
 /* Row r of dy split into its even and odd columns (lane b: columns 2b and
  * 2b + 1), zeros past oh x ow. */
 TGT static inline void dy_row(const float *dy, int oh, int ow, int r, __m512 *ev, __m512 *od)
@@ -206,27 +386,18 @@ TGT static inline void dy_row(const float *dy, int oh, int ow, int r, __m512 *ev
 /* conv.c's wino_dy: dM[xi][a tw + b] = A dy_tile A^T, row i of A dy being
  * c0 g0 + c1 g1 (the same products by 0 and +-1 as wino_dy_math, so that
  * zeros keep their signs), then g0, g0 + g1, g0 - g1, -g1 along the row. */
-TGT void cpu_wino512_dy(int oh, int ow, int th, int tw, const float *dy, float *dm, size_t xs)
+TGT void cpu_wino512_dy(const struct cpu_wino512_plane *p, const float *dy, float *dm, size_t xs)
 {
-    const __mmask16 mt = lanes_below(tw);
-    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f),
-                 mone = _mm512_set1_ps(-1.0f);
-    for (int a = 0; a < th; a++) {
+    if (p->small) {
+        dy_small(p, dy, dm, xs);
+        return;
+    }
+    const __mmask16 mt = lanes_below(p->tw);
+    for (int a = 0; a < p->th; a++) {
         __m512 e0, o0, e1, o1;
-        dy_row(dy, oh, ow, 2 * a, &e0, &o0);
-        dy_row(dy, oh, ow, 2 * a + 1, &e1, &o1);
-        float *o = dm + (size_t)a * tw;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            const __m512 c0 = i == 3 ? zero : one, c1 = i == 0 ? zero : i == 1 ? one : mone;
-            const __m512 r0 = _mm512_add_ps(_mm512_mul_ps(c0, e0), _mm512_mul_ps(c1, e1));
-            const __m512 r1 = _mm512_add_ps(_mm512_mul_ps(c0, o0), _mm512_mul_ps(c1, o1));
-            float *oi = o + 4 * (size_t)i * xs;
-            _mm512_mask_storeu_ps(oi, mt, r0);
-            _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(r0, r1));
-            _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(r0, r1));
-            _mm512_mask_storeu_ps(oi + 3 * xs, mt, neg(r1));
-        }
+        dy_row(dy, p->oh, p->ow, 2 * a, &e0, &o0);
+        dy_row(dy, p->oh, p->ow, 2 * a + 1, &e1, &o1);
+        dy_math(e0, e1, o0, o1, mt, dm + (size_t)a * p->tw, xs);
     }
 }
 
@@ -257,9 +428,14 @@ TGT static inline void dx_row(const struct cols *c, int h, int w, int ph, int g,
 /* conv.c's wino_scatter: the patches B dV B^T of one plane's tiles added
  * up on the padded grid (each grid row from the row of tiles above first,
  * as there), and its inner h x w written to dx. */
-TGT void cpu_wino512_scatter(int h, int w, int ph, int pw, int th, int tw, const float *dv,
-                             size_t xs, float *dx)
+TGT void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv, size_t xs,
+                             float *dx)
 {
+    if (p->small) {
+        scatter_small(p, dv, xs, dx);
+        return;
+    }
+    const int h = p->h, w = p->w, ph = p->ph, pw = p->pw, th = p->th, tw = p->tw;
     struct cols c; /* here: idx[0], idx[1] pick columns w' + pw from 32 */
     for (int half = 0; half < 2; half++) {
         int32_t ix[16];
@@ -274,28 +450,15 @@ TGT void cpu_wino512_scatter(int h, int w, int ph, int pw, int th, int tw, const
     /* the accumulated even / odd columns of grid rows 2a and 2a + 1 */
     __m512 acc[2][2] = {{zero, zero}, {zero, zero}};
     for (int a = 0; a < th; a++) {
-        const float *p = dv + (size_t)a * tw;
-        __m512 x[16];
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++)
-            x[k] = _mm512_maskz_loadu_ps(mt, p + (size_t)k * xs);
-        __m512 z[4][4];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            z[0][j] = x[j];
-            z[1][j] = _mm512_add_ps(_mm512_sub_ps(x[4 + j], x[8 + j]), x[12 + j]);
-            z[2][j] = _mm512_sub_ps(_mm512_add_ps(x[4 + j], x[8 + j]), x[j]);
-            z[3][j] = neg(x[12 + j]);
-        }
-        __m512 next[2][2];
+        __m512 P[16], next[2][2];
+        patches(dv + (size_t)a * tw, xs, mt, P);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            const __m512 q0 = z[r][0], q1 = _mm512_add_ps(_mm512_sub_ps(z[r][1], z[r][2]), z[r][3]),
-                         q2 = _mm512_sub_ps(_mm512_add_ps(z[r][1], z[r][2]), z[r][0]),
-                         q3 = neg(z[r][3]);
             /* lane tw of columns 0 and 1 is a zero, as in wino_scatter */
-            const __m512 ev = _mm512_add_ps(_mm512_maskz_mov_ps(mt, q0), next_tile(q2)),
-                         od = _mm512_add_ps(_mm512_maskz_mov_ps(mt, q1), next_tile(q3));
+            const __m512 ev = _mm512_add_ps(_mm512_maskz_mov_ps(mt, P[4 * r]),
+                                            next_tile(P[4 * r + 2])),
+                         od = _mm512_add_ps(_mm512_maskz_mov_ps(mt, P[4 * r + 1]),
+                                            next_tile(P[4 * r + 3]));
             if (r < 2) {
                 acc[r][0] = _mm512_add_ps(acc[r][0], ev);
                 acc[r][1] = _mm512_add_ps(acc[r][1], od);
@@ -319,14 +482,86 @@ TGT void cpu_wino512_scatter(int h, int w, int ph, int pw, int th, int tw, const
 #else /* no AVX-512 build: conv.c's loops */
 
 bool cpu_wino512_fits(int w, int ow) { return false; }
-void cpu_wino512_in(int h, int w, int ph, int pw, int th, int tw, const float *x, float *v,
-                    size_t xs)
+void cpu_wino512_in(const struct cpu_wino512_plane *p, int ni, int nc, const float *x,
+                    float *v, size_t ld, size_t xs)
 {
 }
-void cpu_wino512_out(int oh, int ow, int th, int tw, const float *m, size_t xs, float *y) {}
-void cpu_wino512_dy(int oh, int ow, int th, int tw, const float *dy, float *dm, size_t xs) {}
-void cpu_wino512_scatter(int h, int w, int ph, int pw, int th, int tw, const float *dv,
-                         size_t xs, float *dx)
+void cpu_wino512_out(const struct cpu_wino512_plane *p, int ni, int nk, const float *m,
+                     size_t ld, size_t xs, float *y)
+{
+}
+void cpu_wino512_dy(const struct cpu_wino512_plane *p, const float *dy, float *dm, size_t xs) {}
+void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv, size_t xs,
+                         float *dx)
 {
 }
 #endif
+
+/* Lane l of a small plane's gather: which of 4 sources (two pairs) and
+ * which lane of its pair (0-31), or none (a zero). */
+static void put(int32_t *ix, uint16_t *m, int l, int pair, int lane)
+{
+    ix[l] = lane & 31;
+    m[pair] |= (uint16_t)(1u << l);
+}
+
+static void plan_in(struct cpu_wino512_plane *p)
+{
+    for (int e = 0; e < 16; e++)
+        for (int l = 0; l < p->th * p->tw; l++) {
+            const int g = 2 * (l / p->tw) + e / 4 - p->ph, q = 2 * (l % p->tw) + e % 4 - p->pw;
+            if (g >= 0 && g < p->h && q >= 0 && q < p->w)
+                put(p->in_ix[e], p->in_m[e], l, g * p->w + q >= 32, g * p->w + q);
+        }
+}
+
+static void plan_out_dy(struct cpu_wino512_plane *p)
+{
+    /* y: pixel (2a + u, 2b + v) from source 2u + v, lane a tw + b */
+    for (int k = 0; 16 * k < p->oh * p->ow; k++)
+        for (int l = 0; l < 16 && 16 * k + l < p->oh * p->ow; l++) {
+            const int row = (16 * k + l) / p->ow, col = (16 * k + l) % p->ow;
+            put(p->out_ix[k], p->out_m[k], l, row % 2, 16 * (col % 2) + (row / 2) * p->tw + col / 2);
+        }
+    /* dy: tile lane l's pixel (u, v) of its block, q = 2u + v */
+    for (int q = 0; q < 4; q++)
+        for (int l = 0; l < p->th * p->tw; l++) {
+            const int row = 2 * (l / p->tw) + q / 2, col = 2 * (l % p->tw) + q % 2;
+            if (row < p->oh && col < p->ow)
+                put(p->dy_ix[q], p->dy_m[q], l, row * p->ow + col >= 32, row * p->ow + col);
+        }
+}
+
+/* dx pixel (g, q) on the grid, term e: from the row of tiles above (e < 2)
+ * or its own, the tile at q / 2 (e even) or the one before; sources P[r0
+ * + g % 2][j0 + q % 2]: pair g % 2, lane 16 (q % 2) + tile. */
+static void plan_scatter(struct cpu_wino512_plane *p)
+{
+    for (int k = 0; 16 * k < p->h * p->w; k++)
+        for (int e = 0; e < 4; e++)
+            for (int l = 0; l < 16 && 16 * k + l < p->h * p->w; l++) {
+                const int g = (16 * k + l) / p->w + p->ph, q = (16 * k + l) % p->w + p->pw;
+                const int a = g / 2 - (e < 2), b = q / 2 - (e % 2);
+                if (a >= 0 && a < p->th && b >= 0 && b < p->tw)
+                    put(p->sc_ix[4 * k + e], p->sc_m[4 * k + e], l, g % 2,
+                        16 * (q % 2) + a * p->tw + b);
+            }
+}
+
+void cpu_wino512_plan(struct cpu_wino512_plane *p)
+{
+    p->small = p->h * p->w <= 64 && p->oh * p->ow <= 64 && p->th * p->tw <= 16;
+    memset(p->in_ix, 0, sizeof p->in_ix);
+    memset(p->in_m, 0, sizeof p->in_m);
+    memset(p->out_ix, 0, sizeof p->out_ix);
+    memset(p->out_m, 0, sizeof p->out_m);
+    memset(p->dy_ix, 0, sizeof p->dy_ix);
+    memset(p->dy_m, 0, sizeof p->dy_m);
+    memset(p->sc_ix, 0, sizeof p->sc_ix);
+    memset(p->sc_m, 0, sizeof p->sc_m);
+    if (!p->small)
+        return;
+    plan_in(p);
+    plan_out_dy(p);
+    plan_scatter(p);
+}
