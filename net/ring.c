@@ -74,6 +74,18 @@
 #define SPIN_SHM_MAX 20000
 #define SPIN_TCP_MIN 5
 #define SPIN_TCP_MAX 400
+/* A raw TCP wait that ended within this long also doubles the spin: a
+ * quiet neighbour's 4 KiB chunk comes 10-20 us after the least spin (5
+ * turns) ran out, more than twice that spin's time, and the sleep's
+ * wake-up then made the wait 40-60 us, 8 times the spin: the spin halved
+ * back and a 2-process 4 KiB allreduce stayed at 57 us (p50) in two runs
+ * of five, where a spin that catches the chunk takes 17 us. Spinning
+ * until a chunk that a sleep would not have caught any sooner costs no
+ * time. Only in rings of no more ranks than this process has cores
+ * (tcp_wake): bench_allreduce's 4 ranks on 2 cores (raw TCP, each its own
+ * "host") had waits that short too, and their longer spins held the cores
+ * the neighbours needed: 600-700 us against 150-170. */
+#define SPIN_TCP_WAKE 60e-6
 #define IDLE_EVERY 0.05
 
 struct rt_ring {
@@ -116,6 +128,7 @@ struct rt_ring {
     long preempted;          /* the comm thread's involuntary context switches so far */
     double busy;             /* moving average of "preempted during a collective" */
     bool quota;              /* under a CPU quota below its cores: no long spins */
+    bool tcp_wake;           /* world <= this process's cores: SPIN_TCP_WAKE may apply */
     char left_key[RT_KEY_LEN + 1]; /* CURVE: the only key chunks may come from ("": plain) */
 };
 
@@ -237,6 +250,8 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
     }
     r->tag = RING_TAG;
     r->quota = under_quota();
+    cpu_set_t cpus;
+    r->tcp_wake = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && ms->n <= CPU_COUNT(&cpus);
     snprintf(r->run, sizeof r->run, "%s", c->run);
     r->gen = ms->gen;
     r->rank = c->rank;
@@ -983,9 +998,14 @@ static int run_plan(rt_ring *r, struct plan *p)
                 progress = true;
         }
         if (progress) {
-            if (adapt && spins > 0)
-                r->spin = spin_max = spin_next(spin_max, lo, hi, spins < spin_max,
-                                               rt_now() - stall_at, spun);
+            if (adapt && spins > 0) {
+                /* raw TCP: a chunk that came within a wake-up's time grows
+                 * the spin too (see SPIN_TCP_WAKE) */
+                double waited = rt_now() - stall_at;
+                bool soon = r->tcp_wake && r->rx && !r->left_shm && waited <= SPIN_TCP_WAKE;
+                r->spin = spin_max =
+                    spin_next(spin_max, lo, hi, spins < spin_max || soon, waited, spun);
+            }
             spins = 0;
             continue;
         }
