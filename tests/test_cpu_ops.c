@@ -565,8 +565,8 @@ static void test_conv_wino512_bits(void **state)
     }
     const struct rt_conv_shape shapes[] = {
         conv_make(5, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1), /* resnet8's stages */
-        conv_make(5, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1),
-        conv_make(5, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),
+        conv_make(5, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1), /* (rows of tiles in pairs) */
+        conv_make(5, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),   /* (the plane a vector) */
         conv_make(3, 32, 26, 26, 32, 3, 3, 1, 1, 0, 0), /* seedcnn conv2 */
         conv_make(2, 8, 32, 32, 8, 3, 3, 1, 1, 0, 0),   /* w = 32, ow = 30: the limits */
         conv_make(2, 8, 30, 31, 9, 3, 3, 1, 1, 1, 1),   /* odd w, ow = 31: loops */
@@ -575,6 +575,8 @@ static void test_conv_wino512_bits(void **state)
         conv_make(2, 8, 4, 4, 8, 3, 3, 1, 1, 0, 0),     /* one tile */
         conv_make(2, 8, 8, 8, 9, 3, 3, 1, 1, 1, 1),     /* whole plane a vector: 64, 16 tiles */
         conv_make(2, 8, 9, 5, 8, 3, 3, 1, 1, 2, 0),     /* the same, 12 tiles, padded rows */
+        conv_make(2, 8, 16, 16, 8, 3, 3, 1, 1, 1, 1),   /* rows of tiles in pairs: 16 lanes */
+        conv_make(3, 8, 13, 16, 9, 3, 3, 1, 1, 1, 0),   /* pairs, odd rows of tiles, pad_h */
         conv_make(2, 8, 5, 5, 8, 3, 3, 1, 1, 4, 3),     /* pad > kernel */
         conv_make(1, 8, 7, 9, 8, 3, 3, 1, 1, 1, 1),     /* odd oh and ow */
     };

@@ -102,15 +102,18 @@ bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const flo
  * cpu_wino512_set(false) turns them off, for tests and benches.
  * A plane: h x w in, padded by ph, pw; oh x ow out; th x tw tiles; its
  * lane tables (cpu_wino512_plan, once per shape) where it is small (at
- * most 64 floats and 16 tiles: a transform is one vector). in and out run
+ * most 64 floats and 16 tiles: a transform is one vector) or its rows of
+ * tiles go in pairs (at most 16 columns and 8 tiles a row). in and out run
  * over ni images of nc (nk) planes each, contiguous on the image side; on
  * the tiles' side plane c of image i starts at c ld + i th tw, and the 16
  * transformed values of a tile are xs apart; dy and scatter do one plane. */
 struct cpu_wino512_plane {
     int h, w, ph, pw, oh, ow, th, tw;
-    bool small;
+    bool small, pairs;
     int32_t in_ix[16][16], out_ix[4][16], dy_ix[4][16], sc_ix[16][16];
     uint16_t in_m[16][2], out_m[4][2], dy_m[4][2], sc_m[16][2];
+    int32_t pk_in_ix[4][16], pk_out_ix[2][16], pk_dy_ix[2][16];
+    uint16_t pk_in_m[4][2], pk_dy_m[2][2];
 };
 bool cpu_wino512_fits(int w, int ow);
 void cpu_wino512_set(bool on);

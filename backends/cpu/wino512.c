@@ -13,11 +13,13 @@
  * (vpermt2ps) with the padding's zeros from the mask; outputs go out
  * through masked stores, so no lane past the plane is read or written.
  * A plane of at most 64 floats and 16 tiles (resnet8's 7 x 7, rows of 4
- * tiles) is one vector a transform, through lane tables made once per
- * shape (cpu_wino512_plan).
+ * tiles) is one vector a transform, and one of at most 16 columns and 8
+ * tiles a row (14 x 14) has two rows of tiles a vector, through lane
+ * tables made once per shape (cpu_wino512_plan).
  * resnet8's conv layers, all three passes, 1 thread (bench_ops, CPU time,
  * AMD EPYC Zen 5): 16 channels 3,780 -> 2,285 us, 32: 3,130 -> 2,274, 64:
- * 3,513 -> 2,790 by rows, 2,400 with the plane a vector; training
+ * 3,513 -> 2,790 by rows, 2,400 with the plane a vector (32: 2,075 with
+ * rows of tiles in pairs); training
  * 1,823-1,890 -> 2,262-2,275 img/s by rows. The small
  * loops are unrolled by pragma (the build is -O2), or the rows' vectors
  * went through the stack and it was slower than conv.c's loops.
@@ -236,6 +238,125 @@ TGT static void in_small(const struct cpu_wino512_plane *p, const float *x, floa
     }
 }
 
+/* dM = A dy_tile A^T from the tiles' 4 dy pixels (dy_math's sums). */
+TGT static inline void dy_math(__m512 e0, __m512 e1, __m512 o0, __m512 o1, __mmask16 mt,
+                               float *o, size_t xs)
+{
+    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f),
+                 mone = _mm512_set1_ps(-1.0f);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512 c0 = i == 3 ? zero : one, c1 = i == 0 ? zero : i == 1 ? one : mone;
+        const __m512 r0 = _mm512_add_ps(_mm512_mul_ps(c0, e0), _mm512_mul_ps(c1, e1));
+        const __m512 r1 = _mm512_add_ps(_mm512_mul_ps(c0, o0), _mm512_mul_ps(c1, o1));
+        float *oi = o + 4 * (size_t)i * xs;
+        _mm512_mask_storeu_ps(oi, mt, r0);
+        _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(r0, r1));
+        _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(r0, r1));
+        _mm512_mask_storeu_ps(oi + 3 * xs, mt, neg(r1));
+    }
+}
+
+/* Planes of at most 16 columns and 8 tiles a row (resnet8's 14 x 14):
+ * two rows of tiles a vector (lanes from tw: the second), so that a row of
+ * 7 tiles does not leave half of every transform idle. A plane row is one
+ * load; a tile value of the pair is one permutation of the rows it lies
+ * in, the lane tables from cpu_wino512_plan. */
+TGT static inline __m512 plane_row(const float *x, int h, int w, int g)
+{
+    return g >= 0 && g < h ? _mm512_maskz_loadu_ps(lanes_below(w), x + (size_t)g * w)
+                           : _mm512_setzero_ps();
+}
+
+TGT static void in_pairs(const struct cpu_wino512_plane *p, const float *x, float *v, size_t xs)
+{
+    const int tw = p->tw;
+    __m512 G[6];
+    G[0] = plane_row(x, p->h, p->w, -p->ph);
+    G[1] = plane_row(x, p->h, p->w, 1 - p->ph);
+    for (int a = 0; a < p->th; a += 2) {
+#pragma GCC unroll 4
+        for (int k = 2; k < 6; k++)
+            G[k] = plane_row(x, p->h, p->w, 2 * a + k - p->ph);
+        __m512 d[16];
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++)
+            d[e] = _mm512_maskz_permutex2var_ps(p->pk_in_m[e % 4][0], G[e / 4],
+                                                _mm512_loadu_si512(p->pk_in_ix[e % 4]),
+                                                G[e / 4 + 2]);
+        const __mmask16 mt = lanes_below(tw * (p->th - a < 2 ? 1 : 2));
+        float *o = v + (size_t)a * tw;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m512 e[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                e[j] = i == 0   ? _mm512_sub_ps(d[j], d[8 + j])
+                       : i == 1 ? _mm512_add_ps(d[4 + j], d[8 + j])
+                       : i == 2 ? _mm512_sub_ps(d[8 + j], d[4 + j])
+                                : _mm512_sub_ps(d[4 + j], d[12 + j]);
+            float *oi = o + 4 * (size_t)i * xs;
+            _mm512_mask_storeu_ps(oi, mt, _mm512_sub_ps(e[0], e[2]));
+            _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(e[1], e[2]));
+            _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(e[2], e[1]));
+            _mm512_mask_storeu_ps(oi + 3 * xs, mt, _mm512_sub_ps(e[1], e[3]));
+        }
+        G[0] = G[4];
+        G[1] = G[5];
+    }
+}
+
+TGT static void out_pairs(const struct cpu_wino512_plane *p, const float *m, size_t xs, float *y)
+{
+    const int tw = p->tw, ow = p->ow;
+    const __mmask16 yw = lanes_below(ow);
+    for (int a = 0; a < p->th; a += 2) {
+        const int rows = p->th - a < 2 ? 1 : 2;
+        const __mmask16 mt = lanes_below(tw * rows);
+        const float *pm = m + (size_t)a * tw;
+        __m512 v[16], s[4], Y[4];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++)
+            v[k] = _mm512_maskz_loadu_ps(mt, pm + (size_t)k * xs);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            s[j] = _mm512_add_ps(_mm512_add_ps(v[j], v[4 + j]), v[8 + j]);
+        Y[0] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
+        Y[1] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            s[j] = _mm512_sub_ps(_mm512_sub_ps(v[4 + j], v[8 + j]), v[12 + j]);
+        Y[2] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
+        Y[3] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+        /* y row 2 (a + t) + u: lane j from Y[2 u + j % 2], lane t tw + j / 2 */
+        for (int t = 0; t < rows; t++)
+            for (int u = 0; u < 2 && 2 * (a + t) + u < p->oh; u++)
+                _mm512_mask_storeu_ps(y + (size_t)(2 * (a + t) + u) * ow, yw,
+                                      _mm512_permutex2var_ps(Y[2 * u],
+                                                             _mm512_loadu_si512(p->pk_out_ix[t]),
+                                                             Y[2 * u + 1]));
+    }
+}
+
+TGT static void dy_pairs(const struct cpu_wino512_plane *p, const float *dy, float *dm, size_t xs)
+{
+    const int tw = p->tw;
+    const __m512i ie = _mm512_loadu_si512(p->pk_dy_ix[0]), io = _mm512_loadu_si512(p->pk_dy_ix[1]);
+    for (int a = 0; a < p->th; a += 2) {
+        __m512 R[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            R[k] = plane_row(dy, p->oh, p->ow, 2 * a + k);
+        /* rows 2a (+1) of the first row of tiles, 2a + 2 (+3) of the second */
+        const __m512 e0 = _mm512_maskz_permutex2var_ps(p->pk_dy_m[0][0], R[0], ie, R[2]),
+                     o0 = _mm512_maskz_permutex2var_ps(p->pk_dy_m[1][0], R[0], io, R[2]),
+                     e1 = _mm512_maskz_permutex2var_ps(p->pk_dy_m[0][0], R[1], ie, R[3]),
+                     o1 = _mm512_maskz_permutex2var_ps(p->pk_dy_m[1][0], R[1], io, R[3]);
+        dy_math(e0, e1, o0, o1, lanes_below(tw * (p->th - a < 2 ? 1 : 2)),
+                dm + (size_t)a * tw, xs);
+    }
+}
+
 TGT void cpu_wino512_in(const struct cpu_wino512_plane *p, int ni, int nc, const float *x,
                         float *v, size_t ld, size_t xs)
 {
@@ -246,6 +367,8 @@ TGT void cpu_wino512_in(const struct cpu_wino512_plane *p, int ni, int nc, const
             float *vc = v + (size_t)c * ld + (size_t)i * tpi;
             if (p->small)
                 in_small(p, xc, vc, xs);
+            else if (p->pairs)
+                in_pairs(p, xc, vc, xs);
             else
                 in_rows(p->h, p->w, p->ph, p->pw, p->th, p->tw, xc, vc, xs);
         }
@@ -284,28 +407,11 @@ TGT void cpu_wino512_out(const struct cpu_wino512_plane *p, int ni, int nk, cons
             float *yk = y + ((size_t)i * nk + k) * ysz;
             if (p->small)
                 out_small(p, mk, xs, yk);
+            else if (p->pairs)
+                out_pairs(p, mk, xs, yk);
             else
                 out_rows(p->oh, p->ow, p->th, p->tw, mk, xs, yk);
         }
-}
-
-/* dM = A dy_tile A^T from the tiles' 4 dy pixels (dy_math's sums). */
-TGT static inline void dy_math(__m512 e0, __m512 e1, __m512 o0, __m512 o1, __mmask16 mt,
-                               float *o, size_t xs)
-{
-    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f),
-                 mone = _mm512_set1_ps(-1.0f);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        const __m512 c0 = i == 3 ? zero : one, c1 = i == 0 ? zero : i == 1 ? one : mone;
-        const __m512 r0 = _mm512_add_ps(_mm512_mul_ps(c0, e0), _mm512_mul_ps(c1, e1));
-        const __m512 r1 = _mm512_add_ps(_mm512_mul_ps(c0, o0), _mm512_mul_ps(c1, o1));
-        float *oi = o + 4 * (size_t)i * xs;
-        _mm512_mask_storeu_ps(oi, mt, r0);
-        _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(r0, r1));
-        _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(r0, r1));
-        _mm512_mask_storeu_ps(oi + 3 * xs, mt, neg(r1));
-    }
 }
 
 TGT static void dy_small(const struct cpu_wino512_plane *p, const float *dy, float *dm, size_t xs)
@@ -390,6 +496,10 @@ TGT void cpu_wino512_dy(const struct cpu_wino512_plane *p, const float *dy, floa
 {
     if (p->small) {
         dy_small(p, dy, dm, xs);
+        return;
+    }
+    if (p->pairs) {
+        dy_pairs(p, dy, dm, xs);
         return;
     }
     const __mmask16 mt = lanes_below(p->tw);
@@ -548,9 +658,31 @@ static void plan_scatter(struct cpu_wino512_plane *p)
             }
 }
 
+/* Two rows of tiles a vector: lane l is tile (l / tw, l % tw) of the pair;
+ * its values come from the first row given (l < tw) or the second. */
+static void plan_pairs(struct cpu_wino512_plane *p)
+{
+    const int tw = p->tw;
+    for (int l = 0; l < 2 * tw; l++) {
+        const int t = l / tw, b = l % tw;
+        for (int c = 0; c < 4; c++) {
+            const int q = 2 * b + c - p->pw;
+            if (q >= 0 && q < p->w)
+                put(p->pk_in_ix[c], p->pk_in_m[c], l, 0, 16 * t + q);
+        }
+        for (int v = 0; v < 2; v++)
+            if (2 * b + v < p->ow)
+                put(p->pk_dy_ix[v], p->pk_dy_m[v], l, 0, 16 * t + 2 * b + v);
+    }
+    for (int t = 0; t < 2; t++)
+        for (int j = 0; j < 16; j++)
+            p->pk_out_ix[t][j] = 16 * (j % 2) + ((t * tw + j / 2) & 15);
+}
+
 void cpu_wino512_plan(struct cpu_wino512_plane *p)
 {
     p->small = p->h * p->w <= 64 && p->oh * p->ow <= 64 && p->th * p->tw <= 16;
+    p->pairs = !p->small && p->w <= 16 && p->ow <= 16 && 2 * p->tw <= 16;
     memset(p->in_ix, 0, sizeof p->in_ix);
     memset(p->in_m, 0, sizeof p->in_m);
     memset(p->out_ix, 0, sizeof p->out_ix);
@@ -559,6 +691,13 @@ void cpu_wino512_plan(struct cpu_wino512_plane *p)
     memset(p->dy_m, 0, sizeof p->dy_m);
     memset(p->sc_ix, 0, sizeof p->sc_ix);
     memset(p->sc_m, 0, sizeof p->sc_m);
+    memset(p->pk_in_ix, 0, sizeof p->pk_in_ix);
+    memset(p->pk_in_m, 0, sizeof p->pk_in_m);
+    memset(p->pk_out_ix, 0, sizeof p->pk_out_ix);
+    memset(p->pk_dy_ix, 0, sizeof p->pk_dy_ix);
+    memset(p->pk_dy_m, 0, sizeof p->pk_dy_m);
+    if (p->pairs)
+        plan_pairs(p);
     if (!p->small)
         return;
     plan_in(p);
