@@ -31,8 +31,6 @@
 
 #include "cpu-impl.h"
 
-#include <string.h>
-
 static bool wino512_enabled = true;
 
 void cpu_wino512_set(bool on) { wino512_enabled = on; }
@@ -113,41 +111,65 @@ TGT static inline void grid_row(const struct cols *c, const float *x, int h, int
         out[j] = _mm512_maskz_permutex2var_ps(c->m[j], lo, c->idx[j], hi);
 }
 
-/* conv.c's wino_in on wino_pad's grid: V[xi][a tw + b] = B^T d B, rows
- * first (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then columns likewise. */
+/* V = B^T d B for a vector of tiles, d[4 r + c] their input at (r, c):
+ * rows first (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then columns likewise
+ * (conv.c's wino_in); V[xi] to o + xi xs. */
+TGT static inline void in_math(const __m512 d[16], __mmask16 mt, float *o, size_t xs)
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m512 e[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            e[j] = i == 0   ? _mm512_sub_ps(d[j], d[8 + j])
+                   : i == 1 ? _mm512_add_ps(d[4 + j], d[8 + j])
+                   : i == 2 ? _mm512_sub_ps(d[8 + j], d[4 + j])
+                            : _mm512_sub_ps(d[4 + j], d[12 + j]);
+        float *oi = o + 4 * (size_t)i * xs;
+        _mm512_mask_storeu_ps(oi, mt, _mm512_sub_ps(e[0], e[2]));
+        _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(e[1], e[2]));
+        _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(e[2], e[1]));
+        _mm512_mask_storeu_ps(oi + 3 * xs, mt, _mm512_sub_ps(e[1], e[3]));
+    }
+}
+
+/* A^T m A for a vector of tiles whose M[xi] is at m + xi xs (conv.c's
+ * wino_out): Y[2 u + v] is output pixel (u, v) of each tile. */
+TGT static inline void out_math(const float *m, size_t xs, __mmask16 mt, __m512 Y[4])
+{
+    __m512 v[16], s[4];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        v[k] = _mm512_maskz_loadu_ps(mt, m + (size_t)k * xs);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        s[j] = _mm512_add_ps(_mm512_add_ps(v[j], v[4 + j]), v[8 + j]);
+    Y[0] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
+    Y[1] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        s[j] = _mm512_sub_ps(_mm512_sub_ps(v[4 + j], v[8 + j]), v[12 + j]);
+    Y[2] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
+    Y[3] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+}
+
+/* conv.c's wino_in on wino_pad's grid, a row of tiles a vector. */
 TGT static void in_rows(int h, int w, int ph, int pw, int th, int tw, const float *x, float *v,
                        size_t xs)
 {
     struct cols c;
     cols_init(&c, w, pw, tw);
     const __mmask16 mt = lanes_below(tw);
-    __m512 R[4][4];
-    grid_row(&c, x, h, w, -ph, R[0]);
-    grid_row(&c, x, h, w, 1 - ph, R[1]);
+    __m512 d[16]; /* grid rows 2a .. 2a + 3, 4 columns each */
+    grid_row(&c, x, h, w, -ph, d);
+    grid_row(&c, x, h, w, 1 - ph, d + 4);
     for (int a = 0; a < th; a++) {
-        grid_row(&c, x, h, w, 2 * a + 2 - ph, R[2]);
-        grid_row(&c, x, h, w, 2 * a + 3 - ph, R[3]);
-        float *o = v + (size_t)a * tw;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            __m512 e[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                e[j] = i == 0   ? _mm512_sub_ps(R[0][j], R[2][j])
-                       : i == 1 ? _mm512_add_ps(R[1][j], R[2][j])
-                       : i == 2 ? _mm512_sub_ps(R[2][j], R[1][j])
-                                : _mm512_sub_ps(R[1][j], R[3][j]);
-            float *oi = o + 4 * (size_t)i * xs;
-            _mm512_mask_storeu_ps(oi, mt, _mm512_sub_ps(e[0], e[2]));
-            _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(e[1], e[2]));
-            _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(e[2], e[1]));
-            _mm512_mask_storeu_ps(oi + 3 * xs, mt, _mm512_sub_ps(e[1], e[3]));
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            R[0][j] = R[2][j];
-            R[1][j] = R[3][j];
-        }
+        grid_row(&c, x, h, w, 2 * a + 2 - ph, d + 8);
+        grid_row(&c, x, h, w, 2 * a + 3 - ph, d + 12);
+        in_math(d, mt, v + (size_t)a * tw, xs);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            d[j] = d[8 + j];
     }
 }
 
@@ -168,29 +190,14 @@ TGT static void out_rows(int oh, int ow, int th, int tw, const float *m, size_t 
 {
     const __mmask16 mt = lanes_below(tw), ylo = lanes_below(ow), yhi = lanes_below(ow - 16);
     for (int a = 0; a < th; a++) {
-        const float *p = m + (size_t)a * tw;
-        __m512 v[16];
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++)
-            v[k] = _mm512_maskz_loadu_ps(mt, p + (size_t)k * xs);
-        __m512 s[4], lo, hi;
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            s[j] = _mm512_add_ps(_mm512_add_ps(v[j], v[4 + j]), v[8 + j]);
-        interleave(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]),
-                   _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]), &lo, &hi);
-        float *y0 = y + 2 * (size_t)a * ow;
-        _mm512_mask_storeu_ps(y0, ylo, lo);
-        _mm512_mask_storeu_ps(y0 + 16, yhi, hi);
-        if (2 * a + 1 >= oh)
-            continue;
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            s[j] = _mm512_sub_ps(_mm512_sub_ps(v[4 + j], v[8 + j]), v[12 + j]);
-        interleave(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]),
-                   _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]), &lo, &hi);
-        _mm512_mask_storeu_ps(y0 + ow, ylo, lo);
-        _mm512_mask_storeu_ps(y0 + ow + 16, yhi, hi);
+        __m512 Y[4], lo, hi;
+        out_math(m + (size_t)a * tw, xs, mt, Y);
+        for (int u = 0; u < 2 && 2 * a + u < oh; u++) {
+            float *yr = y + (2 * (size_t)a + u) * ow;
+            interleave(Y[2 * u], Y[2 * u + 1], &lo, &hi);
+            _mm512_mask_storeu_ps(yr, ylo, lo);
+            _mm512_mask_storeu_ps(yr + 16, yhi, hi);
+        }
     }
 }
 
@@ -221,21 +228,7 @@ TGT static void in_small(const struct cpu_wino512_plane *p, const float *x, floa
 #pragma GCC unroll 16
     for (int e = 0; e < 16; e++)
         d[e] = GATHER(p->in_ix[e], p->in_m[e], pv[0], pv[1], pv[2], pv[3]);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        __m512 e[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            e[j] = i == 0   ? _mm512_sub_ps(d[j], d[8 + j])
-                   : i == 1 ? _mm512_add_ps(d[4 + j], d[8 + j])
-                   : i == 2 ? _mm512_sub_ps(d[8 + j], d[4 + j])
-                            : _mm512_sub_ps(d[4 + j], d[12 + j]);
-        float *oi = v + 4 * (size_t)i * xs;
-        _mm512_mask_storeu_ps(oi, mt, _mm512_sub_ps(e[0], e[2]));
-        _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(e[1], e[2]));
-        _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(e[2], e[1]));
-        _mm512_mask_storeu_ps(oi + 3 * xs, mt, _mm512_sub_ps(e[1], e[3]));
-    }
+    in_math(d, mt, v, xs);
 }
 
 /* dM = A dy_tile A^T from the tiles' 4 dy pixels (dy_math's sums). */
@@ -285,22 +278,7 @@ TGT static void in_pairs(const struct cpu_wino512_plane *p, const float *x, floa
                                                 _mm512_loadu_si512(p->pk_in_ix[e % 4]),
                                                 G[e / 4 + 2]);
         const __mmask16 mt = lanes_below(tw * (p->th - a < 2 ? 1 : 2));
-        float *o = v + (size_t)a * tw;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            __m512 e[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                e[j] = i == 0   ? _mm512_sub_ps(d[j], d[8 + j])
-                       : i == 1 ? _mm512_add_ps(d[4 + j], d[8 + j])
-                       : i == 2 ? _mm512_sub_ps(d[8 + j], d[4 + j])
-                                : _mm512_sub_ps(d[4 + j], d[12 + j]);
-            float *oi = o + 4 * (size_t)i * xs;
-            _mm512_mask_storeu_ps(oi, mt, _mm512_sub_ps(e[0], e[2]));
-            _mm512_mask_storeu_ps(oi + xs, mt, _mm512_add_ps(e[1], e[2]));
-            _mm512_mask_storeu_ps(oi + 2 * xs, mt, _mm512_sub_ps(e[2], e[1]));
-            _mm512_mask_storeu_ps(oi + 3 * xs, mt, _mm512_sub_ps(e[1], e[3]));
-        }
+        in_math(d, mt, v + (size_t)a * tw, xs);
         G[0] = G[4];
         G[1] = G[5];
     }
@@ -313,21 +291,8 @@ TGT static void out_pairs(const struct cpu_wino512_plane *p, const float *m, siz
     for (int a = 0; a < p->th; a += 2) {
         const int rows = p->th - a < 2 ? 1 : 2;
         const __mmask16 mt = lanes_below(tw * rows);
-        const float *pm = m + (size_t)a * tw;
-        __m512 v[16], s[4], Y[4];
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++)
-            v[k] = _mm512_maskz_loadu_ps(mt, pm + (size_t)k * xs);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            s[j] = _mm512_add_ps(_mm512_add_ps(v[j], v[4 + j]), v[8 + j]);
-        Y[0] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
-        Y[1] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            s[j] = _mm512_sub_ps(_mm512_sub_ps(v[4 + j], v[8 + j]), v[12 + j]);
-        Y[2] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
-        Y[3] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+        __m512 Y[4];
+        out_math(m + (size_t)a * tw, xs, mt, Y);
         /* y row 2 (a + t) + u: lane j from Y[2 u + j % 2], lane t tw + j / 2 */
         for (int t = 0; t < rows; t++)
             for (int u = 0; u < 2 && 2 * (a + t) + u < p->oh; u++)
@@ -378,20 +343,8 @@ TGT static void out_small(const struct cpu_wino512_plane *p, const float *m, siz
 {
     const __mmask16 mt = lanes_below(p->th * p->tw);
     const int n = p->oh * p->ow;
-    __m512 v[16], s[4], Y[4];
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; k++)
-        v[k] = _mm512_maskz_loadu_ps(mt, m + (size_t)k * xs);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        s[j] = _mm512_add_ps(_mm512_add_ps(v[j], v[4 + j]), v[8 + j]);
-    Y[0] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
-    Y[1] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        s[j] = _mm512_sub_ps(_mm512_sub_ps(v[4 + j], v[8 + j]), v[12 + j]);
-    Y[2] = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
-    Y[3] = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+    __m512 Y[4];
+    out_math(m, xs, mt, Y);
     for (int k = 0; 16 * k < n; k++)
         _mm512_mask_storeu_ps(y + 16 * k, lanes_below(n - 16 * k),
                               GATHER(p->out_ix[k], p->out_m[k], Y[0], Y[1], Y[2], Y[3]));
@@ -681,21 +634,11 @@ static void plan_pairs(struct cpu_wino512_plane *p)
 
 void cpu_wino512_plan(struct cpu_wino512_plane *p)
 {
+    /* the shape kept, every table zeroed */
+    *p = (struct cpu_wino512_plane){.h = p->h, .w = p->w, .ph = p->ph, .pw = p->pw,
+                                    .oh = p->oh, .ow = p->ow, .th = p->th, .tw = p->tw};
     p->small = p->h * p->w <= 64 && p->oh * p->ow <= 64 && p->th * p->tw <= 16;
     p->pairs = !p->small && p->w <= 16 && p->ow <= 16 && 2 * p->tw <= 16;
-    memset(p->in_ix, 0, sizeof p->in_ix);
-    memset(p->in_m, 0, sizeof p->in_m);
-    memset(p->out_ix, 0, sizeof p->out_ix);
-    memset(p->out_m, 0, sizeof p->out_m);
-    memset(p->dy_ix, 0, sizeof p->dy_ix);
-    memset(p->dy_m, 0, sizeof p->dy_m);
-    memset(p->sc_ix, 0, sizeof p->sc_ix);
-    memset(p->sc_m, 0, sizeof p->sc_m);
-    memset(p->pk_in_ix, 0, sizeof p->pk_in_ix);
-    memset(p->pk_in_m, 0, sizeof p->pk_in_m);
-    memset(p->pk_out_ix, 0, sizeof p->pk_out_ix);
-    memset(p->pk_dy_ix, 0, sizeof p->pk_dy_ix);
-    memset(p->pk_dy_m, 0, sizeof p->pk_dy_m);
     if (p->pairs)
         plan_pairs(p);
     if (!p->small)
