@@ -106,6 +106,13 @@ max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
+# The one-way time of a cache line between the first two CPUs (bench/core_handoff).
+handoff() {
+  if [ -x "$BUILD/bench/core_handoff" ]; then
+    "$BUILD/bench/core_handoff" | sed -n 's/.*: \([0-9]*\) ns.*/\1/p'
+  else echo "n/a"; fi
+}
+
 # Interleaved cells, REPS runs each, medians: one process with 2 threads,
 # 2 workers with 1 thread each with the gradient reduced in buckets during
 # backward (--overlap, the default) and after it (--overlap=off). Each run
@@ -120,11 +127,13 @@ train() {
     images=19200
     [ $model = seedcnn ] && images=6400
     for cell in one on off; do for e in $(seq "$epochs"); do : > "$tmp/$cell$e"; done; done
+    : > "$tmp/handoff"
     order="one on off"
     for _ in $(seq "$REPS"); do
       # each round starts with the next cell: no cell always follows the same one
       for cell in $order; do
         rm -f "$tmp/m.jsonl"
+        if [ $cell = one ]; then handoff >> "$tmp/handoff"; fi
         case $cell in
           one) flags="--threads 2" ;;
           on) flags="--threads 1 --workers 2" ;;
@@ -140,6 +149,9 @@ train() {
       done
       order="${order#* } ${order%% *}"
     done
+    # where the VM had put the two vCPUs before each 1-process run: ~45 ns
+    # (one core complex) or ~185 ns (two), which moves that cell by a third
+    echo "# $model: cache-line handoff between the CPUs before each 1-process run (ns): $(paste -sd' ' "$tmp/handoff")"
     for e in $(seq "$epochs"); do
       # (a failed run is a 0 in its round's line: left out of every figure)
       one=$(grep -v '^0$' "$tmp/one$e" | median) on=$(grep -v '^0$' "$tmp/on$e" | median)

@@ -98,6 +98,9 @@ if [ "$mode" = speed ]; then
   have_torch && deb=yes || deb=no
   echo "# training images/s, batch 64, SGD lr 0.01 momentum 0.9; best of $REPS interleaved rounds"
   echo "# $(nproc) cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # where a VM put its vCPUs: 2-thread runs lose a third when they sit on
+  # two core complexes (bench/core_handoff.c)
+  if [ -x "$top/bench/core_handoff" ]; then echo "# before: $("$top/bench/core_handoff")"; fi
   # A machine may pin OpenBLAS to one core's kernels (this project's
   # sessions have OPENBLAS_CORETYPE=Haswell on AVX-512 EPYCs): ragtag's and
   # Debian PyTorch's GEMMs then run AVX2 kernels, PyPI PyTorch's (MKL) do not.
@@ -132,6 +135,7 @@ if [ "$mode" = speed ]; then
     rm -f "$tmp"/r? "$tmp"/p? "$tmp"/d? "$tmp"/b?
   done
   echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  if [ -x "$top/bench/core_handoff" ]; then echo "# after: $("$top/bench/core_handoff")"; fi
 elif [ "$mode" = accuracy ]; then
   echo "# 10 epochs on the full Fashion-MNIST (60k train, no validation split), 2 threads,"
   echo "# each model file's [train] recipe (lenet: adamw cosine; seedcnn: sgd lr 0.01 momentum 0.9)"
