@@ -114,6 +114,8 @@ struct cpu_wino512_plane {
     uint16_t in_m[16][2], out_m[4][2], dy_m[4][2], sc_m[16][2];
     int32_t pk_in_ix[4][16], pk_out_ix[2][16], pk_dy_ix[2][16];
     uint16_t pk_in_m[4][2], pk_dy_m[2][2];
+    int32_t row_ix[4][16], dx_ix[2][16]; /* by rows: a row's tile columns, dx's columns */
+    uint16_t row_m[4][2];
 };
 bool cpu_wino512_fits(int w, int ow);
 void cpu_wino512_set(bool on);

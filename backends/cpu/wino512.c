@@ -74,23 +74,17 @@ struct cols {
     __mmask16 m[4], lo, hi;
 };
 
-TGT static void cols_init(struct cols *c, int w, int pw, int tw)
+/* The tables of a plane transformed by rows (cpu_wino512_plan): the
+ * columns 2b + j - pw of a row, or (dx) the columns w' + pw of a grid row. */
+TGT static void cols_load(struct cols *c, const struct cpu_wino512_plane *p, bool dx)
 {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
-        int32_t ix[16];
-        unsigned m = 0;
-        for (int b = 0; b < 16; b++) {
-            const int q = 2 * b + j - pw;
-            ix[b] = q & 31;
-            if (b < tw && q >= 0 && q < w)
-                m |= 1u << b;
-        }
-        c->idx[j] = _mm512_loadu_si512(ix);
-        c->m[j] = (__mmask16)m;
+        c->idx[j] = _mm512_loadu_si512(dx ? p->dx_ix[j % 2] : p->row_ix[j]);
+        c->m[j] = dx ? 0 : p->row_m[j][0];
     }
-    c->lo = lanes_below(w);
-    c->hi = lanes_below(w - 16);
+    c->lo = lanes_below(p->w);
+    c->hi = lanes_below(p->w - 16);
 }
 
 /* Grid row g of a plane placed at (ph, pw) of a zeroed grid: its 4
@@ -154,11 +148,11 @@ TGT static inline void out_math(const float *m, size_t xs, __mmask16 mt, __m512 
 }
 
 /* conv.c's wino_in on wino_pad's grid, a row of tiles a vector. */
-TGT static void in_rows(int h, int w, int ph, int pw, int th, int tw, const float *x, float *v,
-                       size_t xs)
+TGT static void in_rows(const struct cpu_wino512_plane *p, const float *x, float *v, size_t xs)
 {
+    const int h = p->h, w = p->w, ph = p->ph, th = p->th, tw = p->tw;
     struct cols c;
-    cols_init(&c, w, pw, tw);
+    cols_load(&c, p, false);
     const __mmask16 mt = lanes_below(tw);
     __m512 d[16]; /* grid rows 2a .. 2a + 3, 4 columns each */
     grid_row(&c, x, h, w, -ph, d);
@@ -335,7 +329,7 @@ TGT void cpu_wino512_in(const struct cpu_wino512_plane *p, int ni, int nc, const
             else if (p->pairs)
                 in_pairs(p, xc, vc, xs);
             else
-                in_rows(p->h, p->w, p->ph, p->pw, p->th, p->tw, xc, vc, xs);
+                in_rows(p, xc, vc, xs);
         }
 }
 
@@ -498,16 +492,9 @@ TGT void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv,
         scatter_small(p, dv, xs, dx);
         return;
     }
-    const int h = p->h, w = p->w, ph = p->ph, pw = p->pw, th = p->th, tw = p->tw;
-    struct cols c; /* here: idx[0], idx[1] pick columns w' + pw from 32 */
-    for (int half = 0; half < 2; half++) {
-        int32_t ix[16];
-        for (int b = 0; b < 16; b++)
-            ix[b] = (16 * half + b + pw) & 31;
-        c.idx[half] = _mm512_loadu_si512(ix);
-    }
-    c.lo = lanes_below(w);
-    c.hi = lanes_below(w - 16);
+    const int h = p->h, w = p->w, ph = p->ph, th = p->th, tw = p->tw;
+    struct cols c;
+    cols_load(&c, p, true);
     const __mmask16 mt = lanes_below(tw);
     const __m512 zero = _mm512_setzero_ps();
     /* the accumulated even / odd columns of grid rows 2a and 2a + 1 */
@@ -632,6 +619,21 @@ static void plan_pairs(struct cpu_wino512_plane *p)
             p->pk_out_ix[t][j] = 16 * (j % 2) + ((t * tw + j / 2) & 15);
 }
 
+/* By rows: lane b of column vector j is column 2b + j - pw of a row; lane
+ * w' of a dx row is grid column w' + pw (of 32, even and odd interleaved). */
+static void plan_rows(struct cpu_wino512_plane *p)
+{
+    for (int j = 0; j < 4; j++)
+        for (int b = 0; b < p->tw && b < 16; b++) {
+            const int q = 2 * b + j - p->pw;
+            if (q >= 0 && q < p->w)
+                put(p->row_ix[j], p->row_m[j], b, 0, q);
+        }
+    for (int half = 0; half < 2; half++)
+        for (int l = 0; l < 16; l++)
+            p->dx_ix[half][l] = (16 * half + l + p->pw) & 31;
+}
+
 void cpu_wino512_plan(struct cpu_wino512_plane *p)
 {
     /* the shape kept, every table zeroed */
@@ -641,8 +643,10 @@ void cpu_wino512_plan(struct cpu_wino512_plane *p)
     p->pairs = !p->small && p->w <= 16 && p->ow <= 16 && 2 * p->tw <= 16;
     if (p->pairs)
         plan_pairs(p);
-    if (!p->small)
+    if (!p->small) {
+        plan_rows(p);
         return;
+    }
     plan_in(p);
     plan_out_dy(p);
     plan_scatter(p);
