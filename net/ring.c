@@ -999,10 +999,10 @@ static int run_plan(rt_ring *r, struct plan *p)
         }
         if (progress) {
             if (adapt && spins > 0) {
-                /* raw TCP: a chunk that came within a wake-up's time grows
-                 * the spin too (see SPIN_TCP_WAKE) */
+                /* raw TCP on the left (rx): a chunk that came within a
+                 * wake-up's time grows the spin too (see SPIN_TCP_WAKE) */
                 double waited = rt_now() - stall_at;
-                bool soon = r->tcp_wake && r->rx && !r->left_shm && waited <= SPIN_TCP_WAKE;
+                bool soon = r->tcp_wake && r->rx && waited <= SPIN_TCP_WAKE;
                 r->spin = spin_max =
                     spin_next(spin_max, lo, hi, spins < spin_max || soon, waited, spun);
             }
