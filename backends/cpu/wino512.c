@@ -571,7 +571,8 @@ static void plan_out_dy(struct cpu_wino512_plane *p)
     for (int k = 0; 16 * k < p->oh * p->ow; k++)
         for (int l = 0; l < 16 && 16 * k + l < p->oh * p->ow; l++) {
             const int row = (16 * k + l) / p->ow, col = (16 * k + l) % p->ow;
-            put(p->out_ix[k], p->out_m[k], l, row % 2, 16 * (col % 2) + (row / 2) * p->tw + col / 2);
+            const int tile = (row / 2) * p->tw + col / 2;
+            put(p->out_ix[k], p->out_m[k], l, row % 2, 16 * (col % 2) + tile);
         }
     /* dy: tile lane l's pixel (u, v) of its block, q = 2u + v */
     for (int q = 0; q < 4; q++)
