@@ -150,8 +150,25 @@ static bool said_done(struct coord *k, const char *name)
     return false;
 }
 
-/* Its last messages may still wait in the socket when a worker's exit is
- * seen, so the verdict waits a moment. */
+/* A member whose connection closed and who is not lost yet: its loss is
+ * still being settled (coord_check_alive). */
+static bool loss_pending(const struct coord *k)
+{
+    for (int j = 0; j < k->nw; j++)
+        if (!k->w[j].gone && !k->w[j].done && k->w[j].closed_at > 0.0)
+            return true;
+    return false;
+}
+
+/* Seconds after a local worker's exit before it is judged: its last
+ * messages may still wait in the socket ("done"), and workers killed
+ * together (the OOM killer, a kill of the process group) are seen to
+ * die up to a second or more apart on a loaded host. A replacement made
+ * at the first death would spend a restart on a run whose members are
+ * all going: the run then goes on from its checkpoint instead, with N new
+ * workers, as one restart (coord_restart.c). */
+#define LOCAL_SETTLE 2.0
+
 int coord_local_check(struct coord *k)
 {
     struct coord_local *l = &k->local;
@@ -162,12 +179,10 @@ int coord_local_check(struct coord *k)
         int st;
         char name[32];
         local_name(i, name, sizeof name);
-        if (l->answered[i] || !rt_children_exited(l->ch, i, 0.0, &st))
+        if (l->answered[i] || !rt_children_exited(l->ch, i, LOCAL_SETTLE, &st) ||
+            loss_pending(k))
             continue;
         struct coord_worker *w = find_name(k, name);
-        /* one the run already lost (its connection closed) is replaced at once */
-        if (!(w && w->gone) && !rt_children_exited(l->ch, i, 2.0, &st))
-            continue;
         l->answered[i] = true;
         if (said_done(k, name))
             continue;

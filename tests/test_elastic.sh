@@ -79,8 +79,8 @@ if [ $s8 -eq 0 ] && grep -q "lost rank [0-9] (b2, " "$tmp/c8.log" &&
 else bad "a worker lost at the start: status $s8"; grep "members\|error" "$tmp/c8.log" | tail -n 5; tail -n 3 "$tmp/b1.log"; fi
 
 # ---- local workers of train --workers 3 that die are started again ------------------------
-# one killed: a new one takes its place and joins; all killed: the run goes
-# on from its checkpoint with 3 new ones; --max-restarts 2 used up, one
+# one killed: a new one takes its place and joins; all killed (one by one,
+# within 1.4 s): the run goes on from its checkpoint with 3 new ones; --max-restarts 2 used up, one
 # more killed: the other 2 finish (throttled so that each step has time)
 "$RAGTAG" train "$model" --workers 3 --threads 1 --throttle 0.3 $run --epochs 6 --max-restarts 2 \
   --checkpoint "$tmp/ck2" --metrics "$tmp/m2.jsonl" >"$tmp/c2.log" 2>&1 & c=$!
@@ -88,7 +88,9 @@ started "$tmp/c2.log"
 kill -9 $(pgrep -P $c -f -- "--name local-1 ") # its own: another test may run a local-1
 until_there "admitted local-3 " "$tmp/c2.log"
 n=$(grep -c "^epoch [0-9]*/6:" "$tmp/c2.log")
-pkill -9 -P $c
+# all killed, each 0.7 s after the last: a loaded host sees killed workers
+# die that far apart, and the first must not spend a restart on its own
+for p in $(pgrep -P $c); do kill -9 $p; sleep 0.7; done
 until_there "restart 2 of" "$tmp/c2.log"
 i=0
 while [ $i -lt 600 ] && [ "$(grep -c "^epoch [0-9]*/6:" "$tmp/c2.log")" -le "$n" ]; do sleep 0.1; i=$((i + 1)); done
