@@ -32,6 +32,7 @@ struct column {
     char label[200];
     const char *backend;
     int device, threads;
+    const char *vector; /* RAGTAG_OPENCL_VECTOR while it opens (NULL: the device's own) */
     rt_dev *d;
 };
 
@@ -1049,7 +1050,11 @@ static struct column *current;
 static int column_setup(void **state)
 {
     struct column *col = current;
+    if (col->vector)
+        setenv("RAGTAG_OPENCL_VECTOR", col->vector, 1);
     col->d = rt_dev_open(col->backend, col->device, col->threads);
+    if (col->vector)
+        unsetenv("RAGTAG_OPENCL_VECTOR");
     if (!col->d) {
         fprintf(stderr, "%s: cannot open: %s\n", col->label, rt_error_detail());
         return -1;
@@ -1124,14 +1129,21 @@ int main(void)
             printf("SKIPPED: backend %s: %s\n", name, n < 0 ? rt_error_detail() : "no device");
             continue;
         }
-        for (int i = 0; i < n && ncols < 32; i++) {
-            struct column *c = &cols[ncols++];
-            struct rt_device_info info;
-            *c = (struct column){.backend = name, .device = i, .threads = 0};
-            if (rt_backend_device_info(name, i, &info) < 0)
-                snprintf(info.name, sizeof info.name, "?");
-            snprintf(c->label, sizeof c->label, "%s:%d (%.120s)", name, i, info.name);
-        }
+        /* opencl's direct convolutions come in vectors of 8 and of 16
+         * floats; a device runs one of them, the tests check both */
+        static const char *const vectors[] = {"8", "16"};
+        const bool ocl = !strcmp(name, "opencl");
+        for (int i = 0; i < n; i++)
+            for (int v = 0; v < (ocl ? 2 : 1) && ncols < 32; v++) {
+                struct column *c = &cols[ncols++];
+                struct rt_device_info info;
+                *c = (struct column){.backend = name, .device = i, .threads = 0,
+                                     .vector = ocl ? vectors[v] : NULL};
+                if (rt_backend_device_info(name, i, &info) < 0)
+                    snprintf(info.name, sizeof info.name, "?");
+                snprintf(c->label, sizeof c->label, "%s:%d (%.120s)%s%s%s", name, i, info.name,
+                         ocl ? ", vectors of " : "", ocl ? vectors[v] : "", ocl ? " floats" : "");
+            }
     }
     for (int i = 0; i < ncols; i++)
         failed += run_column(&cols[i]) != 0;

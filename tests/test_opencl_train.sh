@@ -2,8 +2,9 @@
 # The opencl backend trains like the cpu backend: lenet, one epoch on 10,000
 # Fashion-MNIST images, the same seed and batch order; the test accuracies
 # must agree within 1 point (over seeds 1-8 they differ by 0.56 points at
-# most, from float rounding). Skipped, saying why, when the opencl backend is
-# absent (module not built, no OpenCL ICD, no device).
+# most, from float rounding); a bad RAGTAG_OPENCL_VECTOR is refused. Skipped,
+# saying why, when the opencl backend is absent (module not built, no OpenCL
+# ICD, no device).
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -37,3 +38,11 @@ a_ocl=$(acc opencl)
 echo "test accuracy: cpu $a_cpu, opencl $a_ocl"
 awk -v a="$a_cpu" -v b="$a_ocl" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01) }' ||
   { echo "FAIL: accuracies differ by more than 1 point"; exit 1; }
+
+# a vector width the direct convolutions do not have is refused, saying so
+if RAGTAG_OPENCL_VECTOR=12 "$RAGTAG" train "$top_srcdir/examples/lenet.cfg" --data fashion-mnist \
+     --limit 64 --val 0 --epochs 1 --progress off --backend opencl >/dev/null 2>"$tmp/v.err" ||
+   ! grep -q "RAGTAG_OPENCL_VECTOR=12: give 8 or 16" "$tmp/v.err"; then
+  cat "$tmp/v.err"; echo "FAIL: RAGTAG_OPENCL_VECTOR=12 was not refused by name"; exit 1
+fi
+echo "RAGTAG_OPENCL_VECTOR=12 refused: $(tail -n 1 "$tmp/v.err")"

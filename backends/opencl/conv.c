@@ -141,7 +141,6 @@ static int gemm_run(rt_dev *d, const struct rt_conv_shape *s, int dir, rt_view i
  * (the tests run both). */
 
 #define DIRECT_V 16 /* packed planes: a multiple of 16 floats (of every kernel's vector) */
-#define DIRECT_DV 8 /* RT_DV: the direct kernel's vector */
 
 static size_t up(size_t a, size_t b) { return (a + b - 1) / b * b; }
 
@@ -257,10 +256,11 @@ static int run_wpack(rt_dev *d, int ko, int ci, int r, int s, int flip, rt_view 
 static int run_direct(rt_dev *d, int nb, int ci, int ko, int r, int s, struct pack p, int oh,
                       int ow, rt_view xp, rt_view wt, rt_view y)
 {
-    const int kt = direct_kt(ko);
-    const int nseg = (ow + DIRECT_DV - 1) / DIRECT_DV, nkb = (ko + kt - 1) / kt;
+    const int kt = direct_kt(ko), v = ocl(d)->conv_v;
+    const int nseg = (ow + v - 1) / v, nkb = (ko + kt - 1) / kt;
     size_t items = (size_t)nb * ((oh + 1) / 2) * nseg * nkb;
-    const enum ocl_kernel kern = kt == 4 ? OCL_K_conv_direct4 : OCL_K_conv_direct6;
+    const enum ocl_kernel kern = kt == 4 ? (v == 16 ? OCL_K_conv_direct4_v16 : OCL_K_conv_direct4)
+                                         : (v == 16 ? OCL_K_conv_direct6_v16 : OCL_K_conv_direct6);
     return ocl_run_n(d, kern, items, "liiiiiiiiiivvv", items, ci, ko, r, s, p.wp,
                      p.ps, oh, ow, nseg, nkb, xp, wt, y);
 }
@@ -271,15 +271,15 @@ static int run_direct(rt_dev *d, int nb, int ci, int ko, int r, int s, struct pa
  * or meet zeros of the packed dy (filter gradient). Only the batch's last
  * image, which has no next one, is packed. `reach`: how far past its
  * start the kernels may read an image's planes. */
-static bool direct_in_place(const struct rt_conv_shape *s, struct pack *xp)
+static bool direct_in_place(rt_dev *d, const struct rt_conv_shape *s, struct pack *xp)
 {
     if (s->pad_h != 0 || s->pad_w != 0 || s->n < 2)
         return false;
     const size_t img = (size_t)s->c * s->h * s->w;
-    const int nseg = (s->ow + DIRECT_DV - 1) / DIRECT_DV;
+    const int v = ocl(d)->conv_v, nseg = (s->ow + v - 1) / v;
     const size_t fwd = (size_t)(s->c - 1) * s->h * s->w +
                        ((size_t)up((size_t)s->oh, 2) + s->r - 2) * s->w +
-                       (size_t)(nseg - 1) * DIRECT_DV + s->s - 1 + DIRECT_DV;
+                       (size_t)(nseg - 1) * v + s->s - 1 + v;
     const size_t bwf = (size_t)(s->c - 1) * s->h * s->w + (size_t)dy_plane(s) +
                        (size_t)(s->r - 1) * s->w + s->s - 1;
     if (fwd > 2 * img || bwf > 2 * img)
@@ -296,7 +296,7 @@ static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_vi
     const int chunk = direct_chunk(d, s);
     const struct pack p = pack_fwd(s);
     struct pack in;
-    const bool in_place = direct_in_place(s, &in);
+    const bool in_place = direct_in_place(d, s, &in);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     rt_view wt = ws, xp = rt_view_at(ws, wpack_size(s->k, s->c, s->r, s->s));
     RT_TRY(run_wpack(d, s->k, s->c, s->r, s->s, 0, w, wt));
@@ -340,10 +340,14 @@ static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy,
 static int run_bwdf(rt_dev *d, const struct rt_conv_shape *s, int nb, int per, int groups,
                     struct pack p, int dps, rt_view xp, rt_view dyp, rt_view part)
 {
-    enum ocl_kernel kern = s->s % 5 == 0 ? OCL_K_conv_bwdf5
-                           : s->s % 3 == 0 ? OCL_K_conv_bwdf3 : OCL_K_conv_bwdf4;
-    /* channels a work-item: the kernels' KT in conv.cl */
-    const int kt = kern == OCL_K_conv_bwdf3 ? 3 : 2, nkb = (s->k + kt - 1) / kt;
+    /* window columns a work-item (SJ) by the vector width; channels a
+     * work-item: the kernels' KT in conv.cl */
+    static const enum ocl_kernel kerns[2][3] = {
+        {OCL_K_conv_bwdf5, OCL_K_conv_bwdf3, OCL_K_conv_bwdf4},
+        {OCL_K_conv_bwdf5_v16, OCL_K_conv_bwdf3_v16, OCL_K_conv_bwdf4_v16}};
+    const int sj = s->s % 5 == 0 ? 0 : s->s % 3 == 0 ? 1 : 2;
+    const enum ocl_kernel kern = kerns[ocl(d)->conv_v == 16][sj];
+    const int kt = sj == 1 ? 3 : 2, nkb = (s->k + kt - 1) / kt;
     size_t items = (size_t)nkb * s->c * s->r * groups;
     return ocl_run_n(d, kern, items, "liiiiiiiiiivvv", items, per, nb, s->c, s->k, s->r, s->s,
                      p.wp, p.ps, dps, nkb, xp, dyp, part);
@@ -355,7 +359,7 @@ static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x
     const int chunk = direct_chunk(d, s), dps = dy_plane(s);
     const struct pack p = pack_fwd(s);
     struct pack in;
-    const bool in_place = direct_in_place(s, &in);
+    const bool in_place = direct_in_place(d, s, &in);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     const size_t nw = (size_t)s->k * conv_crs(s);
     for (int i0 = 0; i0 < s->n; i0 += chunk) {

@@ -45,7 +45,8 @@
     X(softmax_xent_fwd, R) X(softmax_xent_bwd, R) X(bn_fwd_train, G) X(bn_fwd_infer, R) X(bn_bwd, G) X(im2col, R) \
     X(col2im, R) X(nkp_to_knp, R) X(knp_to_nkp, R) X(conv_pack, T) X(conv_wpack, E)         \
     X(conv_direct6, T) X(conv_direct4, T) X(conv_bwdf3, T) X(conv_bwdf5, T) X(conv_bwdf4, T)   \
-    X(conv_bwdf_sum, E)                                                                      \
+    X(conv_direct6_v16, T) X(conv_direct4_v16, T) X(conv_bwdf3_v16, T)                       \
+    X(conv_bwdf5_v16, T) X(conv_bwdf4_v16, T) X(conv_bwdf_sum, E)                             \
     X(gemm_rows, T) X(gemm_dots, T) X(act_fwd_lin, E) X(act_bwd_lin, E) X(bias_grad_cpu, S)    \
     X(bias_act_lin, R) X(act_bias_grad_cpu, S)                                               \
     X(maxpool2_fwd, S) X(maxpool2_bwd, S) X(add_act, E)
@@ -74,6 +75,7 @@ struct ocl_shared {
     bool fp64;    /* cl_khr_fp64: reductions accumulate in double */
     bool crdiv;   /* correctly rounded float divide and sqrt available */
     bool fma;     /* CL_FP_FMA: fused multiply-add in hardware (RT_FMA) */
+    int vec_float; /* CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT (PoCL: 16 on AVX-512) */
 
     pthread_mutex_t lock; /* guards the two below while they are created */
     cl_context context;
@@ -89,6 +91,7 @@ struct ocl_dev {
     cl_mem flag;            /* one int: first bad label found by softmax */
     cl_mem dummy;           /* stands in for absent views (no momentum) */
     struct ocl_prof *prof;  /* RAGTAG_OPENCL_PROFILE=1: time per kernel, else NULL */
+    int conv_v;             /* floats per vector of the direct convolutions: 8 or 16 */
 };
 
 static inline struct ocl_dev *ocl(const rt_dev *d) { return d->impl; }

@@ -135,7 +135,7 @@ static void ocl_info_str(cl_device_id dev, cl_device_info what, char *out, size_
 static void ocl_describe(struct ocl_shared *sh)
 {
     cl_ulong mem = 0, alloc = 0;
-    cl_uint cu = 0;
+    cl_uint cu = 0, vf = 0;
     cl_device_type type = 0;
     cl_device_fp_config fp = 0;
     char ext[4096] = "", pname[128] = "?", pver[256] = "";
@@ -149,6 +149,7 @@ static void ocl_describe(struct ocl_shared *sh)
     clGetDeviceInfo(sh->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
     clGetDeviceInfo(sh->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     clGetDeviceInfo(sh->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    clGetDeviceInfo(sh->device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof vf, &vf, NULL);
     /* The extension list can be longer than any fixed buffer: a failed
      * query just means no double precision. */
     if (clGetDeviceInfo(sh->device, CL_DEVICE_EXTENSIONS, sizeof ext, ext, NULL) != CL_SUCCESS)
@@ -162,6 +163,7 @@ static void ocl_describe(struct ocl_shared *sh)
     sh->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
     sh->crdiv = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
     sh->fma = (fp & CL_FP_FMA) != 0;
+    sh->vec_float = (int)vf;
 }
 
 static void ocl_enumerate(void)
@@ -512,6 +514,22 @@ static void ocl_dev_free(struct ocl_dev *o)
     free(o);
 }
 
+/* The direct convolutions' vector: 16 floats where the device prefers them
+ * (PoCL on AVX-512, whose 32 registers hold the tile), else 8;
+ * RAGTAG_OPENCL_VECTOR=8|16 forces one (the tests check both). */
+static int ocl_pick_conv_vector(struct ocl_dev *o)
+{
+    const char *env = getenv("RAGTAG_OPENCL_VECTOR");
+    o->conv_v = o->sh->vec_float >= 16 ? 16 : 8;
+    if (!env || !*env)
+        return RT_OK;
+    if (strcmp(env, "8") != 0 && strcmp(env, "16") != 0)
+        return rt_error(RT_ERR_CONFIG, "RAGTAG_OPENCL_VECTOR=%s: give 8 or 16 (floats per "
+                        "vector of the direct convolutions)", env);
+    o->conv_v = atoi(env);
+    return RT_OK;
+}
+
 static int ocl_dev_open(rt_dev *d)
 {
     RT_TRY(ocl_init());
@@ -526,6 +544,8 @@ static int ocl_dev_open(rt_dev *d)
     const char *prof = getenv("RAGTAG_OPENCL_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0)
         o->prof = calloc(1, sizeof *o->prof); /* NULL: no profile, nothing else lost */
+    if ((rc = ocl_pick_conv_vector(o)) < 0)
+        goto fail;
     o->queue = clCreateCommandQueue(sh->context, sh->device, 0, &err);
     if (!o->queue) {
         rc = ocl_status(err, "creating a command queue");

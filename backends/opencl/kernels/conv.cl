@@ -94,10 +94,13 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
 
 /* ---- direct convolution for CPU devices (PoCL) --------------------------------------
  * Stride-1 convolutions without a column matrix or a skinny GEMM. Every
- * work-item owns a register tile of explicit float8 vectors, which PoCL
- * compiles to whole SIMD registers; the loops run over contiguous memory.
- * A tile must fit AVX2's 16 registers with its operands: float16 tiles of
- * 32 registers were spilled, and ran 2-4.6x slower (bench_ops opencl).
+ * work-item owns a register tile of explicit vectors of V floats, which
+ * PoCL compiles to whole SIMD registers; the loops run over contiguous
+ * memory. A tile must fit the registers with its operands: float8 for
+ * AVX2's 16 (float16 tiles there were spilled and ran 2-4.6x slower), the
+ * same tile in float16 where the device prefers 16-float vectors
+ * (AVX-512's 32 registers: each instruction does twice the work; the host
+ * picks, conv.c). Each kernel is built for both, suffixed _v16.
  * The input is first copied into a zero-padded layout ("packed": planes of
  * pr rows of wp floats, plane stride ps, with spare zero rows at the end),
  * so that no load needs a bounds test: lanes past a row's end read the next
@@ -107,8 +110,15 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
  *   bwd-filter  dw = sum over images of pack(dy) (.) shifted pack(x),
  *               as flat dot products over the packed planes. */
 
-#define RT_DV 8 /* floats per vector of the direct kernel: float8 */
-#define RT_FV 8 /* floats per vector of the filter-gradient kernels: float8 */
+/* The sum of a vector's lanes, in a fixed order. */
+float rt_hsum8(float8 a)
+{
+    const float4 h4 = a.lo + a.hi;
+    const float2 h2 = h4.lo + h4.hi;
+    return h2.x + h2.y;
+}
+
+float rt_hsum16(float16 a) { return rt_hsum8(a.lo + a.hi); }
 
 /* Plane kernel: packed plane `p`, dst[p*ps + 0..ps), is src plane p (h x w)
  * shifted to (top, left) in rows of wp, zeros around it and in the tail
@@ -162,63 +172,65 @@ kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, int k
 /* y[ni][k][oy][ox] = sum_{ch,i,j} w[k][ch][i][j] * xp[ni][ch][oy+i][ox+j]
  * (stride 1; xp packed, planes of pr x wp at stride ps; wt from
  * rt_conv_wpack with the same KT). One work-item: output rows oy, oy+1,
- * columns ox..ox+7, channels k0..k0+KT-1: 2 KT vector accumulators (KT 6:
+ * columns ox..ox+V-1, channels k0..k0+KT-1: 2 KT vector accumulators (KT 6:
  * 12, which with the two input vectors and a weight fill AVX2's 16
  * registers; KT 4 for channel counts that 4 divides and 6 does not).
  * Work-item order: channel block fastest, then column segment, row pair,
  * image, so that neighbours share their input rows. */
-#define RT_CONV_DIRECT(NAME, KT)                                                                \
-    kernel void NAME(ulong items, int c, int k, int r, int s, int wp, int ps, int oh, int ow,   \
-                     int nseg, int nkb, global const float *xp, ulong xpo,                      \
-                     global const float *wt, ulong wto, global float *y, ulong yo)              \
-    {                                                                                           \
-        RT_ELEM(t, items);                                                                      \
-        const int kb = (int)(t % nkb);                                                          \
-        ulong u = t / nkb;                                                                      \
-        const int seg = (int)(u % nseg);                                                        \
-        u /= nseg;                                                                              \
-        const int pairs = (oh + 1) / 2;                                                         \
-        const int oy = (int)(u % pairs) * 2;                                                    \
-        const ulong ni = u / pairs;                                                             \
-        const int ox = seg * RT_DV, k0 = kb * KT;                                               \
-        global const float *xb = xp + xpo + ni * c * ps + (ulong)oy * wp + ox;                  \
-        global const float *wb = wt + wto + (ulong)kb * c * r * s * KT;                         \
-        float8 a0[KT], a1[KT];                                                                  \
-        _Pragma("unroll")                                                                       \
-        for (int q = 0; q < KT; q++)                                                            \
-            a0[q] = a1[q] = (float8)0.0f;                                                       \
-        for (int ch = 0; ch < c; ch++) {                                                        \
-            for (int i = 0; i < r; i++) {                                                       \
-                global const float *x0 = xb + (ulong)ch * ps + i * wp;                          \
-                for (int j = 0; j < s; j++) {                                                   \
-                    const float8 v0 = vload8(0, x0 + j), v1 = vload8(0, x0 + wp + j);           \
-                    /* a broadcast load per weight, not a shuffle of a                          \
-                     * vector load: the shuffle port is the FMA port on x86 */                  \
-                    _Pragma("unroll")                                                           \
-                    for (int q = 0; q < KT; q++) {                                              \
-                        const float8 wv = (float8)wb[q];                                        \
-                        a0[q] = RT_MAD(wv, v0, a0[q]);                                          \
-                        a1[q] = RT_MAD(wv, v1, a1[q]);                                          \
-                    }                                                                           \
-                    wb += KT;                                                                   \
-                }                                                                               \
-            }                                                                                   \
-        }                                                                                       \
-        const int nv = min(ow - ox, RT_DV);                                                     \
-        const bool second = oy + 1 < oh;                                                        \
-        _Pragma("unroll")                                                                       \
-        for (int q = 0; q < KT; q++) {                                                          \
-            if (k0 + q >= k)                                                                    \
-                break;                                                                          \
-            global float *yp = y + yo + ((ni * k + k0 + q) * oh + oy) * ow + ox;                \
-            rt_vstore_part8(a0[q], nv, yp);                                                     \
-            if (second)                                                                         \
-                rt_vstore_part8(a1[q], nv, yp + ow);                                            \
-        }                                                                                       \
+#define RT_CONV_DIRECT(NAME, KT, V)                                                                \
+    kernel void NAME(ulong items, int c, int k, int r, int s, int wp, int ps, int oh, int ow,      \
+                     int nseg, int nkb, global const float *xp, ulong xpo,                         \
+                     global const float *wt, ulong wto, global float *y, ulong yo)                 \
+    {                                                                                              \
+        RT_ELEM(t, items);                                                                         \
+        const int kb = (int)(t % nkb);                                                             \
+        ulong u = t / nkb;                                                                         \
+        const int seg = (int)(u % nseg);                                                           \
+        u /= nseg;                                                                                 \
+        const int pairs = (oh + 1) / 2;                                                            \
+        const int oy = (int)(u % pairs) * 2;                                                       \
+        const ulong ni = u / pairs;                                                                \
+        const int ox = seg * V, k0 = kb * KT;                                                      \
+        global const float *xb = xp + xpo + ni * c * ps + (ulong)oy * wp + ox;                     \
+        global const float *wb = wt + wto + (ulong)kb * c * r * s * KT;                            \
+        float##V a0[KT], a1[KT];                                                                   \
+        _Pragma("unroll")                                                                          \
+        for (int q = 0; q < KT; q++)                                                               \
+            a0[q] = a1[q] = (float##V)0.0f;                                                        \
+        for (int ch = 0; ch < c; ch++) {                                                           \
+            for (int i = 0; i < r; i++) {                                                          \
+                global const float *x0 = xb + (ulong)ch * ps + i * wp;                             \
+                for (int j = 0; j < s; j++) {                                                      \
+                    const float##V v0 = vload##V(0, x0 + j), v1 = vload##V(0, x0 + wp + j);        \
+                    /* a broadcast load per weight, not a shuffle of a                             \
+                     * vector load: the shuffle port is the FMA port on x86 */                     \
+                    _Pragma("unroll")                                                              \
+                    for (int q = 0; q < KT; q++) {                                                 \
+                        const float##V wv = (float##V)wb[q];                                       \
+                        a0[q] = RT_MAD(wv, v0, a0[q]);                                             \
+                        a1[q] = RT_MAD(wv, v1, a1[q]);                                             \
+                    }                                                                              \
+                    wb += KT;                                                                      \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        const int nv = min(ow - ox, V);                                                            \
+        const bool second = oy + 1 < oh;                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int q = 0; q < KT; q++) {                                                             \
+            if (k0 + q >= k)                                                                       \
+                break;                                                                             \
+            global float *yp = y + yo + ((ni * k + k0 + q) * oh + oy) * ow + ox;                   \
+            rt_vstore_part##V(a0[q], nv, yp);                                                      \
+            if (second)                                                                            \
+                rt_vstore_part##V(a1[q], nv, yp + ow);                                             \
+        }                                                                                          \
     }
 
-RT_CONV_DIRECT(rt_conv_direct6, 6)
-RT_CONV_DIRECT(rt_conv_direct4, 4)
+RT_CONV_DIRECT(rt_conv_direct6, 6, 8)
+RT_CONV_DIRECT(rt_conv_direct4, 4, 8)
+RT_CONV_DIRECT(rt_conv_direct6_v16, 6, 16)
+RT_CONV_DIRECT(rt_conv_direct4_v16, 4, 16)
 
 /* Partial filter gradients of one group of images, by flat dot products:
  * part[g][k][ch][i][j] = sum over images ni of group g, and q < dps, of
@@ -228,67 +240,67 @@ RT_CONV_DIRECT(rt_conv_direct4, 4)
  * (KT x SJ accumulators and SJ x vectors: at most 15 registers)
  * (columns past s computed on a duplicate and not stored). Work-item order:
  * channel block fastest, then ch, i, group. */
-#define RT_CONV_BWDF(NAME, SJ, KT)                                                          \
-    kernel void NAME(ulong items, int per, int n, int c, int k, int r, int s, int wp, int ps,  \
-                     int dps, int nkb, global const float *xp, ulong xpo,                   \
-                     global const float *dyp, ulong dyo, global float *part, ulong po)      \
-    {                                                                                       \
-        RT_ELEM(t, items);                                                                  \
-        const int kb = (int)(t % nkb);                                                      \
-        ulong u = t / nkb;                                                                  \
-        const int ch = (int)(u % c);                                                        \
-        u /= c;                                                                             \
-        const int i = (int)(u % r), g = (int)(u / r);                                       \
-        const int n0 = g * per, n1 = min(n, n0 + per), k0 = kb * KT;                        \
-        int dq[KT];                                                                         \
-        _Pragma("unroll")                                                                   \
-        for (int q = 0; q < KT; q++)                                                        \
-            dq[q] = min(k0 + q, k - 1) * dps;                                               \
-        for (int j0 = 0; j0 < s; j0 += SJ) {                                                \
-            int jj[SJ];                                                                     \
-            _Pragma("unroll")                                                               \
-            for (int j = 0; j < SJ; j++)                                                    \
-                jj[j] = i * wp + min(j0 + j, s - 1);                                        \
-            float8 acc[KT][SJ];                                                                  \
-            _Pragma("unroll")                                                               \
-            for (int q = 0; q < KT; q++)                                                    \
-                _Pragma("unroll")                                                           \
-                for (int j = 0; j < SJ; j++)                                                \
-                    acc[q][j] = (float8)0.0f;                                               \
-            for (int ni = n0; ni < n1; ni++) {                                              \
-                global const float *xr = xp + xpo + ((ulong)ni * c + ch) * ps;              \
-                global const float *dr = dyp + dyo + (ulong)ni * k * dps;                   \
-                for (int p = 0; p < dps; p += RT_FV) {                                      \
-                    float8 xv[SJ];                                                          \
-                    _Pragma("unroll")                                                       \
-                    for (int j = 0; j < SJ; j++)                                            \
-                        xv[j] = vload8(0, xr + jj[j] + p);                                  \
-                    _Pragma("unroll")                                                       \
-                    for (int q = 0; q < KT; q++) {                                          \
-                        const float8 dv = vload8(0, dr + dq[q] + p);                        \
-                        _Pragma("unroll")                                                   \
-                        for (int j = 0; j < SJ; j++)                                        \
-                            acc[q][j] = RT_MAD(dv, xv[j], acc[q][j]);                       \
-                    }                                                                       \
-                }                                                                           \
-            }                                                                               \
-            _Pragma("unroll")                                                               \
-            for (int q = 0; q < KT; q++)                                                    \
-                _Pragma("unroll")                                                           \
-                for (int j = 0; j < SJ; j++) {                                              \
-                    const float8 a = acc[q][j];                                             \
-                    const float4 h4 = a.lo + a.hi;                                          \
-                    const float2 h2 = h4.lo + h4.hi;                                        \
-                    if (k0 + q < k && j0 + j < s)                                           \
-                        part[po + (((ulong)g * k + k0 + q) * c + ch) * r * s + i * s + j0 + \
-                             j] = h2.x + h2.y;                                              \
-                }                                                                           \
-        }                                                                                   \
+#define RT_CONV_BWDF(NAME, SJ, KT, V)                                                              \
+    kernel void NAME(ulong items, int per, int n, int c, int k, int r, int s, int wp, int ps,      \
+                     int dps, int nkb, global const float *xp, ulong xpo,                          \
+                     global const float *dyp, ulong dyo, global float *part, ulong po)             \
+    {                                                                                              \
+        RT_ELEM(t, items);                                                                         \
+        const int kb = (int)(t % nkb);                                                             \
+        ulong u = t / nkb;                                                                         \
+        const int ch = (int)(u % c);                                                               \
+        u /= c;                                                                                    \
+        const int i = (int)(u % r), g = (int)(u / r);                                              \
+        const int n0 = g * per, n1 = min(n, n0 + per), k0 = kb * KT;                               \
+        int dq[KT];                                                                                \
+        _Pragma("unroll")                                                                          \
+        for (int q = 0; q < KT; q++)                                                               \
+            dq[q] = min(k0 + q, k - 1) * dps;                                                      \
+        for (int j0 = 0; j0 < s; j0 += SJ) {                                                       \
+            int jj[SJ];                                                                            \
+            _Pragma("unroll")                                                                      \
+            for (int j = 0; j < SJ; j++)                                                           \
+                jj[j] = i * wp + min(j0 + j, s - 1);                                               \
+            float##V acc[KT][SJ];                                                                  \
+            _Pragma("unroll")                                                                      \
+            for (int q = 0; q < KT; q++)                                                           \
+                _Pragma("unroll")                                                                  \
+                for (int j = 0; j < SJ; j++)                                                       \
+                    acc[q][j] = (float##V)0.0f;                                                    \
+            for (int ni = n0; ni < n1; ni++) {                                                     \
+                global const float *xr = xp + xpo + ((ulong)ni * c + ch) * ps;                     \
+                global const float *dr = dyp + dyo + (ulong)ni * k * dps;                          \
+                for (int p = 0; p < dps; p += V) {                                                 \
+                    float##V xv[SJ];                                                               \
+                    _Pragma("unroll")                                                              \
+                    for (int j = 0; j < SJ; j++)                                                   \
+                        xv[j] = vload##V(0, xr + jj[j] + p);                                       \
+                    _Pragma("unroll")                                                              \
+                    for (int q = 0; q < KT; q++) {                                                 \
+                        const float##V dv = vload##V(0, dr + dq[q] + p);                           \
+                        _Pragma("unroll")                                                          \
+                        for (int j = 0; j < SJ; j++)                                               \
+                            acc[q][j] = RT_MAD(dv, xv[j], acc[q][j]);                              \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            _Pragma("unroll")                                                                      \
+            for (int q = 0; q < KT; q++)                                                           \
+                _Pragma("unroll")                                                                  \
+                for (int j = 0; j < SJ; j++) {                                                     \
+                    if (k0 + q < k && j0 + j < s)                                                  \
+                        part[po + (((ulong)g * k + k0 + q) * c + ch) * r * s + i * s + j0 +        \
+                             j] = rt_hsum##V(acc[q][j]);                                           \
+                }                                                                                  \
+        }                                                                                          \
     }
 
-RT_CONV_BWDF(rt_conv_bwdf3, 3, 3)
-RT_CONV_BWDF(rt_conv_bwdf5, 5, 2)
-RT_CONV_BWDF(rt_conv_bwdf4, 4, 2)
+RT_CONV_BWDF(rt_conv_bwdf3, 3, 3, 8)
+RT_CONV_BWDF(rt_conv_bwdf5, 5, 2, 8)
+RT_CONV_BWDF(rt_conv_bwdf4, 4, 2, 8)
+RT_CONV_BWDF(rt_conv_bwdf3_v16, 3, 3, 16)
+RT_CONV_BWDF(rt_conv_bwdf5_v16, 5, 2, 16)
+RT_CONV_BWDF(rt_conv_bwdf4_v16, 4, 2, 16)
 
 /* Element kernel: dw[e] (+)= the sum of the groups' partials, in group
  * order (a fixed order: a run repeats exactly). */
