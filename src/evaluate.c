@@ -127,8 +127,8 @@ int rt_evaluator_sums(rt_evaluator *ev, const rt_dataset *ds, long lo, long hi, 
         if (rc >= 0 && ev->logits)
             rc = write_logits(ev, n);
         if (rc >= 0)
-            rc = rt_model_loss(ev->m, rt_buf_view(ev->y), n, &loss_sum, &correct,
-                               confusion ? ev->probs : NULL);
+            rc = rt_model_loss_host(ev->m, rt_buf_view(ev->y), y, n, &loss_sum, &correct,
+                                    confusion ? ev->probs : NULL);
         if (rc >= 0 && confusion)
             count_confusion(ev, y, n, confusion);
         seen += n;

@@ -67,8 +67,8 @@ struct rt_model {
     size_t *act_off; /* per layer, into acts and deltas */
     size_t max_values; /* largest per-sample activation */
     rt_buf *scratch[2], *tmp[2], *ws;
-    rt_buf *probs, *losses;
-    float *probs_host, *losses_host;
+    rt_buf *probs;      /* n rows of probabilities, then n losses: one download */
+    float *probs_host;
     int32_t *labels_host;
     bool *got_grad; /* per layer: its delta was written this backward */
     rt_backward_hook hook; /* told of each layer's final gradients (NULL: nobody) */
@@ -340,10 +340,9 @@ static int allocate(rt_model *m)
     size_t B = (size_t)m->max_batch;
     m->act_off = calloc((size_t)m->nlayers, sizeof *m->act_off);
     m->got_grad = calloc((size_t)m->nlayers, sizeof *m->got_grad);
-    m->probs_host = malloc(B * (size_t)m->classes * sizeof(float));
-    m->losses_host = malloc(B * sizeof(float));
+    m->probs_host = malloc(B * ((size_t)m->classes + 1) * sizeof(float));
     m->labels_host = malloc(B * sizeof(int32_t));
-    if (!m->act_off || !m->got_grad || !m->probs_host || !m->losses_host || !m->labels_host)
+    if (!m->act_off || !m->got_grad || !m->probs_host || !m->labels_host)
         return rt_error(RT_ERR_NOMEM, "out of host memory for the model");
 
     size_t total = 0, ws = 0;
@@ -374,8 +373,7 @@ static int allocate(rt_model *m)
         !(m->deltas = buf_floats(dev, total)) || !(m->scratch[0] = buf_floats(dev, branch)) ||
         !(m->scratch[1] = buf_floats(dev, branch)) || !(m->tmp[0] = buf_floats(dev, big)) ||
         !(m->tmp[1] = buf_floats(dev, big)) || !(m->ws = buf_floats(dev, ws)) ||
-        !(m->probs = buf_floats(dev, B * (size_t)m->classes)) ||
-        !(m->losses = buf_floats(dev, B)))
+        !(m->probs = buf_floats(dev, B * ((size_t)m->classes + 1))))
         return rt_error_wrap(RT_ERR_NOMEM, "allocating the model's buffers for batch %d",
                              m->max_batch);
     for (int i = 0; i < m->nlayers; i++) {
@@ -485,13 +483,12 @@ void rt_model_destroy(rt_model **mp)
     free(m->layers);
     free(m->tensors);
     rt_buf *bufs[] = {m->params, m->grads, m->state, m->acts, m->deltas, m->scratch[0],
-                      m->scratch[1], m->tmp[0], m->tmp[1], m->ws, m->probs, m->losses};
+                      m->scratch[1], m->tmp[0], m->tmp[1], m->ws, m->probs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         rt_buf_destroy(&bufs[i]);
     free(m->act_off);
     free(m->got_grad);
     free(m->probs_host);
-    free(m->losses_host);
     free(m->labels_host);
     rt_cfg_destroy(&m->cfg);
     free(m);
@@ -674,8 +671,38 @@ int rt_model_forward(rt_model *m, rt_view x, int n, bool train, uint64_t seed)
     return RT_OK;
 }
 
-int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *correct,
-                  float *probs_host)
+/* The summed loss and the right answers of the n rows softmax just wrote:
+ * one download brings the probabilities and the losses after them (on an
+ * OpenCL or CUDA device each download waits for the queue). */
+static int tally_loss(rt_model *m, const int32_t *labels, int n, double *loss_sum,
+                      long *correct, float *probs_host)
+{
+    const size_t C = (size_t)m->classes;
+    RT_TRY(rt_download(m->dev, m->probs_host, rt_buf_view(m->probs),
+                       (size_t)n * (C + 1) * sizeof(float)));
+    const float *losses = m->probs_host + (size_t)n * C;
+    double sum = 0.0;
+    long right = 0;
+    for (int i = 0; i < n; i++) {
+        sum += losses[i];
+        const float *row = m->probs_host + (size_t)i * C;
+        int best = 0;
+        for (size_t k = 1; k < C; k++)
+            if (row[k] > row[best])
+                best = (int)k;
+        right += best == labels[i];
+    }
+    if (loss_sum)
+        *loss_sum += sum;
+    if (correct)
+        *correct += right;
+    if (probs_host)
+        memcpy(probs_host, m->probs_host, (size_t)n * C * sizeof(float));
+    return RT_OK;
+}
+
+int rt_model_loss_host(rt_model *m, rt_view labels, const int32_t *labels_host, int n,
+                       double *loss_sum, long *correct, float *probs_host)
 {
     RT_ASSERT(m);
     if (n != m->fwd_n)
@@ -688,35 +715,26 @@ int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *co
     int C = m->classes;
     /* labels are checked on the host first: a bad one must not index past
      * a row inside a kernel */
-    RT_TRY(rt_download(m->dev, m->labels_host, labels, (size_t)n * sizeof(int32_t)));
-    for (int i = 0; i < n; i++)
-        if (m->labels_host[i] < 0 || m->labels_host[i] >= C)
-            return rt_error(RT_ERR_ARG, "label %d of sample %d is not a class (0 to %d)",
-                            m->labels_host[i], i, C - 1);
-    RT_TRY(rt_op_softmax_xent_fwd(m->dev, n, C, logits_view(m, m->fwd_x), labels,
-                                  rt_buf_view(m->probs), rt_buf_view(m->losses)));
-    RT_TRY(rt_download(m->dev, m->losses_host, rt_buf_view(m->losses), (size_t)n * sizeof(float)));
-    RT_TRY(rt_download(m->dev, m->probs_host, rt_buf_view(m->probs),
-                       (size_t)n * (size_t)C * sizeof(float)));
-    double sum = 0.0;
-    long right = 0;
-    for (int i = 0; i < n; i++) {
-        sum += m->losses_host[i];
-        const float *row = m->probs_host + (size_t)i * (size_t)C;
-        int best = 0;
-        for (int k = 1; k < C; k++)
-            if (row[k] > row[best])
-                best = k;
-        right += best == m->labels_host[i];
+    if (!labels_host) {
+        RT_TRY(rt_download(m->dev, m->labels_host, labels, (size_t)n * sizeof(int32_t)));
+        labels_host = m->labels_host;
     }
-    if (loss_sum)
-        *loss_sum += sum;
-    if (correct)
-        *correct += right;
-    if (probs_host)
-        memcpy(probs_host, m->probs_host, (size_t)n * (size_t)C * sizeof(float));
+    for (int i = 0; i < n; i++)
+        if (labels_host[i] < 0 || labels_host[i] >= C)
+            return rt_error(RT_ERR_ARG, "label %d of sample %d is not a class (0 to %d)",
+                            labels_host[i], i, C - 1);
+    rt_view probs = rt_buf_view(m->probs);
+    RT_TRY(rt_op_softmax_xent_fwd(m->dev, n, C, logits_view(m, m->fwd_x), labels, probs,
+                                  rt_view_at(probs, (size_t)n * (size_t)C)));
+    RT_TRY(tally_loss(m, labels_host, n, loss_sum, correct, probs_host));
     m->have_loss = true;
     return RT_OK;
+}
+
+int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *correct,
+                  float *probs_host)
+{
+    return rt_model_loss_host(m, labels, NULL, n, loss_sum, correct, probs_host);
 }
 
 int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_scale)

@@ -113,6 +113,10 @@ int rt_model_forward(rt_model *m, rt_view x, int n, bool train, uint64_t seed);
  * probs_host when not NULL. */
 int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *correct,
                   float *probs_host);
+/* The same, with the labels' host copy (the n int32 the caller uploaded to
+ * `labels`): no download of them. */
+int rt_model_loss_host(rt_model *m, rt_view labels, const int32_t *labels_host, int n,
+                       double *loss_sum, long *correct, float *probs_host);
 
 /* After forward + loss: gradients of (grad_scale * summed loss) w.r.t. every
  * parameter, overwriting the gradient buffer. Use grad_scale = 1/B for the

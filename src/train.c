@@ -62,8 +62,8 @@ int rt_trainer_compute(struct rt_trainer *t, struct rt_step *s, long a, int n, f
     RT_TRY(rt_upload(t->dev, x, s->x + (size_t)a * t->chw, (size_t)n * t->chw * sizeof(float)));
     RT_TRY(rt_upload(t->dev, y, s->y + a, (size_t)n * sizeof(int32_t)));
     RT_TRY(rt_model_forward(t->m, x, n, true, s->seed));
-    RT_TRY(rt_model_loss(t->m, y, n, count ? &s->tally.loss : NULL,
-                         count ? &s->tally.correct : NULL, NULL));
+    RT_TRY(rt_model_loss_host(t->m, y, s->y + a, n, count ? &s->tally.loss : NULL,
+                              count ? &s->tally.correct : NULL, NULL));
     return rt_model_backward(t->m, x, y, n, gscale);
 }
 

@@ -400,6 +400,14 @@ static void test_inference_deterministic(void **state)
     assert_memory_equal(p1, p2, sizeof p1);
     assert_true(l1 == l2 && c1 == c2);
     assert_true(l1 > 0.0 && c1 >= 0 && c1 <= 5);
+    /* the caller's host copy of the labels gives the same figures */
+    float ph[50];
+    double lh = 0;
+    long ch = 0;
+    assert_int_equal(rt_model_forward(m, rt_buf_view(xb), 5, false, 1), 0);
+    assert_int_equal(rt_model_loss_host(m, rt_buf_view(lb), labels, 5, &lh, &ch, ph), 0);
+    assert_memory_equal(p1, ph, sizeof p1);
+    assert_true(l1 == lh && c1 == ch);
     for (int i = 0; i < 5; i++) {
         double s = 0;
         for (int k = 0; k < 10; k++)
@@ -419,6 +427,11 @@ static void test_inference_deterministic(void **state)
     rt_upload(dev, rt_buf_view(lb), bad, sizeof bad);
     assert_int_equal(rt_model_loss(m, rt_buf_view(lb), 2, NULL, NULL, NULL), RT_ERR_ARG);
     assert_non_null(strstr(rt_error_detail(), "label 10"));
+    /* a bad label in the host copy too */
+    assert_int_equal(rt_model_forward(m, rt_buf_view(xb), 2, false, 0), 0);
+    assert_int_equal(rt_model_loss_host(m, rt_buf_view(lb), bad, 2, NULL, NULL, NULL),
+                     RT_ERR_ARG);
+    assert_non_null(strstr(rt_error_detail(), "label 10 of sample 1"));
 
     rt_buf_destroy(&xb);
     rt_buf_destroy(&lb);
