@@ -31,6 +31,9 @@ port=$((25000 + ($$ % 97) * 10))
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
 mode() { stat -c %a "$1"; }
+# lines of FILE matching RE; 0 while FILE does not exist yet (a process
+# started in the background creates its log when it runs, not at once)
+count() { cat "$2" 2>/dev/null | grep -c "$1"; }
 
 # ---- keygen and file permissions ----------------------------------------------------
 "$RAGTAG" keygen "$tmp/k" >"$tmp/keygen.log" 2>&1 || bad "ragtag keygen"
@@ -82,7 +85,7 @@ else bad "no join line"; head -n 5 "$tmp/c-calm.log"; fi
 secure_run storm
 ep="tcp://127.0.0.1:$port"
 i=0
-while [ $i -lt 300 ] && [ "$(grep -c ' joined from ' "$tmp/c-storm.log")" -lt 2 ]; do sleep 0.1; i=$((i + 1)); done
+while [ $i -lt 300 ] && [ "$(count ' joined from ' "$tmp/c-storm.log")" -lt 2 ]; do sleep 0.1; i=$((i + 1)); done
 runid=$(sed -n 's/.*run \([0-9a-f]\{32\}\): waiting.*/\1/p' "$tmp/c-storm.log")
 rings=$(sed -n 's/.* joined from .*, \(tcp:\/\/[0-9.]*:[0-9]*\)).*/\1/p' "$tmp/c-storm.log")
 key=$(sed 's/^rtj1-\([0-9a-f]*\)-.*/\1/' "$tmp/k/join")
@@ -138,7 +141,7 @@ for n in a b; do
     --name "$n" --threads 1 --connect-timeout 30 >"$tmp/$n-token.log" 2>&1 &
 done
 i=0
-while [ $i -lt 300 ] && [ "$(grep -c ' joined from ' "$tmp/c-token.log")" -lt 2 ]; do sleep 0.1; i=$((i + 1)); done
+while [ $i -lt 300 ] && [ "$(count ' joined from ' "$tmp/c-token.log")" -lt 2 ]; do sleep 0.1; i=$((i + 1)); done
 runid=$(sed -n 's/.*run \([0-9a-f]\{32\}\): waiting.*/\1/p' "$tmp/c-token.log")
 rings=$(sed -n 's/.* joined from .*, \(tcp:\/\/[0-9.]*:[0-9]*\)).*/\1/p' "$tmp/c-token.log")
 for r in $rings; do # worker a's key with a guessed link secret, and no credentials at all
