@@ -1069,12 +1069,51 @@ static int column_teardown(void **state)
     return 0;
 }
 
+/* Uploads: the caller may reuse its memory as soon as rt_upload returns
+ * (opencl queues small ones from a copy of its own), many in a row (more
+ * than that copy's room), large and small, and each lands where it was
+ * sent; a download then sees them all. */
+static void test_uploads(void **state)
+{
+    rt_dev *d = COL(state)->d;
+    enum { SMALL = 250000, ROUNDS = 10, LARGE = 1 << 21 };
+    float *host = malloc(LARGE * sizeof *host), *back = malloc(LARGE * sizeof *back);
+    assert_true(host && back);
+    rt_buf *b = rt_buf_new(d, (size_t)(ROUNDS * SMALL + LARGE) * sizeof(float));
+    assert_non_null(b);
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < SMALL; i++)
+            host[i] = (float)(r * SMALL + i);
+        assert_int_equal(rt_upload(d, rt_view_at(rt_buf_view(b), (size_t)r * SMALL), host,
+                                   SMALL * sizeof *host), RT_OK);
+        memset(host, 0xff, SMALL * sizeof *host); /* reused at once */
+    }
+    for (int i = 0; i < LARGE; i++)
+        host[i] = -(float)i;
+    assert_int_equal(rt_upload(d, rt_view_at(rt_buf_view(b), ROUNDS * SMALL), host,
+                               LARGE * sizeof *host), RT_OK);
+    for (int r = 0; r < ROUNDS; r++) {
+        assert_int_equal(rt_download(d, back, rt_view_at(rt_buf_view(b), (size_t)r * SMALL),
+                                     SMALL * sizeof *back), RT_OK);
+        for (int i = 0; i < SMALL; i++)
+            if (back[i] != (float)(r * SMALL + i))
+                fail_msg("upload %d, float %d: %g, sent %d", r, i, back[i], r * SMALL + i);
+    }
+    assert_int_equal(rt_download(d, back, rt_view_at(rt_buf_view(b), ROUNDS * SMALL),
+                                 LARGE * sizeof *back), RT_OK);
+    assert_memory_equal(back, host, LARGE * sizeof *host);
+    rt_buf_destroy(&b);
+    free(host);
+    free(back);
+}
+
 static int run_column(struct column *col)
 {
-    struct CMUnitTest tests[RT_OPK_COUNT] = {
+    struct CMUnitTest tests[RT_OPK_COUNT + 1] = {
 #define RT_OP(name, params) cmocka_unit_test_prestate(test_##name, col),
 #include "ops.def"
 #undef RT_OP
+        cmocka_unit_test_prestate(test_uploads, col),
     };
     current = col;
     printf("=== %s against cpu:0 (all threads)\n", col->label);

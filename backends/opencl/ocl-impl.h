@@ -61,6 +61,9 @@ enum ocl_kernel {
 /* The largest work-group of the reduction kernels; RT_RED in common.cl. */
 #define OCL_RED 256
 
+/* Bytes of host memory for queued uploads (a quarter of it the largest). */
+#define OCL_STAGE_BYTES ((size_t)4 << 20)
+
 /* Work-groups of sumsq's first stage; the host adds their partial sums. */
 #define OCL_SUMSQ_GROUPS 64
 
@@ -92,6 +95,8 @@ struct ocl_dev {
     cl_mem dummy;           /* stands in for absent views (no momentum) */
     struct ocl_prof *prof;  /* RAGTAG_OPENCL_PROFILE=1: time per kernel, else NULL */
     int conv_v;             /* floats per vector of the direct convolutions: 8 or 16 */
+    unsigned char *stage;   /* host copies of queued uploads (opencl.c, ocl_upload) */
+    size_t staged;          /* bytes of it that queued writes may still read */
 };
 
 static inline struct ocl_dev *ocl(const rt_dev *d) { return d->impl; }

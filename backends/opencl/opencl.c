@@ -511,6 +511,7 @@ static void ocl_dev_free(struct ocl_dev *o)
     if (o->prof)
         ocl_prof_print(o->prof);
     free(o->prof);
+    free(o->stage);
     free(o);
 }
 
@@ -546,6 +547,7 @@ static int ocl_dev_open(rt_dev *d)
         o->prof = calloc(1, sizeof *o->prof); /* NULL: no profile, nothing else lost */
     if ((rc = ocl_pick_conv_vector(o)) < 0)
         goto fail;
+    o->stage = malloc(OCL_STAGE_BYTES); /* NULL: every upload blocks, nothing else lost */
     o->queue = clCreateCommandQueue(sh->context, sh->device, 0, &err);
     if (!o->queue) {
         rc = ocl_status(err, "creating a command queue");
@@ -703,18 +705,39 @@ static void ocl_buf_free(rt_dev *d, rt_buf *b)
     b->handle = NULL;
 }
 
-/* Blocking: the caller may reuse `src` as soon as this returns. */
+/* The caller may reuse `src` as soon as this returns. A blocking write
+ * waits for every kernel queued before it (the previous step's optimiser,
+ * on PoCL a sleep and a wake-up each way), so a small one is copied to the
+ * stage and queued: the device goes on, and the host queues the forward
+ * meanwhile. The stage is free again after any wait for the whole queue. */
 static int ocl_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes)
 {
-    cl_int err = clEnqueueWriteBuffer(ocl(d)->queue, ocl_mem(dst), CL_TRUE, dst.off * 4, bytes, src,
-                                      0, NULL, NULL);
+    struct ocl_dev *o = ocl(d);
+    const size_t need = (bytes + 63) & ~(size_t)63;
+    if (bytes > OCL_STAGE_BYTES / 4 || !o->stage) {
+        cl_int err = clEnqueueWriteBuffer(o->queue, ocl_mem(dst), CL_TRUE, dst.off * 4, bytes,
+                                          src, 0, NULL, NULL);
+        return ocl_status(err, "uploading");
+    }
+    if (o->staged + need > OCL_STAGE_BYTES) {
+        RT_TRY(ocl_status(clFinish(o->queue), "uploading (waiting for earlier uploads)"));
+        o->staged = 0;
+    }
+    unsigned char *at = o->stage + o->staged;
+    memcpy(at, src, bytes);
+    cl_int err = clEnqueueWriteBuffer(o->queue, ocl_mem(dst), CL_FALSE, dst.off * 4, bytes, at, 0,
+                                      NULL, NULL);
+    o->staged += need;
     return ocl_status(err, "uploading");
 }
 
 static int ocl_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
 {
-    cl_int err = clEnqueueReadBuffer(ocl(d)->queue, ocl_mem(src), CL_TRUE, src.off * 4, bytes, dst,
-                                     0, NULL, NULL);
+    struct ocl_dev *o = ocl(d);
+    cl_int err = clEnqueueReadBuffer(o->queue, ocl_mem(src), CL_TRUE, src.off * 4, bytes, dst, 0,
+                                     NULL, NULL);
+    if (err == CL_SUCCESS)
+        o->staged = 0; /* an in-order queue: every earlier write is done */
     return ocl_status(err, "downloading");
 }
 
@@ -744,7 +767,13 @@ static int ocl_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 
 /* Errors of enqueued work (a lost device, an allocation that failed when
  * first touched) surface here. */
-static int ocl_sync(rt_dev *d) { return ocl_status(clFinish(ocl(d)->queue), "finishing queued work"); }
+static int ocl_sync(rt_dev *d)
+{
+    cl_int err = clFinish(ocl(d)->queue);
+    if (err == CL_SUCCESS)
+        ocl(d)->staged = 0;
+    return ocl_status(err, "finishing queued work");
+}
 
 /* ---- GEMM --------------------------------------------------------------------------- */
 
