@@ -17,7 +17,9 @@
 #                                   workers share the host) against 1 process x 2 threads:
 #                                   the ratio of the medians and the median of the rounds'
 #                                   own ratios, for each epoch (TRAIN_EPOCHS, default 2:
-#                                   the first with the warm-up, the last steady)
+#                                   the first with the warm-up, the last steady), and
+#                                   2 uncoupled 1-thread processes side by side (what
+#                                   two replicas reach with nothing between them)
 #
 # Environment: BUILD (default .: the build directory with src/ragtag,
 # bench/bench_allreduce and bench/tcp_stream, `make bench` builds them), SHARED (default
@@ -113,6 +115,25 @@ handoff() {
   else echo "n/a"; fi
 }
 
+# Two 1-thread processes side by side, each on half the images with half
+# the batch (a worker's share), nothing between them: the sum of their
+# images/s per epoch, into $tmp/pairE. What two replicas reach when no
+# step waits for the other: on two vCPUs that share a cache, less than
+# one process whose threads share one replica.
+pair() { # model images epochs
+  for w in a b; do
+    rm -f "$tmp/pair-$w.jsonl"
+    "$BUILD/src/ragtag" train "$top/examples/$1.cfg" --data fashion-mnist --val 0 \
+      --limit $(($2 / 2)) --epochs "$3" --batch 32 --lr 0.01 --momentum 0.9 --progress off \
+      --threads 1 --metrics "$tmp/pair-$w.jsonl" >/dev/null 2>&1 &
+  done
+  wait
+  for e in $(seq "$3"); do
+    echo "$(ips_epoch "$tmp/pair-a.jsonl" "$e") $(ips_epoch "$tmp/pair-b.jsonl" "$e")" |
+      awk '{ print ($1 > 0 && $2 > 0) ? $1 + $2 : 0 }' >> "$tmp/pair$e"
+  done
+}
+
 # Interleaved cells, REPS runs each, medians: one process with 2 threads,
 # 2 workers with 1 thread each with the gradient reduced in buckets during
 # backward (--overlap, the default) and after it (--overlap=off). Each run
@@ -126,14 +147,15 @@ train() {
   for model in ${MODELS:-lenet seedcnn}; do
     images=19200
     [ $model = seedcnn ] && images=6400
-    for cell in one on off; do for e in $(seq "$epochs"); do : > "$tmp/$cell$e"; done; done
+    for cell in one on off pair; do for e in $(seq "$epochs"); do : > "$tmp/$cell$e"; done; done
     : > "$tmp/handoff"
-    order="one on off"
+    order="one on off pair"
     for _ in $(seq "$REPS"); do
       # each round starts with the next cell: no cell always follows the same one
       for cell in $order; do
         rm -f "$tmp/m.jsonl"
         if [ $cell = one ]; then handoff >> "$tmp/handoff"; fi
+        if [ $cell = pair ]; then pair "$model" $images "$epochs"; continue; fi
         case $cell in
           one) flags="--threads 2" ;;
           on) flags="--threads 1 --workers 2" ;;
@@ -160,9 +182,12 @@ train() {
       # so a slow spell of the machine (minutes) weighs on both sides
       pon=$(paste "$tmp/on$e" "$tmp/one$e" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
       poff=$(paste "$tmp/off$e" "$tmp/one$e" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
-      awk -v m=$model -v e="$e" -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" -v pb="$pon" -v pc="$poff" 'BEGIN {
+      pair=$(grep -v '^0$' "$tmp/pair$e" | median)
+      awk -v m=$model -v e="$e" -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" -v pb="$pon" -v pc="$poff" -v p="$pair" 'BEGIN {
         printf "%-8s epoch %d, medians of %d: 1 process x 2 threads %6.0f img/s | 2 workers x 1 thread: overlap %6.0f (ratio %.2f), overlap off %6.0f (ratio %.2f) | median of the rounds'"'"' own ratios: %.2f, %.2f\n",
-               m, e, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0), pb, pc }'
+               m, e, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0), pb, pc
+        printf "%-8s epoch %d: 2 uncoupled 1-thread processes, half the batch each, side by side %6.0f img/s (ratio %.2f): the most 2 replicas reach here\n",
+               m, e, p, (a > 0 ? p / a : 0) }'
     done
   done
 }
