@@ -119,7 +119,10 @@ handoff() {
 # the batch (a worker's share), nothing between them: the sum of their
 # images/s per epoch, into $tmp/pairE. What two replicas reach when no
 # step waits for the other: on two vCPUs that share a cache, less than
-# one process whose threads share one replica.
+# one process whose threads share one replica. (Each takes an optimiser
+# step every 32 images, twice as often as a worker: seedcnn's SGD over its
+# million parameters is ~7% of such a process's time, so the workers'
+# true ceiling is a few points above this one.)
 pair() { # model images epochs
   for w in a b; do
     rm -f "$tmp/pair-$w.jsonl"
