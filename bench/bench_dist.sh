@@ -121,7 +121,7 @@ handoff() {
 # step waits for the other: on two vCPUs that share a cache, less than
 # one process whose threads share one replica. (Each takes an optimiser
 # step every 32 images, twice as often as a worker: seedcnn's SGD over its
-# million parameters is ~7% of such a process's time, so the workers'
+# million parameters is ~8% of such a process's time, so the workers'
 # true ceiling is a few points above this one.)
 pair() { # model images epochs
   for w in a b; do
