@@ -11,6 +11,8 @@
 
 #include "testutil.h"
 
+#include <strings.h>
+
 #include "backend.h"
 #include "cpu/cpu-impl.h" /* cpu_gemm_small */
 #include "optim.h"
@@ -1896,9 +1898,36 @@ static void test_adam_bits(void **state)
     free(got);
 }
 
+/* Which small-GEMM kernels run: ragtag's AVX2 ones unless the BLAS has
+ * AVX-512 kernels. OPENBLAS_CORETYPE names the core OpenBLAS runs
+ * (test_blas_core.sh runs this binary with Haswell and with the CPU's own). */
+static void test_avx2_kernels_rule(void **state)
+{
+    (void)state;
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const char *core = getenv("OPENBLAS_CORETYPE");
+    printf("OPENBLAS_CORETYPE %s; the BLAS has AVX-512 kernels: %s; ragtag's AVX2 kernels: %s\n",
+           core ? core : "(unset)", cpu_blas_avx512() ? "yes" : "no",
+           cpu_avx2_kernels() ? "on" : "off");
+#if defined(__x86_64__) && defined(RT_HAVE_CBLAS) && !defined(RT_BLAS_BLIS)
+    if (core && !strcasecmp(core, "haswell")) {
+        assert_false(cpu_blas_avx512());
+        assert_int_equal(cpu_avx2_kernels(), avx2);
+    }
+    if (core && !strcasecmp(core, "skylakex") && __builtin_cpu_supports("avx512f")) {
+        assert_true(cpu_blas_avx512());
+        assert_false(cpu_avx2_kernels());
+    }
+#else
+    skip();
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_avx2_kernels_rule),
         cmocka_unit_test(test_device),        cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_conv),          cmocka_unit_test(test_conv_thread_bits),
         cmocka_unit_test(test_conv_workspace_grows),

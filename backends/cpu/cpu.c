@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cpu-blas.h"
@@ -209,6 +210,27 @@ static bool cpu_blas_split_here(void)
 #endif
 }
 #endif
+
+/* Whether the BLAS runs AVX-512 kernels: OpenBLAS by the core it picked
+ * (OPENBLAS_CORETYPE=Haswell holds it to AVX2 on an AVX-512 CPU, as a
+ * mixed cluster may, for the same kernels on every host), BLIS by the CPU,
+ * ragtag's own loops never. */
+bool cpu_blas_avx512(void)
+{
+#if defined(RT_HAVE_CBLAS) && defined(RT_BLAS_BLIS)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+#elif defined(RT_HAVE_CBLAS)
+    static const char *const wide[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof wide / sizeof wide[0]; i++)
+        if (!strcasecmp(core, wide[i]))
+            return true;
+    return false;
+#else
+    return false;
+#endif
+}
 
 /* Before a parallel region whose threads call the BLAS: make each call run
  * on its calling thread only. */
