@@ -179,10 +179,14 @@ int coord_local_check(struct coord *k)
         int st;
         char name[32];
         local_name(i, name, sizeof name);
-        if (l->answered[i] || !rt_children_exited(l->ch, i, LOCAL_SETTLE, &st) ||
-            loss_pending(k))
+        if (l->answered[i] || !rt_children_exited(l->ch, i, 0.0, &st))
             continue;
         struct coord_worker *w = find_name(k, name);
+        /* one the run already lost, with no restart left, is answered at
+         * once: there is nothing to spend, so nothing to wait for */
+        bool settled = w && w->gone && !coord_local_restart_left(k);
+        if (!settled && (!rt_children_exited(l->ch, i, LOCAL_SETTLE, &st) || loss_pending(k)))
+            continue;
         l->answered[i] = true;
         if (said_done(k, name))
             continue;
