@@ -324,6 +324,53 @@ static int ring_port_taken(int port)
                     lo > 1024 ? lo : 32768);
 }
 
+/* The ring inbox bound at ip (or, an address of a NAT or a name this host
+ * cannot bind, on every interface, peers told ip), at --ring-port or a
+ * free port. A --ring-port in use is tried again for RING_PORT_WAIT
+ * seconds: its holder may be a worker of this host that is ending (a
+ * Spark task torn down and retried at once on the same executor: its old
+ * worker, killed with its task, lets go of the port when it has exited). */
+#define RING_PORT_WAIT 10.0
+
+static int bind_once(struct worker *w, const char *ip, const char *port, char *bound,
+                     size_t cap)
+{
+    char ep[RT_ENDPOINT_MAX];
+    snprintf(ep, sizeof ep, strchr(ip, ':') ? "tcp://[%s]:%s" : "tcp://%s:%s", ip, port);
+    if (rt_zsock_bind(w->inbox, ep, bound, cap) == 0)
+        return RT_OK;
+    snprintf(ep, sizeof ep, "tcp://*:%s", port);
+    if (rt_zsock_bind(w->inbox, ep, bound, cap) < 0)
+        return RT_ERR_NET;
+    char got[16];
+    snprintf(got, sizeof got, "%s", strrchr(bound, ':'));
+    snprintf(bound, cap, strchr(ip, ':') ? "tcp://[%s]%s" : "tcp://%s%s", ip, got);
+    return RT_OK;
+}
+
+static int bind_inbox(struct worker *w, const char *ip, char *bound, size_t cap)
+{
+    const int ring_port = w->o->ring_port;
+    char port[16];
+    snprintf(port, sizeof port, ring_port > 0 ? "%d" : "*", ring_port);
+    double t0 = rt_now();
+    bool said = false;
+    for (;;) {
+        if (bind_once(w, ip, port, bound, cap) == RT_OK)
+            return RT_OK;
+        if (errno != EADDRINUSE || ring_port <= 0)
+            return RT_ERR_NET;
+        if (rt_now() - t0 > RING_PORT_WAIT)
+            return ring_port_taken(ring_port);
+        if (!said)
+            fprintf(stderr, "ragtag: --ring-port %d is in use; trying again for up to %.0f s "
+                    "(a worker of this host that is ending may still hold it)\n", ring_port,
+                    RING_PORT_WAIT);
+        said = true;
+        usleep(200000);
+    }
+}
+
 static int open_sockets(struct worker *w)
 {
     const struct rt_worker_options *o = w->o;
@@ -341,23 +388,8 @@ static int open_sockets(struct worker *w)
     w->inbox = rt_zsock_new(w->zctx, ZMQ_PULL, (int64_t)RT_RING_MAX_CHUNK, 4096);
     if (!w->inbox || rt_curve_server(w->sec.curve, w->inbox) < 0)
         return RT_ERR_NET;
-    char ep[RT_ENDPOINT_MAX], bound[RT_ENDPOINT_MAX], port[16];
-    if (o->ring_port > 0)
-        snprintf(port, sizeof port, "%d", o->ring_port);
-    else
-        snprintf(port, sizeof port, "*");
-    snprintf(ep, sizeof ep, strchr(ip, ':') ? "tcp://[%s]:%s" : "tcp://%s:%s", ip, port);
-    if (rt_zsock_bind(w->inbox, ep, bound, sizeof bound) < 0) {
-        /* An address of a NAT or a name this host cannot bind: listen on
-         * every interface, tell peers the given address. */
-        snprintf(ep, sizeof ep, "tcp://*:%s", port);
-        if (rt_zsock_bind(w->inbox, ep, bound, sizeof bound) < 0)
-            return errno == EADDRINUSE && o->ring_port > 0 ? ring_port_taken(o->ring_port)
-                                                           : RT_ERR_NET;
-        char got[16];
-        snprintf(got, sizeof got, "%s", strrchr(bound, ':'));
-        snprintf(bound, sizeof bound, strchr(ip, ':') ? "tcp://[%s]%s" : "tcp://%s%s", ip, got);
-    }
+    char bound[RT_ENDPOINT_MAX];
+    RT_TRY(bind_inbox(w, ip, bound, sizeof bound));
     snprintf(w->me.endpoint, sizeof w->me.endpoint, "%s", bound);
     w->ctrl = rt_zsock_new(w->zctx, ZMQ_DEALER, WORKER_MAX_FRAME, 0);
     if (!w->ctrl)
