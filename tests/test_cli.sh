@@ -106,25 +106,23 @@ expect 1 "bad.cfg:5" "a bad [train] value names file:line" -- train "$tmp/bad.cf
 # Port: 16000-16499, this test's own block (below Linux's ephemeral range).
 if command -v python3 >/dev/null 2>&1; then
   rp=$((16000 + $$ % 500))
-  python3 -c 'import socket, sys, time
+  hold_port() { # port seconds: another program listens there that long ($holder)
+    rm -f "$tmp/held"
+    python3 -c 'import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("", int(sys.argv[1]))); s.listen(); open(sys.argv[2], "w").close(); time.sleep(60)' \
-    "$rp" "$tmp/held" &
-  holder=$!
-  i=0; while [ ! -f "$tmp/held" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+s.bind(("", int(sys.argv[1]))); s.listen(); open(sys.argv[2], "w").close()
+time.sleep(float(sys.argv[3]))' "$1" "$tmp/held" "$2" &
+    holder=$!
+    i=0; while [ ! -f "$tmp/held" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  }
+  hold_port "$rp" 60
   expect 1 "ring-port $rp is taken on this host: give another (below 32768), or leave --ring-port out" \
     "a --ring-port in use is named, with what to do (after 10 s of trying)" -- worker \
     --join tcp://127.0.0.1:1 --insecure --ring-port "$rp" --connect-timeout 1
   kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
   # held for 2 s (a worker of a torn-down Spark task that is ending): the
   # new worker waits for the port, binds it and goes on to join
-  rm -f "$tmp/held"
-  python3 -c 'import socket, sys, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("", int(sys.argv[1]))); s.listen(); open(sys.argv[2], "w").close(); time.sleep(2)' \
-    "$rp" "$tmp/held" &
-  holder=$!
-  i=0; while [ ! -f "$tmp/held" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  hold_port "$rp" 2
   expect 1 "ring inbox tcp://127.0.0.1:$rp;" \
     "a --ring-port held for 2 s: the worker waits, binds it and goes on" -- worker \
     --join tcp://127.0.0.1:1 --insecure --ring-port "$rp" --connect-timeout 1
