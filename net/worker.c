@@ -351,8 +351,9 @@ static int bind_once(struct worker *w, const char *ip, const char *port, char *b
 static int bind_inbox(struct worker *w, const char *ip, char *bound, size_t cap)
 {
     const int ring_port = w->o->ring_port;
-    char port[16];
-    snprintf(port, sizeof port, ring_port > 0 ? "%d" : "*", ring_port);
+    char port[16] = "*";
+    if (ring_port > 0)
+        snprintf(port, sizeof port, "%d", ring_port);
     double t0 = rt_now();
     bool said = false;
     for (;;) {
