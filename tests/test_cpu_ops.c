@@ -1847,6 +1847,54 @@ static void test_optim_threads(void **state)
     free(r2);
 }
 
+/* The SGD step runs in the widest vectors the CPU has (a CPU_CLONES span,
+ * as Adam's): its bits must be those of backend.h's loop one float at a
+ * time, so replicas on different CPUs stay identical. Plain (no momentum
+ * state), momentum and Nesterov, with weight decay, at 1 and 2 threads. */
+static void test_sgd_bits(void **state)
+{
+    (void)state;
+    const size_t n = 70001;
+    float *w0 = frand(n, -1, 1, 150), *g = frand(n, -1, 1, 151), *v0 = frand(n, -1, 1, 152),
+          *want = fvec(n), *wantv = fvec(n), *got = fvec(n);
+    const struct rt_sgd_params cases[] = {
+        {0.05f, 0.0f, 1e-3f, false}, {0.05f, 0.9f, 1e-3f, false}, {0.05f, 0.9f, 1e-3f, true}};
+    for (int k = 0; k < 3; k++) {
+        const struct rt_sgd_params *p = &cases[k];
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] + p->weight_decay * w0[i], vi = p->momentum * v0[i] + gi;
+            wantv[i] = p->momentum == 0.0f ? v0[i] : vi;
+            if (p->momentum == 0.0f)
+                want[i] = w0[i] - p->lr * gi;
+            else
+                want[i] = w0[i] - p->lr * (p->nesterov ? gi + p->momentum * vi : vi);
+        }
+        for (int t = 1; t <= 2; t++) {
+            rt_dev *d = open_dev(t);
+            tb W = tb_new(d, n), G = tb_new(d, n), V = tb_new(d, n);
+            tb_set(&W, w0);
+            tb_set(&G, g);
+            tb_set(&V, v0);
+            rt_view v = p->momentum == 0.0f ? (rt_view){0} : V.v;
+            assert_int_equal(rt_op_sgd_step(d, n, p, W.v, G.v, v), 0);
+            tb_get(&W, got);
+            assert_memory_equal(got, want, n * sizeof *got);
+            tb_get(&V, got);
+            assert_memory_equal(got, wantv, n * sizeof *got);
+            tb_free(&W);
+            tb_free(&G);
+            tb_free(&V);
+            rt_dev_close(&d);
+        }
+    }
+    free(w0);
+    free(g);
+    free(v0);
+    free(want);
+    free(wantv);
+    free(got);
+}
+
 /* The Adam step runs in the widest vectors the CPU has (a CPU_CLONES
  * span): its bits must be those of the plain C loop of backend.h, one
  * float at a time, so that replicas on different CPUs stay identical.
@@ -1942,6 +1990,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
         cmocka_unit_test(test_gemm_small_rows),   cmocka_unit_test(test_conv_wino512_bits),
         cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_sgd_bits),
         cmocka_unit_test(test_adam),          cmocka_unit_test(test_optim_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
