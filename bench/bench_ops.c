@@ -7,6 +7,8 @@
  *   BENCH_ONLY=seedcnn bench/bench_ops        only the conv layers so named
  *                                             (also lenet, c64, resnet8)
  *   BENCH_ONLY=step bench/bench_ops           only whole training steps
+ *   BENCH_BATCH=32 BENCH_ONLY=step ...        their batch (default 64): a
+ *                                             worker of 2 trains at half
  *   BENCH_ONLY=bn bench/bench_ops             only batch norm and relu (resnet8)
  *   BENCH_ONLY=sgemm bench/bench_ops          only SGEMM
  *   BENCH_ONLY=optim bench/bench_ops          only the optimiser steps (sgd, adamw)
@@ -538,11 +540,12 @@ static void bench_nets(rt_dev *d, int threads)
         struct net_run r = {0};
         r.d = d;
         r.def = &nets[i];
-        r.n = 64;
+        const char *b = getenv("BENCH_BATCH");
+        r.n = b && atoi(b) > 0 && atoi(b) <= 1024 ? atoi(b) : 64;
         net_setup(&r);
         double t = time_per_call(net_step, &r);
-        printf("  %s train step  batch 64  threads %d  %9.1f us  %8.0f images/s\n", nets[i].name,
-               threads, t * 1e6, 64 / t);
+        printf("  %s train step  batch %d  threads %d  %9.1f us  %8.0f images/s\n", nets[i].name,
+               r.n, threads, t * 1e6, r.n / t);
         rt_buf *all[] = {r.x, r.cz[0], r.cz[1], r.ca[0], r.ca[1], r.cp[0], r.cp[1], r.dz[0],
                          r.dz[1], r.dz[2], r.da[0], r.da[1], r.da[2], r.g1, r.g2, r.ws,
                          r.labels, r.probs, r.loss, r.params, r.grads, r.mom};
