@@ -68,6 +68,10 @@ struct rt_hostreduce {
     struct peer self;
     char name[64];
     size_t n;
+    struct peer rep_own; /* this worker's replica segment, once it was a group's rank 0 */
+    char rep_name[64];
+    struct peer rep;     /* the group's replica: rank 0's segment, mapped */
+    const char *secret0; /* rank 0's secret (the caller's string, for the group) */
     int rank, world;
     uint64_t gen, op;
     struct peer *peers; /* world of them; peers[rank] is self */
@@ -108,9 +112,48 @@ bool rt_hostreduce_owner_gone(int fd)
 
 static size_t seg_bytes(size_t n) { return HR_DATA_OFF + n * sizeof(float); }
 
-static void seg_name(char *out, size_t cap, const char *secret)
+static void seg_name(char *out, size_t cap, const char *secret, const char *kind)
 {
-    snprintf(out, cap, "/ragtag-%s-grads", secret);
+    snprintf(out, cap, "/ragtag-%s-%s", secret, kind);
+}
+
+/* Makes segment `name` of n floats after the header, owned by this process,
+ * its pages taken now: a full /dev/shm is an error here, not a SIGBUS
+ * later. `what` names it in errors. */
+static int make_segment(const char *name, size_t n, const char *what, struct peer *out)
+{
+    size_t bytes = seg_bytes(n);
+    struct statvfs fs;
+    if (statvfs("/dev/shm", &fs) == 0 &&
+        (uint64_t)fs.f_bavail * fs.f_frsize < (uint64_t)bytes + HR_SHM_RESERVE)
+        return rt_error(RT_ERR_NOMEM, "/dev/shm has %.1f MB free: too little for a %s of %.1f "
+                        "MB and the ring's links", (double)fs.f_bavail * fs.f_frsize / 1e6, what,
+                        (double)bytes / 1e6);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return rt_error(RT_ERR_NET, "cannot create shared memory %s: %s", name, strerror(errno));
+    int fe = posix_fallocate(fd, 0, (off_t)bytes);
+    void *p = MAP_FAILED;
+    if (fe == 0 && ftruncate(fd, (off_t)bytes) == 0)
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    else if (fe != 0)
+        errno = fe;
+    close(fd);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        shm_unlink(name);
+        return rt_error(RT_ERR_NET, "cannot make %zu bytes of shared memory %s: %s (is /dev/shm "
+                                    "full?)", bytes, name, strerror(e));
+    }
+    memset(p, 0, HR_DATA_OFF);
+    struct hr_hdr *hd = p;
+    hd->version = HR_VERSION;
+    hd->pid = (uint32_t)getpid();
+    hd->start = start_time(getpid());
+    hd->n = n;
+    atomic_store_explicit((_Atomic uint64_t *)&hd->magic, HR_MAGIC, memory_order_release);
+    *out = (struct peer){hd, (float *)((char *)p + HR_DATA_OFF), bytes};
+    return RT_OK;
 }
 
 rt_hostreduce *rt_hostreduce_new(const char *secret, size_t n)
@@ -121,53 +164,24 @@ rt_hostreduce *rt_hostreduce_new(const char *secret, size_t n)
         return NULL;
     }
     rt_shm_sweep_once();
-    seg_name(h->name, sizeof h->name, secret);
-    size_t bytes = seg_bytes(n);
-    struct statvfs fs;
-    if (statvfs("/dev/shm", &fs) == 0 &&
-        (uint64_t)fs.f_bavail * fs.f_frsize < (uint64_t)bytes + HR_SHM_RESERVE) {
-        rt_error(RT_ERR_NOMEM, "/dev/shm has %.1f MB free: too little for a gradient of %.1f "
-                 "MB and the ring's links", (double)fs.f_bavail * fs.f_frsize / 1e6,
-                 (double)bytes / 1e6);
+    seg_name(h->name, sizeof h->name, secret, "grads");
+    snprintf(h->rep_name, sizeof h->rep_name, "/ragtag-%s-replica", secret);
+    if (make_segment(h->name, n, "gradient", &h->self) < 0) {
         free(h);
         return NULL;
     }
-    int fd = shm_open(h->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-        rt_error(RT_ERR_NET, "cannot create shared memory %s: %s", h->name, strerror(errno));
-        free(h);
-        return NULL;
-    }
-    /* the pages now: a full /dev/shm is an error here, not a SIGBUS later */
-    int fe = posix_fallocate(fd, 0, (off_t)bytes);
-    void *p = MAP_FAILED;
-    if (fe == 0 && ftruncate(fd, (off_t)bytes) == 0)
-        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    else if (fe != 0)
-        errno = fe;
-    close(fd);
-    if (p == MAP_FAILED) {
-        rt_error(RT_ERR_NET, "cannot make %zu bytes of shared memory %s: %s (is /dev/shm "
-                             "full?)", bytes, h->name, strerror(errno));
-        shm_unlink(h->name);
-        free(h);
-        return NULL;
-    }
-    memset(p, 0, HR_DATA_OFF);
-    struct hr_hdr *hd = p;
-    hd->version = HR_VERSION;
-    hd->pid = (uint32_t)getpid();
-    hd->start = start_time(getpid());
-    hd->n = n;
-    atomic_store_explicit((_Atomic uint64_t *)&hd->magic, HR_MAGIC, memory_order_release);
-    h->self = (struct peer){hd, (float *)((char *)p + HR_DATA_OFF), bytes};
     h->n = n;
     return h;
 }
 
 void rt_hostreduce_ungroup(rt_hostreduce *h)
 {
-    if (!h || !h->peers)
+    if (!h)
+        return;
+    if (h->rep.h && h->rep.h != h->rep_own.h)
+        munmap(h->rep.h, h->rep.bytes);
+    h->rep = (struct peer){0};
+    if (!h->peers)
         return;
     for (int r = 0; r < h->world; r++)
         if (r != h->rank && h->peers[r].h)
@@ -185,6 +199,10 @@ void rt_hostreduce_destroy(rt_hostreduce **hp)
     rt_hostreduce_ungroup(h);
     munmap(h->self.h, h->self.bytes);
     shm_unlink(h->name);
+    if (h->rep_own.h) {
+        munmap(h->rep_own.h, h->rep_own.bytes);
+        shm_unlink(h->rep_name);
+    }
     free(h);
     *hp = NULL;
 }
@@ -197,33 +215,35 @@ float *rt_hostreduce_floats(rt_hostreduce *h, size_t *n)
 
 bool rt_hostreduce_grouped(const rt_hostreduce *h) { return h && h->peers; }
 
-/* Rank r's segment, checked: this user's alone, initialised, as long. */
-static int map_peer(rt_hostreduce *h, const char *secret, int r, struct peer *out)
+/* Rank r's segment of `kind` ("grads", "replica"), checked: this user's
+ * alone, initialised, of n floats. */
+static int map_peer(const char *secret, const char *kind, int r, size_t n, struct peer *out)
 {
     char name[64];
-    seg_name(name, sizeof name, secret);
+    seg_name(name, sizeof name, secret, kind);
+    size_t want = seg_bytes(n);
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0)
-        return rt_error(RT_ERR_NET, "cannot open rank %d's gradient %s: %s", r, name,
+        return rt_error(RT_ERR_NET, "cannot open rank %d's %s %s: %s", r, kind, name,
                         strerror(errno));
     struct stat st;
     int rc = fstat(fd, &st);
     size_t bytes = rc == 0 ? (size_t)st.st_size : 0;
-    if (rc != 0 || st.st_uid != geteuid() || (st.st_mode & 077) || bytes != h->self.bytes) {
+    if (rc != 0 || st.st_uid != geteuid() || (st.st_mode & 077) || bytes != want) {
         close(fd);
-        return rt_error(RT_ERR_NET, "rank %d's gradient %s is not a peer's (owner, mode or "
-                                    "size %zu where %zu)", r, name, bytes, h->self.bytes);
+        return rt_error(RT_ERR_NET, "rank %d's %s %s is not a peer's (owner, mode or size %zu "
+                                    "where %zu)", r, kind, name, bytes, want);
     }
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
-        return rt_error(RT_ERR_NET, "cannot map rank %d's gradient %s: %s", r, name,
+        return rt_error(RT_ERR_NET, "cannot map rank %d's %s %s: %s", r, kind, name,
                         strerror(errno));
     struct hr_hdr *hd = p;
     if (atomic_load_explicit((_Atomic uint64_t *)&hd->magic, memory_order_acquire) != HR_MAGIC ||
-        hd->version != HR_VERSION || hd->n != h->n) {
+        hd->version != HR_VERSION || hd->n != n) {
         munmap(p, bytes);
-        return rt_error(RT_ERR_NET, "rank %d's gradient %s has another layout", r, name);
+        return rt_error(RT_ERR_NET, "rank %d's %s %s has another layout", r, kind, name);
     }
     *out = (struct peer){hd, (float *)((char *)p + HR_DATA_OFF), bytes};
     return RT_OK;
@@ -239,13 +259,14 @@ int rt_hostreduce_group(rt_hostreduce *h, uint64_t gen, int rank, int world,
     h->world = world;
     h->rank = rank;
     for (int r = 0; r < world; r++) {
-        int rc = r == rank ? RT_OK : map_peer(h, secrets[r], r, &h->peers[r]);
+        int rc = r == rank ? RT_OK : map_peer(secrets[r], "grads", r, h->n, &h->peers[r]);
         if (rc < 0) {
             rt_hostreduce_ungroup(h);
             return rc;
         }
     }
     h->peers[rank] = h->self;
+    h->secret0 = secrets[0];
     h->gen = gen & HR_GEN_MASK;
     h->op = 0;
     atomic_store_explicit(&h->self.h->mark, h->gen << HR_LOW_BITS, memory_order_release);
@@ -367,5 +388,47 @@ int rt_hostreduce_allreduce(rt_hostreduce *h, size_t lo, size_t hi, uint32_t vot
     RT_TRY(wait_all(h, HR_READ, w));
     if (agreed)
         *agreed = v;
+    return RT_OK;
+}
+
+int rt_hostreduce_barrier(rt_hostreduce *h, uint32_t votes, uint32_t *agreed,
+                          const struct rt_hostreduce_wait *w)
+{
+    return rt_hostreduce_allreduce(h, 0, 0, votes, agreed, w);
+}
+
+/* Rank 0's replica segment of n floats, made (again when its size changed)
+ * by rank 0 and mapped by the others; all of the group call it together.
+ * A rank that cannot make or map it says so in the vote, and then none
+ * shares. */
+int rt_hostreduce_replica(rt_hostreduce *h, size_t n, const struct rt_hostreduce_wait *w,
+                          float **out)
+{
+    RT_ASSERT(h->peers);
+    *out = NULL;
+    uint32_t fail = 0, agreed = 0;
+    if (h->rank == 0) {
+        if (h->rep_own.h && h->rep_own.h->n != n) {
+            munmap(h->rep_own.h, h->rep_own.bytes);
+            shm_unlink(h->rep_name);
+            h->rep_own = (struct peer){0};
+        }
+        if (!h->rep_own.h && make_segment(h->rep_name, n, "replica", &h->rep_own) < 0)
+            fail = 1;
+        h->rep = h->rep_own;
+    }
+    RT_TRY(rt_hostreduce_barrier(h, fail, &agreed, w)); /* made before it is mapped */
+    if (h->rank != 0 && !agreed && !h->rep.h && map_peer(h->secret0, "replica", 0, n, &h->rep) < 0)
+        fail = 1;
+    RT_TRY(rt_hostreduce_barrier(h, fail, &agreed, w));
+    if (agreed) {
+        if (h->rep.h && h->rep.h != h->rep_own.h)
+            munmap(h->rep.h, h->rep.bytes);
+        h->rep = (struct peer){0};
+        if (!fail)
+            rt_error(RT_ERR_NET, "another worker of this host could not make or map the replica");
+        return RT_OK;
+    }
+    *out = h->rep.data;
     return RT_OK;
 }

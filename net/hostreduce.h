@@ -67,6 +67,21 @@ struct rt_hostreduce_wait {
 int rt_hostreduce_allreduce(rt_hostreduce *h, size_t lo, size_t hi, uint32_t votes,
                             uint32_t *agreed, const struct rt_hostreduce_wait *w);
 
+/* Every rank of the group reached this point; *agreed gets the OR of the
+ * votes (NULL: not wanted). */
+int rt_hostreduce_barrier(rt_hostreduce *h, uint32_t votes, uint32_t *agreed,
+                          const struct rt_hostreduce_wait *w);
+
+/* The host's one replica (a sync run whose members all share this host
+ * keeps one copy of its weights and optimiser state, src/host_replica.c):
+ * n floats in rank 0's segment /ragtag-SECRET-replica, made by rank 0 and
+ * mapped by the others, for this group, in *out. All ranks of the group
+ * call it together; *out NULL on every rank (the reason in the error
+ * detail) when any could not make or map it. < 0: the group failed (the
+ * members change). The contents are rank 0's to fill. */
+int rt_hostreduce_replica(rt_hostreduce *h, size_t n, const struct rt_hostreduce_wait *w,
+                          float **out);
+
 /* For rt_shm_sweep: whether the process that made the segment open as fd
  * is gone (or never finished making it). */
 bool rt_hostreduce_owner_gone(int fd);

@@ -66,7 +66,8 @@ static size_t layout(uint32_t nslots, size_t slot_bytes, size_t *payload_off)
 }
 
 /* "ragtag-" 16 hex digits "-g" digits, and "-gossip" digits or nothing
- * (ring.c's and gossip_shm.c's names), or "-grads" (hostreduce.c's). */
+ * (ring.c's and gossip_shm.c's names), or "-grads" or "-replica"
+ * (hostreduce.c's). */
 static const char *digits(const char *n)
 {
     if (!isdigit((unsigned char)*n))
@@ -84,7 +85,7 @@ static bool our_name(const char *n)
     for (int i = 0; i < 16; i++, n++)
         if (!isxdigit((unsigned char)*n))
             return false;
-    if (!strcmp(n, "-grads"))
+    if (!strcmp(n, "-grads") || !strcmp(n, "-replica"))
         return true;
     if (strncmp(n, "-g", 2) != 0 || !(n = digits(n + 2)))
         return false;
@@ -93,10 +94,12 @@ static bool our_name(const char *n)
     return strncmp(n, "-gossip", 7) == 0 && (n = digits(n + 7)) && !*n;
 }
 
+/* hostreduce.c's: they live as long as their owner */
 static bool is_grads(const char *name)
 {
     size_t len = strlen(name);
-    return len >= 6 && !strcmp(name + len - 6, "-grads");
+    return (len >= 6 && !strcmp(name + len - 6, "-grads")) ||
+           (len >= 8 && !strcmp(name + len - 8, "-replica"));
 }
 
 static bool owner_alive(int dir, const char *name)

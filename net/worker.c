@@ -98,6 +98,7 @@ struct host_sums {
     uint64_t gen;      /* the generation decided (0: none yet) */
     bool on;           /* every member of it sums in place */
     bool told, said;   /* the log said so, and what */
+    bool told_replica; /* the log said how the host's replica is kept */
     struct host_range q[RT_COLLECTIVE_MAX_INFLIGHT];
     int head, count;
 };
@@ -1243,6 +1244,39 @@ static uint32_t w_agreed(void *ctx)
 
 static bool w_changing(void *ctx) { return rt_comm_members_changing(((struct worker *)ctx)->comm); }
 
+/* The host's one replica: only where the gradient is summed in place (every
+ * member on this host, each mapping the others' segments). */
+static int w_host_replica(void *ctx, size_t n, float **out)
+{
+    struct worker *w = ctx;
+    *out = NULL;
+    RT_TRY(hs_decide(w));
+    if (!w->hs.on)
+        return RT_OK;
+    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
+    RT_TRY(rt_hostreduce_replica(w->hs.hr, n, &hw, out));
+    if (!*out) {
+        say(w, "%s: each worker keeps its own replica", rt_error_detail());
+        rt_error_clear();
+    } else if (!w->hs.told_replica && w->rank == 0) {
+        say(w, "weights and optimiser state: one copy in this host's shared memory for all %d "
+               "workers (%.1f MB)", w->world, (double)n * sizeof(float) / 1e6);
+    }
+    w->hs.told_replica = true;
+    return RT_OK;
+}
+
+static int w_host_barrier(void *ctx)
+{
+    struct worker *w = ctx;
+    RT_ASSERT(w->hs.on);
+    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
+    uint32_t agreed = 0;
+    int rc = rt_hostreduce_barrier(w->hs.hr, w->votes_out | w->votes_in, &agreed, &hw);
+    w->votes_in |= agreed;
+    return rc;
+}
+
 static const struct rt_collective_ops worker_collectives = {
     .reduce_scatter = w_rs,
     .all_gather = w_ag,
@@ -1255,6 +1289,8 @@ static const struct rt_collective_ops worker_collectives = {
     .agreed = w_agreed,
     .regroup = w_regroup,
     .shared_floats = w_shared_floats,
+    .host_replica = w_host_replica,
+    .host_barrier = w_host_barrier,
     .changing = w_changing,
 };
 

@@ -73,6 +73,14 @@ struct rt_collective_ops {
      * or NULL returned: an ordinary buffer. The same memory on every call
      * of a process (one replica at a time); NULL for another n. */
     float *(*shared_floats)(void *ctx, size_t n);
+    /* The host's one replica (src/host_replica.c): *out gets n floats that
+     * every worker of this group shares, when all share one host and sum
+     * in place (rank 0's to fill; the same memory on every call until the
+     * members change), or NULL: each keeps its own. All ranks call it
+     * together, between steps. host_barrier: every rank of the group
+     * reached this point. NULL (both): not offered. */
+    int (*host_replica)(void *ctx, size_t n, float **out);
+    int (*host_barrier)(void *ctx);
     /* A new generation is announced and not formed yet: a step that has
      * not begun regroups first, so the change redoes nothing. NULL: the
      * collectives alone say so. */

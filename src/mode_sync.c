@@ -30,6 +30,7 @@
 #include "buckets.h"
 #include "compress.h"
 #include "dist.h"
+#include "host_replica.h"
 #include "tally.h"
 #include "status.h"
 #include "train-testing.h"
@@ -38,6 +39,7 @@ struct sync {
     struct rt_dist d; /* first: the shared methods see a struct rt_dist */
     size_t lo;        /* the first trainable parameter: the exchange starts there */
     bool buckets;     /* the gradient travels in buckets (else one allreduce) */
+    struct rt_host_replica hr; /* one copy of the weights for the workers of a host */
     struct rt_buckets bk;
     struct rt_compress z; /* --compress: the wire buffer and the carried error */
 };
@@ -110,11 +112,12 @@ static int sync_part(struct rt_trainer *t, struct rt_step *s)
     }
     /* re-planned on every worker at once: the votes that asked for it
      * reached everybody */
+    struct sync *sy = t->ms;
+    RT_TRY(rt_host_replica_step_begin(&sy->hr, t));
     RT_TRY(rt_planner_replan_if_due(&d->pl, t->pos.step));
     RT_TRY(rt_planner_check_leave(&d->pl));
     rt_planner_part(&d->pl, s->n, &s->a, &s->b);
     rt_planner_step_begin(&d->pl, s);
-    struct sync *sy = t->ms;
     if (sy->buckets)
         rt_buckets_arm(&sy->bk);
     return RT_OK;
@@ -144,7 +147,7 @@ static int sync_update(struct rt_trainer *t, struct sync *sy, struct rt_step *s)
         norm = sqrt(ss);
     }
     sy->d.last_norm = norm;
-    RT_TRY(rt_optim_update(t->opt, r->pv, r->gv, norm));
+    RT_TRY(rt_host_replica_update(&sy->hr, t, norm));
     return rt_replica_push(r);
 }
 
@@ -186,9 +189,26 @@ static int sync_log_window(struct rt_trainer *t, const struct rt_step *s, double
     return RT_OK;
 }
 
+/* The evaluation, checkpoints and best weights read each worker's own
+ * replica. */
 static int sync_epoch_end(struct rt_trainer *t, struct rt_epoch *e)
 {
+    RT_TRY(rt_host_replica_leave(&((struct sync *)t->ms)->hr, t));
     return rt_dist_epoch_sums(t, e);
+}
+
+/* A shared copy may be half written by a worker that died: each goes back
+ * to its own replica's last write-back, then to the most advanced. */
+static int sync_recover(struct rt_trainer *t, bool fresh)
+{
+    RT_TRY(rt_host_replica_abandon(&((struct sync *)t->ms)->hr, t));
+    return rt_dist_recover(t, fresh);
+}
+
+static int sync_end(struct rt_trainer *t)
+{
+    RT_TRY(rt_host_replica_leave(&((struct sync *)t->ms)->hr, t));
+    return rt_dist_end(t);
 }
 
 static void sync_destroy(struct rt_trainer *t)
@@ -203,6 +223,7 @@ static void sync_destroy(struct rt_trainer *t)
     }
     rt_buckets_free(&sy->bk);
     rt_compress_free(&sy->z);
+    rt_host_replica_free(&sy->hr, t);
     rt_dist_free(&sy->d);
     free(sy);
     t->ms = NULL;
@@ -222,7 +243,7 @@ const struct rt_mode_ops rt_mode_sync = {
     .evaluate = rt_dist_evaluate,
     .agree = rt_dist_agree,
     .checkpoint = rt_dist_checkpoint,
-    .recover = rt_dist_recover,
-    .end = rt_dist_end,
+    .recover = sync_recover,
+    .end = sync_end,
     .destroy = sync_destroy,
 };

@@ -520,6 +520,14 @@ int rt_model_use_grad_memory(rt_model *m, float *mem, size_t floats)
     m->grads = b;
     return RT_OK;
 }
+void rt_model_swap_params(rt_model *m, rt_buf **b)
+{
+    RT_ASSERT(m && b && *b && (*b)->bytes >= m->nparams * sizeof(float) && (*b)->dev == m->dev);
+    rt_buf *t = m->params;
+    m->params = *b;
+    *b = t;
+}
+
 size_t rt_model_state_count(const rt_model *m) { return m->nstate; }
 rt_view rt_model_state(const rt_model *m) { return rt_buf_view(m->state); }
 int rt_model_tensor_count(const rt_model *m) { return m->ntensors; }

@@ -66,6 +66,10 @@ rt_view rt_model_grads(const rt_model *m);  /* param_count floats, then the spar
  * model): memory other processes can read (collective.h: shared_floats).
  * Backends whose buffers are host memory only. The contents move along. */
 int rt_model_use_grad_memory(rt_model *m, float *mem, size_t floats);
+/* Exchange the parameters' buffer with *b (param_count floats on the
+ * model's device; the contents stay where they are): a host's workers
+ * train on one shared copy (src/host_replica.c) and go back to their own. */
+void rt_model_swap_params(rt_model *m, rt_buf **b);
 size_t rt_model_state_count(const rt_model *m);
 rt_view rt_model_state(const rt_model *m);  /* state_count floats (may be 0) */
 

@@ -280,7 +280,12 @@ static int span_step(rt_optim *o, const struct rt_span *sp, size_t at, float lr,
 
 int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm)
 {
-    RT_ASSERT(o && o->tag == OPTIM_TAG);
+    return rt_optim_update_range(o, w, g, norm, 0, SIZE_MAX);
+}
+
+int rt_optim_update_range(rt_optim *o, rt_view w, rt_view g, double norm, size_t lo, size_t hi)
+{
+    RT_ASSERT(o && o->tag == OPTIM_TAG && lo <= hi);
     const struct rt_optim_config *c = &o->cfg;
     rt_dev *d = o->dev;
 
@@ -288,13 +293,19 @@ int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm)
     bool clip = c->clip_norm > 0.0f && isfinite(norm) && norm > (double)c->clip_norm;
     float lr = rt_schedule_lr(c, o->steps);
     size_t at = 0;
-    for (int i = 0; i < o->nspans; i++) {
-        const struct rt_span *sp = &o->spans[i];
+    for (int i = 0; i < o->nspans; at += o->spans[i].len, i++) {
+        /* the part of span i within [lo, hi); its state lies as far into
+         * the span's state as the part into the span */
+        size_t a = o->spans[i].off > lo ? o->spans[i].off : lo;
+        size_t b = o->spans[i].off + o->spans[i].len;
+        b = b < hi ? b : hi;
+        if (a >= b)
+            continue;
+        struct rt_span part = {a, b - a};
         if (clip)
-            RT_TRY(rt_op_scale(d, sp->len, (float)((double)c->clip_norm / norm),
-                               rt_view_at(g, sp->off)));
-        RT_TRY(span_step(o, sp, at, lr, w, g));
-        at += sp->len;
+            RT_TRY(rt_op_scale(d, part.len, (float)((double)c->clip_norm / norm),
+                               rt_view_at(g, part.off)));
+        RT_TRY(span_step(o, &part, at + (a - o->spans[i].off), lr, w, g));
     }
     o->steps++;
     o->last_lr = lr;
@@ -341,6 +352,15 @@ rt_view rt_optim_state(const rt_optim *o, int i)
 {
     RT_ASSERT(o && o->tag == OPTIM_TAG && i >= 0 && i < o->nstate);
     return rt_buf_view(o->state[i]);
+}
+
+void rt_optim_swap_state(rt_optim *o, int i, rt_buf **b)
+{
+    RT_ASSERT(o && o->tag == OPTIM_TAG && i >= 0 && i < o->nstate && b && *b &&
+              (*b)->bytes >= o->n * sizeof(float) && (*b)->dev == o->dev);
+    rt_buf *t = o->state[i];
+    o->state[i] = *b;
+    *b = t;
 }
 
 const char *rt_optim_state_name(const rt_optim *o, int i)

@@ -80,6 +80,12 @@ int rt_optim_step(rt_optim *o, rt_view w, rt_view g, bool want_norm);
  * step knows the norm of the whole gradient, not only of the slice w and g
  * cover); NaN: not measured, no clipping. */
 int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm);
+/* The same update, applied to the parameters in [lo, hi) of w's buffer
+ * only (their state and gradient alike); counts one step. The ranges of
+ * the ranks of one host, each updating its own, give together the bits of
+ * one rt_optim_update (the maths is elementwise), so the workers of a host
+ * can share one copy of the weights and split its update. */
+int rt_optim_update_range(rt_optim *o, rt_view w, rt_view g, double norm, size_t lo, size_t hi);
 
 long rt_optim_steps(const rt_optim *o);          /* updates done so far */
 size_t rt_optim_size(const rt_optim *o);         /* n, as given to rt_optim_new */
@@ -92,6 +98,9 @@ double rt_optim_last_grad_norm(const rt_optim *o); /* before clipping; NaN befor
 int rt_optim_state_count(const rt_optim *o);
 rt_view rt_optim_state(const rt_optim *o, int i);
 const char *rt_optim_state_name(const rt_optim *o, int i);
+/* Exchange state buffer i with *b (rt_optim_size floats on the optimiser's
+ * device; the contents stay where they are): see rt_model_swap_params. */
+void rt_optim_swap_state(rt_optim *o, int i, rt_buf **b);
 const struct rt_optim_config *rt_optim_config(const rt_optim *o);
 
 #endif

@@ -67,6 +67,7 @@ struct rt_train_config {
     float replan_change;  /* ... and when a speed moved by more than this fraction (0.2) */
     float min_share;      /* standby below this fraction of an equal share (0.1; 0: never) */
     bool overlap;         /* sync: reduce the gradient in buckets while backward runs */
+    bool host_replica;    /* sync, one host: one copy of the weights for all its workers */
     int bucket_kb;        /* sync: the least KiB of gradient in one bucket (default 1024) */
     enum rt_compress_kind compress; /* sync, average: 16-bit exchanges (default none) */
     /* NULL. Testing aids (throttling, a simulated interrupt) that tests and

@@ -4,7 +4,11 @@
 #  - 2 workers on one host say they sum in place, and end with the very
 #    parameters of the same run through the ring over TCP (--no-shm): with
 #    two workers both sum a + b, so the bits must agree;
-#  - 3 workers: in place, replicas identical;
+#  - and they keep one copy of the weights and optimiser state for both
+#    (src/host_replica.c), which the ring's run does not: the same bits
+#    prove that each updating its half of it is one whole update;
+#  - 3 workers: in place, replicas identical; with SGD and momentum, one
+#    shared copy ends with the bits of one copy each (--host-replica=off);
 #  - as root, a third worker with a /dev/shm of its own (a private mount
 #    namespace: another "host" for ragtag) turns every worker back to the
 #    ring, all together, and the run completes with identical replicas.
@@ -57,6 +61,7 @@ run() { # label workers [coord flags]: the coordinator of one run, its workers s
 
 hash_of() { sed -n 's/.*replicas identical: parameter hash \([0-9a-f]*\).*/\1/p' "$tmp/$1.coord"; }
 in_place() { grep -l "gradient sums: in place, in this host's shared memory, by all $2 workers" "$tmp"/$1*.log | wc -l; }
+one_copy() { grep -l "weights and optimiser state: one copy in this host's shared memory for all $2 workers" "$tmp"/$1*.log | wc -l; }
 
 # 2 workers: in place, and the bits of the ring's run
 worker a1
@@ -64,6 +69,8 @@ worker a2
 run two 2 || bad "2 workers in place: the run failed: $(tail -n 3 "$tmp/two.coord")"
 [ "$(in_place a 2)" = 2 ] && ok "2 workers of one host sum in place" ||
   bad "2 workers did not both say they sum in place: $(grep -h 'gradient sums' "$tmp"/a*.log)"
+[ "$(one_copy a 2)" = 1 ] && ok "2 workers of one host keep one copy of the weights" ||
+  bad "rank 0 did not say the host keeps one copy: $(cat "$tmp"/a*.log)"
 worker b1
 worker b2
 run ring 2 --no-shm || bad "2 workers through the ring: the run failed: $(tail -n 3 "$tmp/ring.coord")"
@@ -80,6 +87,18 @@ run three 3 || bad "3 workers in place: the run failed: $(tail -n 3 "$tmp/three.
 [ "$(in_place c 3)" = 3 ] && [ -n "$(hash_of three)" ] &&
   ok "3 workers sum in place, replicas identical" ||
   bad "3 workers: $(grep -h 'gradient sums' "$tmp"/c*.log; grep -h 'replicas' "$tmp/three.coord")"
+
+# 3 workers with SGD: one shared copy against one each, the same bits
+for w in e1 e2 e3; do worker $w; done
+run sgd-shared 3 --optimizer sgd --momentum 0.9 --nesterov ||
+  bad "3 workers, SGD, shared: the run failed: $(tail -n 3 "$tmp/sgd-shared.coord")"
+for w in f1 f2 f3; do worker $w; done
+run sgd-own 3 --optimizer sgd --momentum 0.9 --nesterov --host-replica=off ||
+  bad "3 workers, SGD, one copy each: the run failed: $(tail -n 3 "$tmp/sgd-own.coord")"
+h1=$(hash_of sgd-shared) h2=$(hash_of sgd-own)
+[ "$(one_copy e 3)" = 1 ] && [ "$(one_copy f 3)" = 0 ] && [ -n "$h1" ] && [ "$h1" = "$h2" ] &&
+  ok "3 workers, SGD: one shared copy and one copy each end with the same parameters ($h1)" ||
+  bad "3 workers, SGD: shared $h1 ($(one_copy e 3) said so), one each $h2 ($(one_copy f 3))"
 
 # a worker on another "host": everybody on the ring
 if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1 ||

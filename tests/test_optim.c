@@ -465,6 +465,86 @@ static void test_clip_below(void **state)
     assert_float_equal(w[0], -0.6, 1e-7);
 }
 
+/* rt_optim_update_range: the ranks of a host, each with its own optimiser
+ * updating its own range of one shared buffer, give the bits of one whole
+ * update, state included, with frozen gaps between spans, clipping and
+ * over several steps (the schedule and Adam's bias correction count each
+ * rank's steps). */
+static void range_case(enum rt_optim_kind kind)
+{
+    enum { M = 103, RANKS = 3, STEPS_R = 4 };
+    const struct rt_span spans[] = {{3, 37}, {50, 53}}; /* 0-2 and 40-49 frozen */
+    const size_t cut[RANKS + 1] = {0, 45, 71, M};        /* one cut inside a gap */
+    struct rt_optim_config c = cfg_lr(0.05f);
+    c.kind = kind;
+    c.weight_decay = 0.01f;
+    c.clip_norm = 1.5f;
+    c.schedule = RT_SCHED_STEP;
+    c.step_size = 2;
+    c.gamma = 0.5f;
+    rt_optim *whole = rt_optim_new_spans(dev, &c, spans, 2), *part[RANKS];
+    for (int r = 0; r < RANKS; r++)
+        assert_non_null(part[r] = rt_optim_new_spans(dev, &c, spans, 2));
+    float w0[M], g[M], wa[M], wb[M];
+    for (int i = 0; i < M; i++)
+        w0[i] = 0.01f * (float)(i % 17) - 0.05f;
+    rt_buf *bw[2], *bg[2];
+    for (int k = 0; k < 2; k++) {
+        bw[k] = rt_buf_new(dev, sizeof w0);
+        bg[k] = rt_buf_new(dev, sizeof g);
+        assert_int_equal(rt_upload(dev, rt_buf_view(bw[k]), w0, sizeof w0), RT_OK);
+    }
+    for (int step = 0; step < STEPS_R; step++) {
+        double ss = 0.0;
+        for (int i = 0; i < M; i++) {
+            g[i] = 0.3f * sinf(0.7f * (float)(i + 11 * step));
+            ss += (double)g[i] * g[i];
+        }
+        double norm = sqrt(ss); /* above clip_norm: every step clips */
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(rt_upload(dev, rt_buf_view(bg[k]), g, sizeof g), RT_OK);
+        assert_int_equal(rt_optim_update(whole, rt_buf_view(bw[0]), rt_buf_view(bg[0]), norm),
+                         RT_OK);
+        for (int r = 0; r < RANKS; r++)
+            assert_int_equal(rt_optim_update_range(part[r], rt_buf_view(bw[1]),
+                                                   rt_buf_view(bg[1]), norm, cut[r], cut[r + 1]),
+                             RT_OK);
+    }
+    assert_int_equal(rt_download(dev, wa, rt_buf_view(bw[0]), sizeof wa), RT_OK);
+    assert_int_equal(rt_download(dev, wb, rt_buf_view(bw[1]), sizeof wb), RT_OK);
+    assert_memory_equal(wa, wb, sizeof wa);
+    assert_true(wa[0] == w0[0] && wa[45] == w0[45]); /* frozen: untouched */
+    assert_true(wa[10] != w0[10]);
+    /* each rank's state over its own range is the whole optimiser's */
+    float sa[90], sb[90];
+    for (int i = 0; i < rt_optim_state_count(whole); i++) {
+        assert_int_equal(rt_download(dev, sa, rt_optim_state(whole, i), sizeof sa), RT_OK);
+        for (int r = 0; r < RANKS; r++) {
+            assert_int_equal(rt_download(dev, sb, rt_optim_state(part[r], i), sizeof sb), RT_OK);
+            /* state index of parameter p: p - 3 in the first span, p - 13 in the second */
+            for (size_t p = cut[r]; p < cut[r + 1]; p++) {
+                long at = p >= 3 && p < 40 ? (long)p - 3 : p >= 50 ? (long)p - 13 : -1;
+                if (at >= 0)
+                    assert_true(sa[at] == sb[at]);
+            }
+        }
+    }
+    for (int r = 0; r < RANKS; r++)
+        rt_optim_destroy(&part[r]);
+    rt_optim_destroy(&whole);
+    for (int k = 0; k < 2; k++) {
+        rt_buf_destroy(&bw[k]);
+        rt_buf_destroy(&bg[k]);
+    }
+}
+
+static void test_update_range(void **state)
+{
+    (void)state;
+    range_case(RT_OPT_SGD);
+    range_case(RT_OPT_ADAMW);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -485,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_nadam),
         cmocka_unit_test(test_clip_above),
         cmocka_unit_test(test_clip_below),
+        cmocka_unit_test(test_update_range),
     };
     return cmocka_run_group_tests(tests, open_dev, close_dev);
 }

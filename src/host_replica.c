@@ -1,0 +1,168 @@
+/* host_replica.c — one replica for the workers of one host (host_replica.h
+ * says why and what a change of members does). */
+#include "config.h"
+
+#include "host_replica.h"
+
+#include <string.h>
+
+#include "status.h"
+
+/* Floats from one region of the shared copy to the next: 64-byte aligned,
+ * as rt_buf_wrap_host wants. */
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static size_t shared_floats(const struct rt_trainer *t, const struct rt_replica *r)
+{
+    return round16(r->np) +
+           (size_t)rt_optim_state_count(t->opt) * round16(rt_optim_size(t->opt));
+}
+
+static float *state_at(struct rt_host_replica *h, const struct rt_replica *r, size_t no, int i)
+{
+    return h->mem + round16(r->np) + (size_t)i * round16(no);
+}
+
+/* The model's weights and the optimiser's buffers and the shared copy's
+ * change places (the contents stay where they are); twice puts them back. */
+static void swap_all(struct rt_host_replica *h, struct rt_trainer *t)
+{
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    rt_model_swap_params(r->m, &h->own_p);
+    for (int i = 0; i < rt_optim_state_count(t->opt); i++)
+        rt_optim_swap_state(t->opt, i, &h->own_s[i]);
+    r->pv = rt_model_params(r->m);
+    r->p = rt_view_host(r->pv);
+    h->on = !h->on;
+}
+
+static void drop_wraps(struct rt_host_replica *h)
+{
+    rt_buf_destroy(&h->own_p);
+    for (int i = 0; i < 2; i++)
+        rt_buf_destroy(&h->own_s[i]);
+}
+
+/* Rank 0 fills the shared copy from its replica (all hold the same), the
+ * others wait for it, and all train on it from now on. */
+static int share(struct rt_host_replica *h, struct rt_trainer *t)
+{
+    const rt_collective *c = t->coll;
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    size_t no = rt_optim_size(t->opt);
+    int ns = rt_optim_state_count(t->opt);
+    if (t->rank == 0) {
+        memcpy(h->mem, r->p, r->np * sizeof(float));
+        for (int i = 0; i < ns; i++)
+            memcpy(state_at(h, r, no, i), rt_view_host(rt_optim_state(t->opt, i)),
+                   no * sizeof(float));
+    }
+    RT_TRY(c->ops->host_barrier(c->ctx));
+    rt_dev *dev = r->odev;
+    h->own_p = rt_buf_wrap_host(dev, h->mem, r->np * sizeof(float));
+    for (int i = 0; i < ns; i++)
+        h->own_s[i] = rt_buf_wrap_host(dev, state_at(h, r, no, i), no * sizeof(float));
+    if (!h->own_p || (ns > 0 && !h->own_s[0]) || (ns > 1 && !h->own_s[1])) {
+        drop_wraps(h);
+        return rt_error(RT_ERR_NOMEM, "out of memory for the host's replica");
+    }
+    swap_all(h, t);
+    h->since = 0;
+    h->whole = false; /* (inside a step: its update follows) */
+    return rt_commit_take(&h->back, t);
+}
+
+/* The first update of a group asks for the shared copy (every rank
+ * together: the collective's answer is the same on all). */
+static int try_share(struct rt_host_replica *h, struct rt_trainer *t)
+{
+    const rt_collective *c = t->coll;
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    h->asked = true;
+    if (!t->c.host_replica || !c || !c->ops->host_replica || !c->ops->host_barrier || !r->alias ||
+        t->world < 2)
+        return RT_OK;
+    float *mem = NULL;
+    RT_TRY(c->ops->host_replica(c->ctx, shared_floats(t, r), &mem));
+    if (!mem)
+        return RT_OK;
+    h->mem = mem;
+    return share(h, t);
+}
+
+int rt_host_replica_update(struct rt_host_replica *h, struct rt_trainer *t, double norm)
+{
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    if (!h->asked)
+        RT_TRY(try_share(h, t));
+    if (!h->on)
+        return rt_optim_update(t->opt, r->pv, r->gv, norm);
+    size_t lo, hi;
+    rt_slice(r->np, t->world, t->rank, &lo, &hi);
+    RT_TRY(rt_optim_update_range(t->opt, r->pv, r->gv, norm, lo, hi));
+    /* nobody reads the weights (the next forward) before all are written */
+    RT_TRY(t->coll->ops->host_barrier(t->coll->ctx));
+    h->whole = true;
+    h->due = ++h->since >= RT_HOST_REPLICA_WRITE_BACK;
+    return RT_OK;
+}
+
+/* From a step's first collective on, another rank may be updating its
+ * range (its sum completed with this rank's marks) until the barrier. The
+ * write-back due is taken before: the step's counts are in the epoch's
+ * sums by now, as its position wants. */
+int rt_host_replica_step_begin(struct rt_host_replica *h, struct rt_trainer *t)
+{
+    if (!h->on)
+        return RT_OK;
+    h->whole = false;
+    if (!h->due)
+        return RT_OK;
+    h->due = false;
+    h->since = 0;
+    return rt_commit_take(&h->back, t);
+}
+
+int rt_host_replica_leave(struct rt_host_replica *h, struct rt_trainer *t)
+{
+    h->asked = false; /* share again at the next step */
+    if (!h->on)
+        return RT_OK;
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    size_t no = rt_optim_size(t->opt);
+    int ns = rt_optim_state_count(t->opt);
+    memcpy(rt_view_host(rt_buf_view(h->own_p)), h->mem, r->np * sizeof(float));
+    for (int i = 0; i < ns; i++)
+        memcpy(rt_view_host(rt_buf_view(h->own_s[i])), state_at(h, r, no, i),
+               no * sizeof(float));
+    swap_all(h, t);
+    drop_wraps(h);
+    h->due = false;
+    return RT_OK;
+}
+
+/* Whole: every rank passed the last update's barrier, and no update began
+ * since (a change of members seen at a step's start, an admission): the
+ * shared copy is kept as it is. Else some range may be half written. */
+int rt_host_replica_abandon(struct rt_host_replica *h, struct rt_trainer *t)
+{
+    if (h->whole)
+        return rt_host_replica_leave(h, t);
+    h->asked = false;
+    if (!h->on)
+        return RT_OK;
+    swap_all(h, t);
+    drop_wraps(h);
+    h->due = false;
+    return rt_commit_restore(&h->back, t);
+}
+
+/* (the trainer destroys the optimiser first, with the wraps it held; the
+ * model after) */
+void rt_host_replica_free(struct rt_host_replica *h, struct rt_trainer *t)
+{
+    if (h->on) /* the model's own weights back, to be freed with it */
+        rt_model_swap_params(((struct rt_dist *)t->ms)->r.m, &h->own_p);
+    drop_wraps(h);
+    rt_commit_free(&h->back);
+}
