@@ -399,15 +399,15 @@ int rt_hostreduce_barrier(rt_hostreduce *h, uint32_t votes, uint32_t *agreed,
 
 /* Rank 0's replica segment of n floats, made (again when its size changed)
  * by rank 0 and mapped by the others; all of the group call it together.
- * A rank that cannot make or map it says so in the vote, and then none
- * shares. */
-int rt_hostreduce_replica(rt_hostreduce *h, size_t n, const struct rt_hostreduce_wait *w,
-                          float **out)
+ * A rank that cannot use, make or map it says so in the vote, and then
+ * none shares. */
+int rt_hostreduce_replica(rt_hostreduce *h, size_t n, bool able,
+                          const struct rt_hostreduce_wait *w, float **out)
 {
     RT_ASSERT(h->peers);
     *out = NULL;
-    uint32_t fail = 0, agreed = 0;
-    if (h->rank == 0) {
+    uint32_t fail = !able, agreed = 0;
+    if (h->rank == 0 && able) {
         if (h->rep_own.h && h->rep_own.h->n != n) {
             munmap(h->rep_own.h, h->rep_own.bytes);
             shm_unlink(h->rep_name);
@@ -426,7 +426,9 @@ int rt_hostreduce_replica(rt_hostreduce *h, size_t n, const struct rt_hostreduce
             munmap(h->rep.h, h->rep.bytes);
         h->rep = (struct peer){0};
         if (!fail)
-            rt_error(RT_ERR_NET, "another worker of this host could not make or map the replica");
+            rt_error(RT_ERR_NET, "another worker of this host cannot share the replica");
+        else if (!able)
+            rt_error(RT_ERR_CONFIG, "this worker's weights are not in host memory");
         return RT_OK;
     }
     *out = h->rep.data;

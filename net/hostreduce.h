@@ -77,10 +77,11 @@ int rt_hostreduce_barrier(rt_hostreduce *h, uint32_t votes, uint32_t *agreed,
  * n floats in rank 0's segment /ragtag-SECRET-replica, made by rank 0 and
  * mapped by the others, for this group, in *out. All ranks of the group
  * call it together; *out NULL on every rank (the reason in the error
- * detail) when any could not make or map it. < 0: the group failed (the
- * members change). The contents are rank 0's to fill. */
-int rt_hostreduce_replica(rt_hostreduce *h, size_t n, const struct rt_hostreduce_wait *w,
-                          float **out);
+ * detail) when any is not able to use it (its weights live on a GPU) or
+ * could not make or map it. < 0: the group failed (the members change).
+ * The contents are rank 0's to fill. */
+int rt_hostreduce_replica(rt_hostreduce *h, size_t n, bool able,
+                          const struct rt_hostreduce_wait *w, float **out);
 
 /* For rt_shm_sweep: whether the process that made the segment open as fd
  * is gone (or never finished making it). */

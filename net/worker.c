@@ -1246,7 +1246,7 @@ static bool w_changing(void *ctx) { return rt_comm_members_changing(((struct wor
 
 /* The host's one replica: only where the gradient is summed in place (every
  * member on this host, each mapping the others' segments). */
-static int w_host_replica(void *ctx, size_t n, float **out)
+static int w_host_replica(void *ctx, size_t n, bool able, float **out)
 {
     struct worker *w = ctx;
     *out = NULL;
@@ -1254,7 +1254,7 @@ static int w_host_replica(void *ctx, size_t n, float **out)
     if (!w->hs.on)
         return RT_OK;
     struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
-    RT_TRY(rt_hostreduce_replica(w->hs.hr, n, &hw, out));
+    RT_TRY(rt_hostreduce_replica(w->hs.hr, n, able, &hw, out));
     if (!*out) {
         say(w, "%s: each worker keeps its own replica", rt_error_detail());
         rt_error_clear();

@@ -74,12 +74,13 @@ struct rt_collective_ops {
      * of a process (one replica at a time); NULL for another n. */
     float *(*shared_floats)(void *ctx, size_t n);
     /* The host's one replica (src/host_replica.c): *out gets n floats that
-     * every worker of this group shares, when all share one host and sum
-     * in place (rank 0's to fill; the same memory on every call until the
-     * members change), or NULL: each keeps its own. All ranks call it
-     * together, between steps. host_barrier: every rank of the group
-     * reached this point. NULL (both): not offered. */
-    int (*host_replica)(void *ctx, size_t n, float **out);
+     * every worker of this group shares, when all share one host, sum in
+     * place and are able (their weights in host memory; n the same on all),
+     * rank 0's to fill, the same memory on every call until the members
+     * change; or NULL: each keeps its own. All ranks call it together,
+     * between steps. host_barrier: every rank of the group reached this
+     * point. NULL (both): not offered. */
+    int (*host_replica)(void *ctx, size_t n, bool able, float **out);
     int (*host_barrier)(void *ctx);
     /* A new generation is announced and not formed yet: a step that has
      * not begun regroups first, so the change redoes nothing. NULL: the

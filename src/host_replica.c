@@ -79,11 +79,12 @@ static int try_share(struct rt_host_replica *h, struct rt_trainer *t)
     const rt_collective *c = t->coll;
     struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
     h->asked = true;
-    if (!t->c.host_replica || !c || !c->ops->host_replica || !c->ops->host_barrier || !r->alias ||
+    /* the same on every rank (the run's options, one binary) */
+    if (!t->c.host_replica || !c || !c->ops->host_replica || !c->ops->host_barrier ||
         t->world < 2)
         return RT_OK;
     float *mem = NULL;
-    RT_TRY(c->ops->host_replica(c->ctx, shared_floats(t, r), &mem));
+    RT_TRY(c->ops->host_replica(c->ctx, shared_floats(t, r), r->alias, &mem));
     if (!mem)
         return RT_OK;
     h->mem = mem;
