@@ -15,7 +15,11 @@
  * reduce-scatter and an all-gather of the parameters (the same bytes on
  * the wire), left the optimiser state of a lost worker's slice nowhere.
  * The replicated update costs each worker the whole update instead of a
- * 1/N slice (bench/README.md has the figures).
+ * 1/N slice (bench/README.md has the figures). Where the workers of one
+ * host sum in place they share one copy of the weights and optimiser
+ * state instead and each updates its slice of it (host_replica.h: written
+ * back to every worker's own replica every few steps, which a change of
+ * members goes back to).
  *
  * With --overlap (the default) the gradient goes to the network in buckets
  * as backward finishes them (buckets.h), the last layers' first, while the
