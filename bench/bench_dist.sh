@@ -17,9 +17,11 @@
 #                                   workers share the host) against 1 process x 2 threads:
 #                                   the ratio of the medians and the median of the rounds'
 #                                   own ratios, for each epoch (TRAIN_EPOCHS, default 2:
-#                                   the first with the warm-up, the last steady), and
-#                                   2 uncoupled 1-thread processes side by side (what
-#                                   two replicas reach with nothing between them)
+#                                   the first with the warm-up, the last steady), the
+#                                   2 workers with a copy of the weights each
+#                                   (--host-replica=off), and 2 uncoupled 1-thread
+#                                   processes side by side (what two separate replicas
+#                                   reach with nothing between them)
 #
 # Environment: BUILD (default .: the build directory with src/ragtag,
 # bench/bench_allreduce and bench/tcp_stream, `make bench` builds them), SHARED (default
@@ -139,7 +141,9 @@ pair() { # model images epochs
 
 # Interleaved cells, REPS runs each, medians: one process with 2 threads,
 # 2 workers with 1 thread each with the gradient reduced in buckets during
-# backward (--overlap, the default) and after it (--overlap=off). Each run
+# backward (--overlap, the default) and after it (--overlap=off), sharing
+# one copy of the weights (the default) and keeping one each
+# (--host-replica=off), and the uncoupled pair. Each run
 # trains TRAIN_EPOCHS epochs (default 2) and each epoch's images/s is kept
 # apart: the first carries every cell's warm-up (the workers' speed probes
 # and first plans, the first touch of every buffer, a cold cache), the
@@ -150,9 +154,9 @@ train() {
   for model in ${MODELS:-lenet seedcnn}; do
     images=19200
     [ $model = seedcnn ] && images=6400
-    for cell in one on off pair; do for e in $(seq "$epochs"); do : > "$tmp/$cell$e"; done; done
+    for cell in one on off own pair; do for e in $(seq "$epochs"); do : > "$tmp/$cell$e"; done; done
     : > "$tmp/handoff"
-    order="one on off pair"
+    order="one on off own pair"
     for _ in $(seq "$REPS"); do
       # each round starts with the next cell: no cell always follows the same one
       for cell in $order; do
@@ -163,6 +167,7 @@ train() {
           one) flags="--threads 2" ;;
           on) flags="--threads 1 --workers 2" ;;
           off) flags="--threads 1 --workers 2 --overlap=off" ;;
+          own) flags="--threads 1 --workers 2 --host-replica=off" ;;
         esac
         ok=1
         "$ragtag" train "$top/examples/$model.cfg" --data fashion-mnist --val 0 --limit $images \
@@ -186,10 +191,14 @@ train() {
       pon=$(paste "$tmp/on$e" "$tmp/one$e" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
       poff=$(paste "$tmp/off$e" "$tmp/one$e" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
       pair=$(grep -v '^0$' "$tmp/pair$e" | median)
-      awk -v m=$model -v e="$e" -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" -v pb="$pon" -v pc="$poff" -v p="$pair" 'BEGIN {
+      own=$(grep -v '^0$' "$tmp/own$e" | median)
+      pown=$(paste "$tmp/own$e" "$tmp/one$e" | awk '$1 > 0 && $2 > 0 { print $1 / $2 }' | median)
+      awk -v m=$model -v e="$e" -v a="$one" -v b="$on" -v c="$off" -v r="$REPS" -v pb="$pon" -v pc="$poff" -v p="$pair" -v o="$own" -v po="$pown" 'BEGIN {
         printf "%-8s epoch %d, medians of %d: 1 process x 2 threads %6.0f img/s | 2 workers x 1 thread: overlap %6.0f (ratio %.2f), overlap off %6.0f (ratio %.2f) | median of the rounds'"'"' own ratios: %.2f, %.2f\n",
                m, e, r, a, b, (a > 0 ? b / a : 0), c, (a > 0 ? c / a : 0), pb, pc
-        printf "%-8s epoch %d: 2 uncoupled 1-thread processes, half the batch each, side by side %6.0f img/s (ratio %.2f): the most 2 replicas reach here\n",
+        printf "%-8s epoch %d: 2 workers with a copy of the weights each (--host-replica=off) %6.0f img/s (ratio %.2f; rounds: %.2f)\n",
+               m, e, o, (a > 0 ? o / a : 0), po
+        printf "%-8s epoch %d: 2 uncoupled 1-thread processes, half the batch each, side by side %6.0f img/s (ratio %.2f): the most 2 separate replicas reach here\n",
                m, e, p, (a > 0 ? p / a : 0) }'
     done
   done
