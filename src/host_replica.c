@@ -67,9 +67,37 @@ static int share(struct rt_host_replica *h, struct rt_trainer *t)
         return rt_error(RT_ERR_NOMEM, "out of memory for the host's replica");
     }
     swap_all(h, t);
+    drop_wraps(h); /* this worker's own buffers: the write-back holds a copy */
     h->since = 0;
     h->whole = false; /* (inside a step: its update follows) */
     return rt_commit_take(&h->back, t);
+}
+
+/* This worker's own buffers again, filled from the shared copy (from_shared)
+ * or left for the caller to fill; the model and optimiser use them. */
+static int own_again(struct rt_host_replica *h, struct rt_trainer *t, bool from_shared)
+{
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    size_t no = rt_optim_size(t->opt);
+    int ns = rt_optim_state_count(t->opt);
+    h->own_p = rt_buf_new(rt_model_dev(r->m), (r->np ? r->np : 1) * sizeof(float));
+    for (int i = 0; i < ns; i++)
+        h->own_s[i] = rt_buf_new(r->odev, (no ? no : 1) * sizeof(float));
+    if (!h->own_p || (ns > 0 && !h->own_s[0]) || (ns > 1 && !h->own_s[1])) {
+        drop_wraps(h);
+        return rt_error(RT_ERR_NOMEM, "out of memory for this worker's own replica (%zu "
+                        "parameters)", r->np);
+    }
+    if (from_shared) {
+        memcpy(rt_view_host(rt_buf_view(h->own_p)), h->mem, r->np * sizeof(float));
+        for (int i = 0; i < ns; i++)
+            memcpy(rt_view_host(rt_buf_view(h->own_s[i])), state_at(h, r, no, i),
+                   no * sizeof(float));
+    }
+    swap_all(h, t);
+    drop_wraps(h); /* the wraps of the shared copy */
+    h->due = false;
+    return RT_OK;
 }
 
 /* The first update of a group asks for the shared copy (every rank
@@ -129,17 +157,8 @@ int rt_host_replica_leave(struct rt_host_replica *h, struct rt_trainer *t)
     h->asked = false; /* share again at the next step */
     if (!h->on)
         return RT_OK;
-    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
-    size_t no = rt_optim_size(t->opt);
-    int ns = rt_optim_state_count(t->opt);
-    memcpy(rt_view_host(rt_buf_view(h->own_p)), h->mem, r->np * sizeof(float));
-    for (int i = 0; i < ns; i++)
-        memcpy(rt_view_host(rt_buf_view(h->own_s[i])), state_at(h, r, no, i),
-               no * sizeof(float));
-    swap_all(h, t);
-    drop_wraps(h);
-    h->due = false;
-    return RT_OK;
+    rt_commit_free(&h->back); /* (first: the worker's own buffers come back) */
+    return own_again(h, t, true);
 }
 
 /* Whole: every rank passed the last update's barrier, and no update began
@@ -152,18 +171,14 @@ int rt_host_replica_abandon(struct rt_host_replica *h, struct rt_trainer *t)
     h->asked = false;
     if (!h->on)
         return RT_OK;
-    swap_all(h, t);
-    drop_wraps(h);
-    h->due = false;
+    RT_TRY(own_again(h, t, false));
     return rt_commit_restore(&h->back, t);
 }
 
-/* (the trainer destroys the optimiser first, with the wraps it held; the
- * model after) */
-void rt_host_replica_free(struct rt_host_replica *h, struct rt_trainer *t)
+/* (while shared, the model and the optimiser hold wraps of the shared
+ * copy, which they destroy without freeing it) */
+void rt_host_replica_free(struct rt_host_replica *h)
 {
-    if (h->on) /* the model's own weights back, to be freed with it */
-        rt_model_swap_params(((struct rt_dist *)t->ms)->r.m, &h->own_p);
     drop_wraps(h);
     rt_commit_free(&h->back);
 }

@@ -9,10 +9,11 @@
  * step's sum each updates its own range of it (rt_optim_update_range: the
  * bits of one whole update), then waits for the others.
  *
- * Faults: the shared copy is a cache of each worker's own replica, which
- * holds the state of the last write-back (an rt_commit: weights,
- * optimiser state, position, the epoch's sums), taken every
- * RT_HOST_REPLICA_WRITE_BACK steps. A change of members throws the shared
+ * Faults: the shared copy is a cache of each worker's own replica: while
+ * shared, that is only the state of the last write-back (an rt_commit:
+ * weights, optimiser state, position, the epoch's sums), taken every
+ * RT_HOST_REPLICA_WRITE_BACK steps; the buffers the model and optimiser
+ * had are freed, and made again when the worker leaves the shared copy. A change of members throws the shared
  * copy away (a worker may have died halfway through its range) and every
  * worker goes back to its write-back, then to the most advanced member's
  * state as usual (dist_recover.c): the steps since are done again by the
@@ -36,7 +37,7 @@ struct rt_host_replica {
     bool on;               /* the model and optimiser use the shared copy */
     bool asked;            /* the collective was asked in this group (NULL: none) */
     float *mem;            /* shared: the weights, then each optimiser buffer */
-    rt_buf *own_p, *own_s[2]; /* while on: this worker's buffers, swapped out */
+    rt_buf *own_p, *own_s[2]; /* while buffers change places (NULL between) */
     struct rt_commit back; /* the state at the last write-back */
     long since;            /* steps since it */
     bool due;              /* a write-back at the next step's start */
@@ -58,6 +59,6 @@ int rt_host_replica_leave(struct rt_host_replica *h, struct rt_trainer *t);
 /* The members changed: back to this worker's own replica at the last
  * write-back (nothing when not shared); the group is asked again. */
 int rt_host_replica_abandon(struct rt_host_replica *h, struct rt_trainer *t);
-void rt_host_replica_free(struct rt_host_replica *h, struct rt_trainer *t);
+void rt_host_replica_free(struct rt_host_replica *h);
 
 #endif

@@ -176,6 +176,12 @@ int rt_mem_estimate(const char *model_text, const struct rt_train_config *c, int
         copies += 2;
     if (!host)
         copies += 2; /* host replica: parameters and gradients */
+    /* sync, workers of one host: their shared copy of the weights and the
+     * optimiser state, mapped by each (src/host_replica.c; its write-back
+     * takes the place of the worker's own). Counted though who shares the
+     * host is not known yet: a worker alone pays for none. */
+    if (world > 1 && c->mode == RT_MODE_SYNC && host && c->host_replica)
+        copies += 1 + optimiser_copies(&c->optim);
     rt_mem_set_process(out, rt_mem_rss());
     out->data_peak = peak;
     out->data = kept;

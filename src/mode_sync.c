@@ -227,7 +227,7 @@ static void sync_destroy(struct rt_trainer *t)
     }
     rt_buckets_free(&sy->bk);
     rt_compress_free(&sy->z);
-    rt_host_replica_free(&sy->hr, t);
+    rt_host_replica_free(&sy->hr);
     rt_dist_free(&sy->d);
     free(sy);
     t->ms = NULL;
