@@ -441,7 +441,9 @@ static void test_memory_limit_fake_cgroups(void **state)
 
 /* The estimate counts what each mode keeps beside the model: average and
  * gossip a copy of the agreed state and of the optimiser's, gossip also
- * the copy its request sent and the average it answers with. */
+ * the copy its request sent and the average it answers with, sync the
+ * shared copy of the weights and optimiser state of a host's workers
+ * (--host-replica). */
 static void test_memory_estimate_by_mode(void **state)
 {
     (void)state;
@@ -456,19 +458,22 @@ static void test_memory_estimate_by_mode(void **state)
     snprintf(c.data_spec, sizeof c.data_spec, "fashion-mnist");
     c.optim.kind = RT_OPT_SGD;
     c.optim.momentum = 0.9f; /* one state vector */
-    struct rt_mem_need sync, avg, gossip, alone;
+    struct rt_mem_need sync, own, avg, gossip, alone;
     c.mode = RT_MODE_SYNC;
     int rc = rt_mem_estimate(model, &c, 3, &sync);
     if (rc != RT_OK)
         fail_msg("estimate: %s", rt_error_detail());
+    c.host_replica = false;
+    assert_int_equal(rt_mem_estimate(model, &c, 3, &own), RT_OK);
+    assert_true(sync.model == own.model + 2 * np * sizeof(float)); /* weights, momentum */
     c.mode = RT_MODE_AVERAGE;
     assert_int_equal(rt_mem_estimate(model, &c, 3, &avg), RT_OK);
     c.mode = RT_MODE_GOSSIP;
     assert_int_equal(rt_mem_estimate(model, &c, 3, &gossip), RT_OK);
     assert_int_equal(rt_mem_estimate(model, &c, 1, &alone), RT_OK);
-    assert_true(avg.model == sync.model + 2 * np * sizeof(float));
+    assert_true(avg.model == own.model + 2 * np * sizeof(float));
     assert_true(gossip.model == avg.model + 2 * np * sizeof(float));
-    assert_true(alone.model == sync.model); /* one worker keeps nothing more */
+    assert_true(alone.model == own.model); /* one worker keeps nothing more */
 }
 
 /* Burn `cpu` seconds of this thread's CPU. */
