@@ -71,7 +71,7 @@ struct rt_hostreduce {
     struct peer rep_own; /* this worker's replica segment, once it was a group's rank 0 */
     char rep_name[64];
     struct peer rep;     /* the group's replica: rank 0's segment, mapped */
-    const char *secret0; /* rank 0's secret (the caller's string, for the group) */
+    char secret0[32];    /* rank 0's secret, for this group */
     int rank, world;
     uint64_t gen, op;
     struct peer *peers; /* world of them; peers[rank] is self */
@@ -266,7 +266,7 @@ int rt_hostreduce_group(rt_hostreduce *h, uint64_t gen, int rank, int world,
         }
     }
     h->peers[rank] = h->self;
-    h->secret0 = secrets[0];
+    snprintf(h->secret0, sizeof h->secret0, "%s", secrets[0]);
     h->gen = gen & HR_GEN_MASK;
     h->op = 0;
     atomic_store_explicit(&h->self.h->mark, h->gen << HR_LOW_BITS, memory_order_release);

@@ -1255,13 +1255,12 @@ static int w_host_replica(void *ctx, size_t n, bool able, float **out)
         return RT_OK;
     struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
     RT_TRY(rt_hostreduce_replica(w->hs.hr, n, able, &hw, out));
-    if (!*out) {
+    if (!w->hs.told_replica && !*out) /* (asked again at every epoch: said once) */
         say(w, "%s: each worker keeps its own replica", rt_error_detail());
-        rt_error_clear();
-    } else if (!w->hs.told_replica && w->rank == 0) {
+    else if (!w->hs.told_replica && w->rank == 0)
         say(w, "weights and optimiser state: one copy in this host's shared memory for all %d "
                "workers (%.1f MB)", w->world, (double)n * sizeof(float) / 1e6);
-    }
+    rt_error_clear();
     w->hs.told_replica = true;
     return RT_OK;
 }

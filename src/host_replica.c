@@ -161,9 +161,10 @@ int rt_host_replica_leave(struct rt_host_replica *h, struct rt_trainer *t)
     return own_again(h, t, true);
 }
 
-/* Whole: every rank passed the last update's barrier, and no update began
+/* Whole: every rank passed the last update's barrier and no step began
  * since (a change of members seen at a step's start, an admission): the
- * shared copy is kept as it is. Else some range may be half written. */
+ * shared copy is copied back as it is. Else some range may be half
+ * written: back to the write-back. */
 int rt_host_replica_abandon(struct rt_host_replica *h, struct rt_trainer *t)
 {
     if (h->whole)
