@@ -43,6 +43,21 @@ static void drop_wraps(struct rt_host_replica *h)
         rt_buf_destroy(&h->own_s[i]);
 }
 
+/* The weights and optimiser buffers the model and optimiser use now, to
+ * the shared copy or from it. */
+static void copy_state(struct rt_host_replica *h, struct rt_trainer *t, bool to_shared)
+{
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    size_t no = rt_optim_size(t->opt);
+    float *sh = h->mem, *own = r->p;
+    memcpy(to_shared ? sh : own, to_shared ? own : sh, r->np * sizeof(float));
+    for (int i = 0; i < rt_optim_state_count(t->opt); i++) {
+        sh = state_at(h, r, no, i);
+        own = rt_view_host(rt_optim_state(t->opt, i));
+        memcpy(to_shared ? sh : own, to_shared ? own : sh, no * sizeof(float));
+    }
+}
+
 /* Rank 0 fills the shared copy from its replica (all hold the same), the
  * others wait for it, and all train on it from now on. */
 static int share(struct rt_host_replica *h, struct rt_trainer *t)
@@ -51,12 +66,8 @@ static int share(struct rt_host_replica *h, struct rt_trainer *t)
     struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
     size_t no = rt_optim_size(t->opt);
     int ns = rt_optim_state_count(t->opt);
-    if (t->rank == 0) {
-        memcpy(h->mem, r->p, r->np * sizeof(float));
-        for (int i = 0; i < ns; i++)
-            memcpy(state_at(h, r, no, i), rt_view_host(rt_optim_state(t->opt, i)),
-                   no * sizeof(float));
-    }
+    if (t->rank == 0)
+        copy_state(h, t, true);
     RT_TRY(c->ops->host_barrier(c->ctx));
     rt_dev *dev = r->odev;
     h->own_p = rt_buf_wrap_host(dev, h->mem, r->np * sizeof(float));
@@ -88,14 +99,11 @@ static int own_again(struct rt_host_replica *h, struct rt_trainer *t, bool from_
         return rt_error(RT_ERR_NOMEM, "out of memory for this worker's own replica (%zu "
                         "parameters)", r->np);
     }
-    if (from_shared) {
-        memcpy(rt_view_host(rt_buf_view(h->own_p)), h->mem, r->np * sizeof(float));
-        for (int i = 0; i < ns; i++)
-            memcpy(rt_view_host(rt_buf_view(h->own_s[i])), state_at(h, r, no, i),
-                   no * sizeof(float));
-    }
     swap_all(h, t);
+    if (from_shared)
+        copy_state(h, t, false);
     drop_wraps(h); /* the wraps of the shared copy */
+    h->mem = NULL; /* (the group's: it may go with the next change of members) */
     h->due = false;
     return RT_OK;
 }
