@@ -67,11 +67,20 @@ int rt_trainer_compute(struct rt_trainer *t, struct rt_step *s, long a, int n, f
     return rt_model_backward(t->m, x, y, n, gscale);
 }
 
+/* The epoch's images a second; 0 when this process trained for less than
+ * a millisecond of it (a worker admitted at the run's last step: its
+ * epoch's counts came with the state it was handed, its clock did not,
+ * and a rate of 1e13 made the coordinator drop its final report). */
+static double epoch_rate(const struct rt_epoch *e)
+{
+    return e->t_train >= 1e-3 ? (double)e->seen_all / e->t_train : 0.0;
+}
+
 void rt_mode_progress_global(const struct rt_trainer *t, const struct rt_epoch *e, long *done,
                              double *ips)
 {
     *done = t->pos.step - e->epoch * t->spe;
-    *ips = e->seen_all / fmax(e->t_train, 1e-9);
+    *ips = epoch_rate(e);
 }
 
 /* ---- setting up ------------------------------------------------------------------ */
@@ -483,7 +492,7 @@ static int epoch_report(struct rt_trainer *t, const struct rt_epoch *e)
     if (t->data.test)
         RT_TRY(t->mode->evaluate(t, t->data.test, &test_loss, &test_acc));
     double secs = rt_now() - e->t_epoch;
-    double ips = e->seen_all / fmax(e->t_train, 1e-9);
+    double ips = epoch_rate(e);
     r->epochs_run = (int)t->pos.epoch;
     r->steps = t->pos.step;
     r->train_loss = e->seen ? e->loss_sum / e->seen : NAN;
