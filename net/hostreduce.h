@@ -67,6 +67,24 @@ struct rt_hostreduce_wait {
 int rt_hostreduce_allreduce(rt_hostreduce *h, size_t lo, size_t hi, uint32_t votes,
                             uint32_t *agreed, const struct rt_hostreduce_wait *w);
 
+/* The sum of a gradient and the update of one shared replica, in one
+ * pass (the host's one replica, src/host_replica.c): each rank sums its
+ * slice (rt_slice) of [from, n - tail) chunk by chunk and calls
+ * apply(arg, lo, hi) on each summed chunk while it is still in cache;
+ * every rank sums the tail [n - tail, n) (at most 64 floats: the step's
+ * counts). Nothing is copied back: outside its slice and the tail, this
+ * rank's floats keep its own contribution. Returns once every rank
+ * applied its slice. sumsq (NULL: not wanted) gets the sum of squares of
+ * the summed [from, n - tail), the same on every rank. */
+struct rt_hostreduce_apply {
+    size_t from, n, tail;
+    int (*apply)(void *arg, size_t lo, size_t hi);
+    void *arg;
+    double *sumsq;
+};
+int rt_hostreduce_sum_apply(rt_hostreduce *h, const struct rt_hostreduce_apply *ap,
+                            uint32_t votes, uint32_t *agreed, const struct rt_hostreduce_wait *w);
+
 /* Every rank of the group reached this point; *agreed gets the OR of the
  * votes (NULL: not wanted). */
 int rt_hostreduce_barrier(rt_hostreduce *h, uint32_t votes, uint32_t *agreed,

@@ -1276,6 +1276,22 @@ static int w_host_barrier(void *ctx)
     return rc;
 }
 
+static int w_sum_apply(void *ctx, float *buf, size_t from, size_t n, size_t tail,
+                       int (*apply)(void *arg, size_t lo, size_t hi), void *arg, double *sumsq)
+{
+    struct worker *w = ctx;
+    RT_TRY(hs_decide(w));
+    if (!hs_covers(w, buf, n))
+        return rt_error(RT_ERR_CONFIG, "the gradient is not summed in place here: no shared "
+                        "update");
+    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
+    struct rt_hostreduce_apply ap = {from, n, tail, apply, arg, sumsq};
+    uint32_t agreed = 0;
+    int rc = rt_hostreduce_sum_apply(w->hs.hr, &ap, w->votes_out | w->votes_in, &agreed, &hw);
+    w->votes_in |= agreed;
+    return rc;
+}
+
 static const struct rt_collective_ops worker_collectives = {
     .reduce_scatter = w_rs,
     .all_gather = w_ag,
@@ -1290,6 +1306,7 @@ static const struct rt_collective_ops worker_collectives = {
     .shared_floats = w_shared_floats,
     .host_replica = w_host_replica,
     .host_barrier = w_host_barrier,
+    .sum_apply = w_sum_apply,
     .changing = w_changing,
 };
 

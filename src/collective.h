@@ -82,6 +82,18 @@ struct rt_collective_ops {
      * point. NULL (both): not offered. */
     int (*host_replica)(void *ctx, size_t n, bool able, float **out);
     int (*host_barrier)(void *ctx);
+    /* With the host's one replica: the sum of buf[from, n) (buf from
+     * shared_floats) and the update of the shared weights in one pass.
+     * Each rank sums its slice of [from, n - tail) chunk by chunk and
+     * calls apply(arg, lo, hi) on each summed chunk at once, while it is
+     * in cache (the optimiser's update of that range); the tail (the
+     * step's counts) is summed on every rank. Returns once every rank
+     * applied its slice: the shared weights are whole. Outside its slice
+     * and the tail this rank's buf keeps its own contribution. sumsq (NULL:
+     * not wanted): the summed gradient's sum of squares, the same on every
+     * rank. NULL: not offered. */
+    int (*sum_apply)(void *ctx, float *buf, size_t from, size_t n, size_t tail,
+                     int (*apply)(void *arg, size_t lo, size_t hi), void *arg, double *sumsq);
     /* A new generation is announced and not formed yet: a step that has
      * not begun regroups first, so the change redoes nothing. NULL: the
      * collectives alone say so. */

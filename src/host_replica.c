@@ -4,6 +4,7 @@
 
 #include "host_replica.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "status.h"
@@ -139,6 +140,34 @@ int rt_host_replica_update(struct rt_host_replica *h, struct rt_trainer *t, doub
     RT_TRY(rt_optim_update_range(t->opt, r->pv, r->gv, norm, lo, hi));
     /* nobody reads the weights (the next forward) before all are written */
     RT_TRY(t->coll->ops->host_barrier(t->coll->ctx));
+    h->whole = true;
+    h->due = ++h->since >= RT_HOST_REPLICA_WRITE_BACK;
+    return RT_OK;
+}
+
+bool rt_host_replica_one_pass(const struct rt_host_replica *h, const struct rt_trainer *t)
+{
+    return h->on && t->coll->ops->sum_apply && !rt_optim_clips(t->opt);
+}
+
+static int apply_range(void *arg, size_t lo, size_t hi)
+{
+    struct rt_trainer *t = arg;
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    return rt_optim_update_part(t->opt, r->pv, r->gv, lo, hi);
+}
+
+int rt_host_replica_sum_update(struct rt_host_replica *h, struct rt_trainer *t, size_t from,
+                               size_t tail, bool want_norm, double *norm)
+{
+    RT_ASSERT(rt_host_replica_one_pass(h, t));
+    const rt_collective *c = t->coll;
+    struct rt_replica *r = &((struct rt_dist *)t->ms)->r;
+    double ss = 0.0;
+    RT_TRY(c->ops->sum_apply(c->ctx, r->g, from, r->np + tail, tail, apply_range, t,
+                             want_norm ? &ss : NULL));
+    *norm = want_norm ? sqrt(ss) : NAN;
+    rt_optim_update_done(t->opt, *norm);
     h->whole = true;
     h->due = ++h->since >= RT_HOST_REPLICA_WRITE_BACK;
     return RT_OK;

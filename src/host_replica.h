@@ -5,9 +5,11 @@
  * layer holds 4 MB of weights, two such replicas side by side ran 20-30%
  * slower each than one alone (bench/README.md, twenty-third pass). Here
  * the workers of a host keep ONE copy of the weights and of the optimiser
- * state, in rank 0's shared memory (net/hostreduce.h), and after each
- * step's sum each updates its own range of it (rt_optim_update_range: the
- * bits of one whole update), then waits for the others.
+ * state, in rank 0's shared memory (net/hostreduce.h); each updates its
+ * own range of it (the bits of one whole update: the maths is
+ * elementwise), in the same pass as its slice of the gradient's sum
+ * (rt_host_replica_sum_update) or, when clipping needs the whole norm
+ * first, after the sum (rt_host_replica_update); then waits for the others.
  *
  * Faults: the shared copy is a cache of each worker's own replica: while
  * shared, that is only the state of the last write-back (an rt_commit:
@@ -50,6 +52,20 @@ struct rt_host_replica {
  * offers one (asked once a group; the first call shares), else all of its
  * own replica. */
 int rt_host_replica_update(struct rt_host_replica *h, struct rt_trainer *t, double norm);
+/* Whether this step's sum and update go in one pass (shared now, and no
+ * clipping, which needs the whole norm before any update): then
+ * rt_host_replica_sum_update instead of the sum and rt_host_replica_update.
+ * Each worker sums its slice of the gradient in place and updates the
+ * shared weights of each chunk as soon as it is summed, while it is in
+ * cache: no copy of the others' sums, no second pass over the gradient, no
+ * barrier but the sum's own (the issue's "the optimiser step for a bucket
+ * as soon as it is reduced", where a worker's slice is the bucket). */
+bool rt_host_replica_one_pass(const struct rt_host_replica *h, const struct rt_trainer *t);
+/* r->g[from, np) summed and applied; r->g[np, np + tail) (the tally)
+ * summed on every worker. *norm: the summed gradient's when want_norm, else
+ * NaN. */
+int rt_host_replica_sum_update(struct rt_host_replica *h, struct rt_trainer *t, size_t from,
+                               size_t tail, bool want_norm, double *norm);
 /* At a step's start (after a change of members was looked for): the
  * write-back due, if any. */
 int rt_host_replica_step_begin(struct rt_host_replica *h, struct rt_trainer *t);

@@ -17,9 +17,9 @@
  * The replicated update costs each worker the whole update instead of a
  * 1/N slice (bench/README.md has the figures). Where the workers of one
  * host sum in place they share one copy of the weights and optimiser
- * state instead and each updates its slice of it (host_replica.h: written
- * back to every worker's own replica every few steps, which a change of
- * members goes back to).
+ * state instead and each updates its slice of it, in the pass that sums
+ * that slice (host_replica.h: written back to every worker's own replica
+ * every few steps, which a change of members goes back to).
  *
  * With --overlap (the default) the gradient goes to the network in buckets
  * as backward finishes them (buckets.h), the last layers' first, while the
@@ -106,6 +106,13 @@ static int sync_epoch_begin(struct rt_trainer *t, struct rt_epoch *e)
     return RT_OK;
 }
 
+/* The host's one replica sums and updates in one pass: no buckets (a
+ * range summed in place waits for the end of backward anyway). */
+static bool one_pass(const struct rt_trainer *t, const struct sync *sy)
+{
+    return t->c.compress == RT_COMPRESS_NONE && rt_host_replica_one_pass(&sy->hr, t);
+}
+
 static int sync_part(struct rt_trainer *t, struct rt_step *s)
 {
     struct rt_dist *d = t->ms;
@@ -122,7 +129,7 @@ static int sync_part(struct rt_trainer *t, struct rt_step *s)
     RT_TRY(rt_planner_check_leave(&d->pl));
     rt_planner_part(&d->pl, s->n, &s->a, &s->b);
     rt_planner_step_begin(&d->pl, s);
-    if (sy->buckets)
+    if (sy->buckets && !one_pass(t, sy))
         rt_buckets_arm(&sy->bk);
     return RT_OK;
 }
@@ -135,6 +142,13 @@ static int sync_update(struct rt_trainer *t, struct sync *sy, struct rt_step *s)
     struct rt_replica *r = &sy->d.r;
     /* frozen layers below lo: their gradients never travel */
     size_t lo = sy->lo;
+    if (one_pass(t, sy)) {
+        rt_tally_encode(&s->tally, r->g + r->np);
+        RT_TRY(rt_host_replica_sum_update(&sy->hr, t, lo, RT_TALLY_FLOATS, s->log_now,
+                                          &sy->d.last_norm));
+        rt_tally_decode(r->g + r->np, &s->tally);
+        return rt_replica_push(r);
+    }
     if (sy->buckets) {
         rt_tally_encode(&s->tally, r->g + r->np);
         RT_TRY(rt_buckets_finish(&sy->bk));

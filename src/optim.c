@@ -283,15 +283,11 @@ int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm)
     return rt_optim_update_range(o, w, g, norm, 0, SIZE_MAX);
 }
 
-int rt_optim_update_range(rt_optim *o, rt_view w, rt_view g, double norm, size_t lo, size_t hi)
+/* The spans' parts within [lo, hi), each scaled by `scale` first when it
+ * is not 1 (clipping). */
+static int update_spans(rt_optim *o, rt_view w, rt_view g, float scale, size_t lo, size_t hi)
 {
-    RT_ASSERT(o && o->tag == OPTIM_TAG && lo <= hi);
-    const struct rt_optim_config *c = &o->cfg;
-    rt_dev *d = o->dev;
-
-    o->last_norm = norm;
-    bool clip = c->clip_norm > 0.0f && isfinite(norm) && norm > (double)c->clip_norm;
-    float lr = rt_schedule_lr(c, o->steps);
+    float lr = rt_schedule_lr(&o->cfg, o->steps);
     size_t at = 0;
     for (int i = 0; i < o->nspans; at += o->spans[i].len, i++) {
         /* the part of span i within [lo, hi); its state lies as far into
@@ -302,14 +298,41 @@ int rt_optim_update_range(rt_optim *o, rt_view w, rt_view g, double norm, size_t
         if (a >= b)
             continue;
         struct rt_span part = {a, b - a};
-        if (clip)
-            RT_TRY(rt_op_scale(d, part.len, (float)((double)c->clip_norm / norm),
-                               rt_view_at(g, part.off)));
+        if (scale != 1.0f)
+            RT_TRY(rt_op_scale(o->dev, part.len, scale, rt_view_at(g, part.off)));
         RT_TRY(span_step(o, &part, at + (a - o->spans[i].off), lr, w, g));
     }
-    o->steps++;
-    o->last_lr = lr;
     return RT_OK;
+}
+
+int rt_optim_update_range(rt_optim *o, rt_view w, rt_view g, double norm, size_t lo, size_t hi)
+{
+    RT_ASSERT(o && o->tag == OPTIM_TAG && lo <= hi);
+    const struct rt_optim_config *c = &o->cfg;
+    bool clip = c->clip_norm > 0.0f && isfinite(norm) && norm > (double)c->clip_norm;
+    RT_TRY(update_spans(o, w, g, clip ? (float)((double)c->clip_norm / norm) : 1.0f, lo, hi));
+    rt_optim_update_done(o, norm);
+    return RT_OK;
+}
+
+int rt_optim_update_part(rt_optim *o, rt_view w, rt_view g, size_t lo, size_t hi)
+{
+    RT_ASSERT(o && o->tag == OPTIM_TAG && lo <= hi && !rt_optim_clips(o));
+    return update_spans(o, w, g, 1.0f, lo, hi);
+}
+
+void rt_optim_update_done(rt_optim *o, double norm)
+{
+    RT_ASSERT(o && o->tag == OPTIM_TAG);
+    o->last_norm = norm;
+    o->last_lr = rt_schedule_lr(&o->cfg, o->steps);
+    o->steps++;
+}
+
+bool rt_optim_clips(const rt_optim *o)
+{
+    RT_ASSERT(o && o->tag == OPTIM_TAG);
+    return o->cfg.clip_norm > 0.0f;
 }
 
 long rt_optim_steps(const rt_optim *o)

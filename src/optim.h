@@ -86,6 +86,14 @@ int rt_optim_update(rt_optim *o, rt_view w, rt_view g, double norm);
  * one rt_optim_update (the maths is elementwise), so the workers of a host
  * can share one copy of the weights and split its update. */
 int rt_optim_update_range(rt_optim *o, rt_view w, rt_view g, double norm, size_t lo, size_t hi);
+/* A step's update in pieces: rt_optim_update_part on any number of
+ * disjoint ranges (each at most once a step; none counts a step, all use
+ * the step's learning rate), then rt_optim_update_done once, with the norm
+ * the step logs (NaN: not measured). No clipping: that needs the whole
+ * gradient's norm before the first piece (rt_optim_clips says whether). */
+int rt_optim_update_part(rt_optim *o, rt_view w, rt_view g, size_t lo, size_t hi);
+void rt_optim_update_done(rt_optim *o, double norm);
+bool rt_optim_clips(const rt_optim *o);
 
 long rt_optim_steps(const rt_optim *o);          /* updates done so far */
 size_t rt_optim_size(const rt_optim *o);         /* n, as given to rt_optim_new */

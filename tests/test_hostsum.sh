@@ -89,16 +89,40 @@ run three 3 || bad "3 workers in place: the run failed: $(tail -n 3 "$tmp/three.
   bad "3 workers: $(grep -h 'gradient sums' "$tmp"/c*.log; grep -h 'replicas' "$tmp/three.coord")"
 
 # 3 workers with SGD: one shared copy against one each, the same bits
+# (the shared copy's sum and update in one pass, rt_hostreduce_sum_apply;
+# its logged norm is summed from the workers' slices)
 for w in e1 e2 e3; do worker $w; done
-run sgd-shared 3 --optimizer sgd --momentum 0.9 --nesterov ||
+run sgd-shared 3 --optimizer sgd --momentum 0.9 --nesterov --log-every 5 \
+  --metrics "$tmp/sgd-shared.jsonl" ||
   bad "3 workers, SGD, shared: the run failed: $(tail -n 3 "$tmp/sgd-shared.coord")"
 for w in f1 f2 f3; do worker $w; done
-run sgd-own 3 --optimizer sgd --momentum 0.9 --nesterov --host-replica=off ||
+run sgd-own 3 --optimizer sgd --momentum 0.9 --nesterov --host-replica=off --log-every 5 \
+  --metrics "$tmp/sgd-own.jsonl" ||
   bad "3 workers, SGD, one copy each: the run failed: $(tail -n 3 "$tmp/sgd-own.coord")"
 h1=$(hash_of sgd-shared) h2=$(hash_of sgd-own)
 [ "$(one_copy e 3)" = 1 ] && [ "$(one_copy f 3)" = 0 ] && [ -n "$h1" ] && [ "$h1" = "$h2" ] &&
   ok "3 workers, SGD: one shared copy and one copy each end with the same parameters ($h1)" ||
   bad "3 workers, SGD: shared $h1 ($(one_copy e 3) said so), one each $h2 ($(one_copy f 3))"
+norms() { sed -n 's/.*"grad_norm": \([0-9.e+-]*\).*/\1/p' "$1"; }
+paste "$(norms "$tmp/sgd-shared.jsonl" > "$tmp/n1"; echo "$tmp/n1")" \
+  "$(norms "$tmp/sgd-own.jsonl" > "$tmp/n2"; echo "$tmp/n2")" > "$tmp/norms"
+if [ "$(wc -l < "$tmp/n1")" -ge 10 ] && [ "$(wc -l < "$tmp/n2")" = "$(wc -l < "$tmp/n1")" ] &&
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (!($2 > 0) || d > 1e-5 * $2) bad = 1 } END { exit bad }' "$tmp/norms"; then
+  ok "3 workers, SGD: the logged gradient norms agree ($(wc -l < "$tmp/n1") steps, within 1e-5)"
+else
+  bad "3 workers, SGD: gradient norms shared / own differ: $(head -n 3 "$tmp/norms" | tr '\n' ' ')"
+fi
+# with clipping (the norm before any update: the sum, then the update)
+for w in g1 g2 g3; do worker $w; done
+run clip-shared 3 --optimizer sgd --momentum 0.9 --clip-norm 0.5 ||
+  bad "3 workers, clipped, shared: the run failed: $(tail -n 3 "$tmp/clip-shared.coord")"
+for w in i1 i2 i3; do worker $w; done
+run clip-own 3 --optimizer sgd --momentum 0.9 --clip-norm 0.5 --host-replica=off ||
+  bad "3 workers, clipped, one copy each: the run failed: $(tail -n 3 "$tmp/clip-own.coord")"
+h1=$(hash_of clip-shared) h2=$(hash_of clip-own)
+[ "$(one_copy g 3)" = 1 ] && [ -n "$h1" ] && [ "$h1" = "$h2" ] &&
+  ok "3 workers, clipped: shared and own end with the same parameters ($h1)" ||
+  bad "3 workers, clipped: shared $h1, one each $h2"
 
 # a worker on another "host": everybody on the ring
 if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1 ||

@@ -470,7 +470,18 @@ static void test_clip_below(void **state)
  * update, state included, with frozen gaps between spans, clipping and
  * over several steps (the schedule and Adam's bias correction count each
  * rank's steps). */
-static void range_case(enum rt_optim_kind kind)
+/* One rank's range [lo, hi) in pieces of 7 (rt_optim_update_part), then
+ * rt_optim_update_done: the host replica's one-pass update. */
+static void update_in_pieces(rt_optim *o, rt_buf *w, rt_buf *g, double norm, size_t lo, size_t hi)
+{
+    for (size_t a = lo; a < hi; a += 7)
+        assert_int_equal(rt_optim_update_part(o, rt_buf_view(w), rt_buf_view(g), a,
+                                              a + 7 < hi ? a + 7 : hi),
+                         RT_OK);
+    rt_optim_update_done(o, norm);
+}
+
+static void range_case(enum rt_optim_kind kind, bool pieces)
 {
     enum { M = 103, RANKS = 3, STEPS_R = 4 };
     const struct rt_span spans[] = {{3, 37}, {50, 53}}; /* 0-2 and 40-49 frozen */
@@ -478,7 +489,7 @@ static void range_case(enum rt_optim_kind kind)
     struct rt_optim_config c = cfg_lr(0.05f);
     c.kind = kind;
     c.weight_decay = 0.01f;
-    c.clip_norm = 1.5f;
+    c.clip_norm = pieces ? 0.0f : 1.5f; /* pieces: no clipping (it needs the norm first) */
     c.schedule = RT_SCHED_STEP;
     c.step_size = 2;
     c.gamma = 0.5f;
@@ -505,10 +516,20 @@ static void range_case(enum rt_optim_kind kind)
             assert_int_equal(rt_upload(dev, rt_buf_view(bg[k]), g, sizeof g), RT_OK);
         assert_int_equal(rt_optim_update(whole, rt_buf_view(bw[0]), rt_buf_view(bg[0]), norm),
                          RT_OK);
-        for (int r = 0; r < RANKS; r++)
+        for (int r = 0; r < RANKS; r++) {
+            if (pieces) {
+                update_in_pieces(part[r], bw[1], bg[1], norm, cut[r], cut[r + 1]);
+                continue;
+            }
             assert_int_equal(rt_optim_update_range(part[r], rt_buf_view(bw[1]),
                                                    rt_buf_view(bg[1]), norm, cut[r], cut[r + 1]),
                              RT_OK);
+        }
+        for (int r = 0; r < RANKS; r++) { /* the same schedule position and figures */
+            assert_int_equal(rt_optim_steps(part[r]), rt_optim_steps(whole));
+            assert_true(rt_optim_last_lr(part[r]) == rt_optim_last_lr(whole));
+            assert_true(rt_optim_last_grad_norm(part[r]) == rt_optim_last_grad_norm(whole));
+        }
     }
     assert_int_equal(rt_download(dev, wa, rt_buf_view(bw[0]), sizeof wa), RT_OK);
     assert_int_equal(rt_download(dev, wb, rt_buf_view(bw[1]), sizeof wb), RT_OK);
@@ -541,8 +562,21 @@ static void range_case(enum rt_optim_kind kind)
 static void test_update_range(void **state)
 {
     (void)state;
-    range_case(RT_OPT_SGD);
-    range_case(RT_OPT_ADAMW);
+    range_case(RT_OPT_SGD, false);
+    range_case(RT_OPT_ADAMW, false);
+}
+
+static void test_update_parts(void **state)
+{
+    (void)state;
+    range_case(RT_OPT_SGD, true);
+    range_case(RT_OPT_ADAMW, true);
+    struct rt_optim_config c = cfg_lr(0.1f);
+    c.clip_norm = 1.0f;
+    rt_optim *o = rt_optim_new(dev, &c, 4);
+    assert_non_null(o);
+    assert_true(rt_optim_clips(o));
+    rt_optim_destroy(&o);
 }
 
 int main(void)
@@ -566,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_clip_above),
         cmocka_unit_test(test_clip_below),
         cmocka_unit_test(test_update_range),
+        cmocka_unit_test(test_update_parts),
     };
     return cmocka_run_group_tests(tests, open_dev, close_dev);
 }
