@@ -29,7 +29,7 @@
 #include "status.h"
 
 #define HR_MAGIC 0x6472687367617272ull /* "rragshrd" */
-#define HR_VERSION 2
+#define HR_VERSION 3
 #define HR_DATA_OFF 4096
 /* A mark: the generation (24 bits), the collective's number in it, the
  * phase. Marks only grow within a generation. */
@@ -55,6 +55,8 @@ struct hr_hdr {
     alignas(64) _Atomic uint64_t mark;
     _Atomic uint32_t votes; /* of the collective being marked */
     double sumsq;           /* rt_hostreduce_sum_apply's part, before its HR_READ */
+    _Atomic uint64_t given_up; /* generation + 1 whose last sum_apply this rank gave
+                                  up (rt_hostreduce_apply_undone): no peer applies it */
     alignas(64) _Atomic uint32_t bell;
     _Atomic uint32_t waiting;
 };
@@ -75,6 +77,7 @@ struct rt_hostreduce {
     char secret0[32];    /* rank 0's secret, for this group */
     int rank, world;
     uint64_t gen, op;
+    uint64_t apply_op;  /* the op of the last sum_apply begun (0: none in this group) */
     struct peer *peers; /* world of them; peers[rank] is self */
 };
 
@@ -270,6 +273,7 @@ int rt_hostreduce_group(rt_hostreduce *h, uint64_t gen, int rank, int world,
     snprintf(h->secret0, sizeof h->secret0, "%s", secrets[0]);
     h->gen = gen & HR_GEN_MASK;
     h->op = 0;
+    h->apply_op = 0;
     atomic_store_explicit(&h->self.h->mark, h->gen << HR_LOW_BITS, memory_order_release);
     return RT_OK;
 }
@@ -413,14 +417,18 @@ int rt_hostreduce_sum_apply(rt_hostreduce *h, const struct rt_hostreduce_apply *
 {
     const size_t end = ap->n - ap->tail;
     RT_ASSERT(h->peers && ap->from <= end && ap->n <= h->n && ap->tail <= HR_TAIL_MAX);
-    h->op++;
+    h->apply_op = ++h->op;
     struct hr_hdr *me = h->self.h;
     atomic_store_explicit(&me->votes, votes, memory_order_relaxed);
     publish(h, HR_READY);
     RT_TRY(wait_all(h, HR_READY, w));
     uint32_t v = votes;
-    for (int r = 0; r < h->world; r++)
+    for (int r = 0; r < h->world; r++) {
         v |= atomic_load_explicit(&h->peers[r].h->votes, memory_order_relaxed);
+        /* (seq_cst, after this rank's READY: see rt_hostreduce_apply_undone) */
+        if (atomic_load(&h->peers[r].h->given_up) == h->gen + 1)
+            return rt_error(RT_ERR_REGROUP, "rank %d of this host gave this step up", r);
+    }
     size_t a, b;
     rt_slice(end - ap->from, h->world, h->rank, &a, &b);
     double ss = 0.0;
@@ -451,6 +459,25 @@ int rt_hostreduce_sum_apply(rt_hostreduce *h, const struct rt_hostreduce_apply *
     if (agreed)
         *agreed = v;
     return RT_OK;
+}
+
+/* A rank that never marked READY for the op proves that no rank passed
+ * its wait, so none applied anything. And none will: a rank that marks
+ * READY later, then passes, first reads this rank's given_up (sequentially
+ * consistent: of this store and that rank's READY, whichever came first,
+ * the other side sees it). */
+bool rt_hostreduce_apply_undone(rt_hostreduce *h)
+{
+    if (!h->peers || h->apply_op == 0 || h->op != h->apply_op)
+        return false;
+    atomic_store(&h->self.h->given_up, h->gen + 1);
+    uint64_t want = mark_of(h, HR_READY);
+    for (int r = 0; r < h->world; r++) {
+        uint64_t v = atomic_load(&h->peers[r].h->mark);
+        if (v >> HR_LOW_BITS == h->gen && (v & HR_LOW_MASK) < (want & HR_LOW_MASK))
+            return true;
+    }
+    return false;
 }
 
 int rt_hostreduce_barrier(rt_hostreduce *h, uint32_t votes, uint32_t *agreed,

@@ -85,6 +85,14 @@ struct rt_hostreduce_apply {
 int rt_hostreduce_sum_apply(rt_hostreduce *h, const struct rt_hostreduce_apply *ap,
                             uint32_t votes, uint32_t *agreed, const struct rt_hostreduce_wait *w);
 
+/* After a failed rt_hostreduce_sum_apply (the members change): true when
+ * no rank of the group applied any of it and none ever will (a rank had
+ * not even marked it begun; from this call on, a rank that gets there
+ * gives up instead of applying): the shared replica is whole, as before
+ * that step. False when some rank may have applied its slice, or the last
+ * collective was not a sum_apply. This rank gives the step up either way. */
+bool rt_hostreduce_apply_undone(rt_hostreduce *h);
+
 /* Every rank of the group reached this point; *agreed gets the OR of the
  * votes (NULL: not wanted). */
 int rt_hostreduce_barrier(rt_hostreduce *h, uint32_t votes, uint32_t *agreed,

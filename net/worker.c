@@ -1292,6 +1292,12 @@ static int w_sum_apply(void *ctx, float *buf, size_t from, size_t n, size_t tail
     return rc;
 }
 
+static bool w_apply_undone(void *ctx)
+{
+    struct worker *w = ctx;
+    return w->hs.on && rt_hostreduce_grouped(w->hs.hr) && rt_hostreduce_apply_undone(w->hs.hr);
+}
+
 static const struct rt_collective_ops worker_collectives = {
     .reduce_scatter = w_rs,
     .all_gather = w_ag,
@@ -1307,6 +1313,7 @@ static const struct rt_collective_ops worker_collectives = {
     .host_replica = w_host_replica,
     .host_barrier = w_host_barrier,
     .sum_apply = w_sum_apply,
+    .apply_undone = w_apply_undone,
     .changing = w_changing,
 };
 

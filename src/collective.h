@@ -94,6 +94,10 @@ struct rt_collective_ops {
      * rank. NULL: not offered. */
     int (*sum_apply)(void *ctx, float *buf, size_t from, size_t n, size_t tail,
                      int (*apply)(void *arg, size_t lo, size_t hi), void *arg, double *sumsq);
+    /* After a sum_apply failed (the members change), before the regroup:
+     * whether no rank applied any of it, nor ever will (the shared weights
+     * are as before that step). NULL, or false: unknown. */
+    bool (*apply_undone)(void *ctx);
     /* A new generation is announced and not formed yet: a step that has
      * not begun regroups first, so the change redoes nothing. NULL: the
      * collectives alone say so. */

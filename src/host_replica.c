@@ -199,12 +199,16 @@ int rt_host_replica_leave(struct rt_host_replica *h, struct rt_trainer *t)
 }
 
 /* Whole: every rank passed the last update's barrier and no step began
- * since (a change of members seen at a step's start, an admission): the
- * shared copy is copied back as it is. Else some range may be half
- * written: back to the write-back. */
+ * since (a change of members seen at a step's start, an admission), or
+ * the step's one-pass sum was given up before any rank applied it: the
+ * shared copy is copied back as it is, the step is done again. Else some
+ * range may be half written: back to the write-back. */
 int rt_host_replica_abandon(struct rt_host_replica *h, struct rt_trainer *t)
 {
-    if (h->whole)
+    const rt_collective *c = t->coll;
+    /* (also whole: a step whose one-pass sum no rank had begun to apply,
+     * the common case of a worker lost in its forward or backward) */
+    if (h->whole || (h->on && c && c->ops->apply_undone && c->ops->apply_undone(c->ctx)))
         return rt_host_replica_leave(h, t);
     h->asked = false;
     if (!h->on)

@@ -15,13 +15,16 @@
  * shared, that is only the state of the last write-back (an rt_commit:
  * weights, optimiser state, position, the epoch's sums), taken every
  * RT_HOST_REPLICA_WRITE_BACK steps; the buffers the model and optimiser
- * had are freed, and made again when the worker leaves the shared copy. A change of members throws the shared
+ * had are freed, and made again when the worker leaves the shared copy.
+ * A change of members while workers update their ranges throws the shared
  * copy away (a worker may have died halfway through its range) and every
  * worker goes back to its write-back, then to the most advanced member's
  * state as usual (dist_recover.c): the steps since are done again by the
  * new group, their samples counted once, as mode average does. A change
- * seen between two steps (an admission) keeps the shared copy, which is
- * whole then: nothing is redone. At each
+ * seen between two steps (an admission), or in a step whose one-pass sum
+ * some worker had not begun (collective.h: apply_undone; a worker lost in
+ * its forward or backward), keeps the shared copy, which is whole then:
+ * only the step in flight is redone. At each
  * epoch's end the workers copy the shared state back to their own (the
  * evaluation, checkpoints and the best weights see private memory) and
  * share again at the next step. Not installed. */
