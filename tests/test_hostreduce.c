@@ -4,12 +4,15 @@
  * bit, with the rest of its buffer untouched and every rank's votes ORed;
  * a peer that never takes part ends the sum through the check or the
  * timeout; a segment of another size, or open to others, is no peer's;
- * the name of a killed owner's segment is swept, a live owner's kept. */
+ * the name of a killed owner's segment is swept, a live owner's kept;
+ * sum_apply hands each rank its slice summed, and a step given up before
+ * a rank began it is known to have applied nothing. */
 #include "config.h"
 
 #include "testutil.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "collective.h"
 #include "hostreduce.h"
 #include "shm.h"
 #include "status.h"
@@ -53,6 +57,61 @@ static int group_when_all_there(rt_hostreduce *h, int rank, int world, unsigned 
         usleep(1000);
     }
     return 0;
+}
+
+/* What a rank's apply callback saw: the ranges it was handed, in order,
+ * and whether each held the rank-order sum then. */
+struct applied {
+    const float *buf, *want;
+    size_t next, lo0; /* the end of the last range; the first range's start */
+    int calls, bad;
+};
+
+static int record(void *arg, size_t lo, size_t hi)
+{
+    struct applied *a = arg;
+    if (a->calls++ == 0)
+        a->lo0 = lo;
+    else if (lo != a->next)
+        a->bad = 1; /* not one contiguous slice */
+    a->next = hi;
+    if (memcmp(a->buf + lo, a->want + lo, (hi - lo) * sizeof(float)))
+        a->bad = 2;
+    return RT_OK;
+}
+
+/* rt_hostreduce_sum_apply over [from, N_FLOATS - TAIL) and a tail of TAIL:
+ * this rank is handed exactly its rt_slice, each chunk already summed; the
+ * tail is the sum on every rank; the sum of squares is the whole sum's;
+ * the votes are ORed. */
+#define TAIL 5
+static int child_apply(rt_hostreduce *h, int rank, int world, float *buf, float *want, float *x)
+{
+    const size_t from = 37, end = N_FLOATS - TAIL;
+    for (int r = 0; r < world; r++) {
+        data(x, r, 9);
+        for (size_t i = 0; i < N_FLOATS; i++)
+            want[i] = r ? want[i] + x[i] : x[i];
+    }
+    double ss = 0.0, got = -1.0;
+    for (size_t i = from; i < end; i++)
+        ss += (double)want[i] * want[i];
+    data(buf, rank, 9);
+    struct applied a = {.buf = buf, .want = want};
+    struct rt_hostreduce_apply ap = {from, N_FLOATS, TAIL, record, &a, &got};
+    const struct rt_hostreduce_wait w = {.timeout_s = 30};
+    uint32_t agreed = 0;
+    if (rt_hostreduce_sum_apply(h, &ap, 1u << rank, &agreed, &w) < 0)
+        return 20;
+    size_t lo, hi;
+    rt_slice(end - from, world, rank, &lo, &hi);
+    if (a.bad || a.calls < 1 || a.lo0 != from + lo || a.next != from + hi)
+        return 21;
+    if (memcmp(buf + end, want + end, TAIL * sizeof(float)))
+        return 22;
+    if (!(fabs(got - ss) <= 1e-9 * ss))
+        return 23;
+    return agreed == (1u << world) - 1 ? 0 : 24;
 }
 
 /* One child: its exit status says what went wrong (0: nothing). */
@@ -91,6 +150,8 @@ static int child(int rank, int world, unsigned tag)
         else if (agreed != (1u << world) - 1)
             status = 13;
     }
+    if (!status)
+        status = child_apply(h, rank, world, buf, want, x);
     free(want);
     free(x);
     rt_hostreduce_destroy(&h);
@@ -160,6 +221,47 @@ static void test_absent_peer(void **state)
     assert_int_equal(rt_hostreduce_allreduce(me, 0, 64, 0, NULL, &w), RT_ERR_TIMEOUT);
     assert_non_null(strstr(rt_error_detail(), "rank 1"));
     rt_hostreduce_destroy(&silent);
+    rt_hostreduce_destroy(&me);
+}
+
+static int never(void *arg, size_t lo, size_t hi)
+{
+    (void)lo, (void)hi;
+    ++*(int *)arg;
+    return RT_OK;
+}
+
+/* A sum_apply given up while a peer had not begun it applied nothing, and
+ * the peer that begins it later gives up too instead of applying; once
+ * every rank began it, nobody can tell, and the answer is no. */
+static void test_apply_undone(void **state)
+{
+    (void)state;
+    char a[17], b[17];
+    rt_hostreduce *me = first_of_two(0x3c3c0000u, a, b, 64), *late = rt_hostreduce_new(b, 64);
+    if (!me)
+        skip();
+    assert_non_null(late);
+    const char *secs[] = {a, b};
+    assert_int_equal(rt_hostreduce_group(me, 1, 0, 2, secs), RT_OK);
+    assert_int_equal(rt_hostreduce_group(late, 1, 1, 2, secs), RT_OK);
+    assert_false(rt_hostreduce_apply_undone(me)); /* no sum_apply yet */
+    int applied = 0;
+    checks = 0;
+    struct rt_hostreduce_wait w = {.timeout_s = 30, .check = give_up_later};
+    struct rt_hostreduce_apply ap = {0, 64, 4, never, &applied, NULL};
+    assert_int_equal(rt_hostreduce_sum_apply(me, &ap, 0, NULL, &w), RT_ERR_REGROUP);
+    assert_true(rt_hostreduce_apply_undone(me));
+    /* the late rank finds every READY mark there, and the given-up one */
+    assert_int_equal(rt_hostreduce_sum_apply(late, &ap, 0, NULL, &w), RT_ERR_REGROUP);
+    assert_non_null(strstr(rt_error_detail(), "gave this step up"));
+    assert_int_equal(applied, 0);
+    assert_false(rt_hostreduce_apply_undone(me)); /* both began it now */
+    /* a new generation: nobody has given anything up in it */
+    assert_int_equal(rt_hostreduce_group(me, 2, 0, 2, secs), RT_OK);
+    assert_int_equal(rt_hostreduce_group(late, 2, 1, 2, secs), RT_OK);
+    assert_false(rt_hostreduce_apply_undone(me));
+    rt_hostreduce_destroy(&late);
     rt_hostreduce_destroy(&me);
 }
 
@@ -247,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_three),
         cmocka_unit_test(test_four),
         cmocka_unit_test(test_absent_peer),
+        cmocka_unit_test(test_apply_undone),
         cmocka_unit_test(test_not_a_peer),
         cmocka_unit_test(test_sweep_dead_owner),
     };
