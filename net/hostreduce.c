@@ -38,8 +38,9 @@
 #define HR_LOW_MASK ((UINT64_C(1) << HR_LOW_BITS) - 1)
 #define HR_GEN_MASK ((UINT64_C(1) << HR_GEN_BITS) - 1)
 enum { HR_READY = 1, HR_SUMMED = 2, HR_READ = 3 };
-/* Spin this long for a mark before sleeping: the peers of one step reach
- * the same point within microseconds, and a futex round trip costs more. */
+/* Spin this long for a mark before sleeping, unless the caller says
+ * (rt_hostreduce_wait.spin_s): the peers of one step reach the same point
+ * within microseconds, and a futex round trip costs more. */
 #define HR_SPIN_S 20e-6
 #define HR_SLEEP_S 0.002
 /* /dev/shm left free for the ring's and gossip's segments (a container's
@@ -316,8 +317,8 @@ static void nap(struct hr_hdr *p, uint32_t bell)
 static int wait_mark(rt_hostreduce *h, int r, uint64_t want, const struct rt_hostreduce_wait *w)
 {
     int rc = reached(h, r, want);
-    double t0 = rt_now();
-    while (rc == 0 && rt_now() - t0 < HR_SPIN_S)
+    double t0 = rt_now(), spin = w->spin_s > 0.0 ? w->spin_s : HR_SPIN_S;
+    while (rc == 0 && rt_now() - t0 < spin)
         for (int i = 0; i < 16 && (rc = reached(h, r, want)) == 0; i++)
             rt_spin_pause();
     if (rc != 0)

@@ -49,7 +49,7 @@ int rt_hostreduce_group(rt_hostreduce *h, uint64_t gen, int rank, int world,
 void rt_hostreduce_ungroup(rt_hostreduce *h);
 bool rt_hostreduce_grouped(const rt_hostreduce *h);
 
-/* How a collective waits for its peers: check(arg) now and then, every
+/* How a collective waits for its peers: a spin of spin_s, then check(arg) now and then, every
  * few milliseconds of waiting; < 0 gives the collective up with that
  * status (the members change, the run aborts). waiting(arg, on) brackets
  * the sleeps (a worker's heartbeats must go on). No peer mark after
@@ -59,6 +59,7 @@ struct rt_hostreduce_wait {
     int (*check)(void *arg);
     void (*waiting)(void *arg, bool on);
     void *arg;
+    double spin_s; /* spin this long before the first sleep (0: 20 us) */
 };
 
 /* The sum over the ranks of floats [lo, hi) of every rank's segment, into

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -99,6 +100,7 @@ struct host_sums {
     bool on;           /* every member of it sums in place */
     bool told, said;   /* the log said so, and what */
     bool told_replica; /* the log said how the host's replica is kept */
+    double spin_s;     /* a wait for the others' marks spins this long, then sleeps */
     struct host_range q[RT_COLLECTIVE_MAX_INFLIGHT];
     int head, count;
 };
@@ -1080,6 +1082,26 @@ static float *w_shared_floats(void *ctx, size_t n)
 /* Whether every member shares this host and mapped every other's
  * gradient: decided at a generation's first float sum, by all together
  * (one sum of "no"s), so that all or none sum in place. */
+/* How long a wait for the other workers' marks spins before it sleeps on
+ * the futex: 200 us where every member's threads have a core of their own
+ * (lenet's 2 workers on 2 vCPUs: a step of ~1.1 ms, whose waiter woke from
+ * a halted vCPU after 20 us of spinning; 200 us: +2.7%, bench/README.md),
+ * 20 us where the members' threads outnumber the cores or a CPU quota
+ * holds this worker (a spin there takes a core another member computes
+ * on, or burns the quota). */
+#define HOST_SUM_SPIN_LONG 200e-6
+#define HOST_SUM_SPIN_SHORT 20e-6
+static double hs_spin(const struct worker *w)
+{
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    long threads = 0;
+    for (int r = 0; r < w->world; r++)
+        threads += w->ms.m[r].threads > 0 ? w->ms.m[r].threads : 1;
+    bool quota = w->me.cpu_quota > 0.0 && w->me.cpu_quota < (double)cores;
+    return !quota && threads <= cores ? HOST_SUM_SPIN_LONG : HOST_SUM_SPIN_SHORT;
+}
+
 static int hs_decide(struct worker *w)
 {
     struct host_sums *hs = &w->hs;
@@ -1100,6 +1122,7 @@ static int hs_decide(struct worker *w)
     RT_TRY(rt_comm_allreduce_f64(w->comm, &no, 1));
     hs->gen = w->ms.gen;
     hs->on = no == 0.0;
+    hs->spin_s = hs_spin(w);
     if (!hs->on)
         rt_hostreduce_ungroup(hs->hr);
     if (hs->hr && (!hs->told || hs->on != hs->said))
@@ -1142,7 +1165,7 @@ static void hs_waiting(void *arg, bool on) { rt_comm_waiting(((struct worker *)a
 
 static int hs_sum(struct worker *w, size_t lo, size_t hi)
 {
-    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
+    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w, w->hs.spin_s};
     uint32_t agreed = 0;
     int rc = rt_hostreduce_allreduce(w->hs.hr, lo, hi, w->votes_out | w->votes_in, &agreed, &hw);
     w->votes_in |= agreed;
@@ -1253,7 +1276,7 @@ static int w_host_replica(void *ctx, size_t n, bool able, float **out)
     RT_TRY(hs_decide(w));
     if (!w->hs.on)
         return RT_OK;
-    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
+    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w, w->hs.spin_s};
     RT_TRY(rt_hostreduce_replica(w->hs.hr, n, able, &hw, out));
     if (!w->hs.told_replica && !*out) /* (asked again at every epoch: said once) */
         say(w, "%s: each worker keeps its own replica", rt_error_detail());
@@ -1269,7 +1292,7 @@ static int w_host_barrier(void *ctx)
 {
     struct worker *w = ctx;
     RT_ASSERT(w->hs.on);
-    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
+    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w, w->hs.spin_s};
     uint32_t agreed = 0;
     int rc = rt_hostreduce_barrier(w->hs.hr, w->votes_out | w->votes_in, &agreed, &hw);
     w->votes_in |= agreed;
@@ -1284,7 +1307,7 @@ static int w_sum_apply(void *ctx, float *buf, size_t from, size_t n, size_t tail
     if (!hs_covers(w, buf, n))
         return rt_error(RT_ERR_CONFIG, "the gradient is not summed in place here: no shared "
                         "update");
-    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w};
+    struct rt_hostreduce_wait hw = {HOST_SUM_TIMEOUT, hs_check, hs_waiting, w, w->hs.spin_s};
     struct rt_hostreduce_apply ap = {from, n, tail, apply, arg, sumsq};
     uint32_t agreed = 0;
     int rc = rt_hostreduce_sum_apply(w->hs.hr, &ap, w->votes_out | w->votes_in, &agreed, &hw);
