@@ -1678,6 +1678,62 @@ static void test_gemm_small(void **state)
     }
 }
 
+/* The dense layers' weight gradient kernel (cpu_gemm_tn_smallk: C = A^T
+ * B, inner index up to 64) against a loop in double on random shapes:
+ * every tail of its 6 x 64 blocks and of a row's 16-float vectors, strides
+ * wider than the rows (the guards between and after C's rows kept). Each
+ * element is one FMA chain from zero in order: a block of C computed alone
+ * gives the bits of the whole product there, and so does rt_op_gemm at 1
+ * and 2 threads on a dense gradient's shape. Where AVX-512 is missing the
+ * kernel declines, C untouched. */
+static void test_gemm_tn_smallk(void **state)
+{
+    (void)state;
+    for (uint64_t t = 0; t < 60; t++) {
+        struct rt_rng r;
+        rt_rng_seed(&r, 313 + t, 0);
+        const int m = 1 + (int)(rt_rng_uniform(&r) * 40), n = 1 + (int)(rt_rng_uniform(&r) * 300),
+                  k = 1 + (int)(rt_rng_uniform(&r) * CPU_SMALLK_MAX);
+        const int lda = m + (int)(rt_rng_uniform(&r) * 5), ldb = n + (int)(rt_rng_uniform(&r) * 9),
+                  ldc = n + (int)(rt_rng_uniform(&r) * 9);
+        const int i0 = (int)(rt_rng_uniform(&r) * m), j0 = (int)(rt_rng_uniform(&r) * n);
+        float *a = frand((size_t)k * lda, -1, 1, 3 * t + 1);
+        float *b = frand((size_t)k * ldb, -1, 1, 3 * t + 2);
+        float *c = gemm_c(m, n, ldc), *part = gemm_c(m, n, ldc);
+        if (!cpu_gemm_tn_smallk(m, n, k, a, lda, b, ldb, c, ldc)) {
+            assert_true(isnan(c[0]) && c[(size_t)m * ldc] == guard_value); /* untouched */
+            free(a), free(b), free(c), free(part);
+            continue;
+        }
+        gemm_expect(true, m, n, k, a, lda, b, ldb, c, ldc);
+        assert_true(cpu_gemm_tn_smallk(m - i0, n - j0, k, a + i0, lda, b + j0, ldb,
+                                       part + (size_t)i0 * ldc + j0, ldc));
+        for (int i = i0; i < m; i++)
+            assert_memory_equal(part + (size_t)i * ldc + j0, c + (size_t)i * ldc + j0,
+                                sizeof(float) * (size_t)(n - j0));
+        free(a), free(b), free(c), free(part);
+    }
+    assert_false(cpu_gemm_tn_smallk(4, 4, CPU_SMALLK_MAX + 1, NULL, 4, NULL, 4, NULL, 4));
+    /* seedcnn's dense gradient for a worker of 2, through the op at 1 and 2 threads */
+    enum { M = 225, N = 4608, K = 32 };
+    float *a = frand((size_t)K * M, -1, 1, 5), *b = frand((size_t)K * N, -1, 1, 6);
+    float *got[2];
+    for (int t = 0; t < 2; t++) {
+        rt_dev *d = open_dev(t + 1);
+        tb A = tb_new(d, (size_t)K * M), B = tb_new(d, (size_t)K * N), C = tb_new(d, (size_t)M * N);
+        tb_set(&A, a);
+        tb_set(&B, b);
+        assert_int_equal(rt_op_gemm(d, 1, 0, M, N, K, 1.0f, A.v, M, B.v, N, 0.0f, C.v, N), 0);
+        got[t] = fvec((size_t)M * N);
+        tb_get(&C, got[t]);
+        tb_free(&A), tb_free(&B), tb_free(&C);
+        rt_dev_close(&d);
+    }
+    if (cpu_gemm_tn_smallk(1, 1, 1, a, 1, b, 1, got[1], 1)) /* (runs here: bits at any count) */
+        assert_memory_equal(got[0] + 1, got[1] + 1, sizeof(float) * ((size_t)M * N - 1));
+    free(a), free(b), free(got[0]), free(got[1]);
+}
+
 /* cpu_gemm_small_rows (B's rows read where they lie, overlapping as the
  * wide im2col's do) gives the bits of cpu_gemm_small on those rows copied
  * out; where the AVX2 kernels do not run it declines, untouched. */
@@ -1988,7 +2044,9 @@ int main(void)
         cmocka_unit_test(test_act_bias_threads_same_bits),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
-        cmocka_unit_test(test_gemm_small_rows),   cmocka_unit_test(test_conv_wino512_bits),
+        cmocka_unit_test(test_gemm_small_rows),
+        cmocka_unit_test(test_gemm_tn_smallk),
+        cmocka_unit_test(test_conv_wino512_bits),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_sgd_bits),
         cmocka_unit_test(test_adam),          cmocka_unit_test(test_optim_threads),

@@ -95,6 +95,12 @@ void cpu_gemm_small_acc(bool ta, int m, int n, int k, const float *a, int lda, c
  * (cpu_avx2_kernels): the caller copies the rows and calls a GEMM. */
 bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const float *b,
                          const int32_t *at, float *c, int ldc);
+/* C = A^T B (beta 0) for an inner index k <= CPU_SMALLK_MAX, in AVX-512
+ * (gemm_tn_smallk.c: the dense layers' weight gradient); false, nothing
+ * done, where it does not run. */
+#define CPU_SMALLK_MAX 64
+bool cpu_gemm_tn_smallk(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                        float *c, int ldc);
 
 /* The Winograd transforms of one plane in AVX-512 registers (wino512.c),
  * for planes of w <= 32 input and ow <= 30 output columns on a CPU with

@@ -341,9 +341,22 @@ static bool small_fits(bool tb, int n, int k, float alpha, float beta)
            (size_t)n * (size_t)k <= 65536 && cpu_avx2_kernels();
 }
 
+/* Whether gemm_tn_smallk.c's kernel takes a call: C = A^T B with a short
+ * inner index and a C much bigger than both operands (a dense layer's
+ * weight gradient), where a BLAS spends its time scaling, packing and
+ * adding to C in passes of their own. */
+static bool smallk_fits(bool ta, bool tb, int m, int n, int k, float alpha, float beta)
+{
+    return ta && !tb && alpha == 1.0f && beta == 0.0f && k <= CPU_SMALLK_MAX &&
+           (size_t)m * (size_t)n >= (size_t)2 * k * ((size_t)m + (size_t)n);
+}
+
 static void blas_part(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                       const float *b, int ldb, float beta, float *c, int ldc)
 {
+    if (smallk_fits(ta, tb, m, n, k, alpha, beta) &&
+        cpu_gemm_tn_smallk(m, n, k, a, lda, b, ldb, c, ldc))
+        return;
     if (small_fits(tb, n, k, alpha, beta)) {
         cpu_gemm_small_acc(ta, m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
         return;
