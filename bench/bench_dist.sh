@@ -14,7 +14,9 @@
 #   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
 #                                   thread (gradient reduced during backward, and after
 #                                   it: --overlap=off; both sum in place now that the
-#                                   workers share the host) against 1 process x 2 threads:
+#                                   workers share the host, and with one shared copy of
+#                                   the weights sum and update in one pass after
+#                                   backward) against 1 process x 2 threads:
 #                                   the ratio of the medians and the median of the rounds'
 #                                   own ratios, for each epoch (TRAIN_EPOCHS, default 2:
 #                                   the first with the warm-up, the last steady), the
