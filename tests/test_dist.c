@@ -537,10 +537,12 @@ static void test_gossip_each_does_its_part(void **state)
     /* 20,000 images: on 10,000 gossip trails sync by 0.9-1.7 points after
      * one epoch (Adam on local batches of 11, see docs/heterogeneous.md);
      * on 20,000 by 0.1-1.6 (which worker pairs with which, and when, is
-     * timing: 1.56 and 1.58 seen on a loaded machine). A gossip that never
-     * averaged, each worker alone on its third (6,667 images), trails by
-     * 3.7-4.2 (80.5-81.0% with batches of 32 or 11): 2 points is the
-     * bound. */
+     * timing: 1.56 and 1.58 seen on a loaded machine, and 2.07 once with
+     * the slow worker, 84.68% against 82.61%, in 1 run of 4 where the
+     * others were 0.65-0.85). A gossip that never averaged, each worker
+     * alone on its third (6,667 images), trails by 3.7-4.2 (80.5-81.0%
+     * with batches of 32 or 11): 2.5 points is the bound, which still
+     * tells the two apart. */
     assert_int_equal(run("gos.log", "train %s %s --limit 20000 --workers 3 --mode gossip "
                                     "--min-share 0 --metrics %s/gos.jsonl",
                          LENET, E2E, tmp),
@@ -564,8 +566,8 @@ static void test_gossip_each_does_its_part(void **state)
     double slow = log_number("gos_slow.log", "test_acc ");
     printf("test accuracy: sync %.2f%%, gossip %.2f%%, gossip with a slow worker %.2f%%\n", sync,
            gos, slow);
-    assert_true(fabs(sync - gos) <= 2.0);
-    assert_true(fabs(sync - slow) <= 2.0);
+    assert_true(fabs(sync - gos) <= 2.5);
+    assert_true(fabs(sync - slow) <= 2.5);
 }
 
 /* The gossip plan line of epoch `epoch` in log: local batches and the
