@@ -54,12 +54,41 @@ uint64_t rt_step_seed(uint64_t seed, long step)
     return z ^ (z >> 31);
 }
 
+/* The step's images [a, a + n) as the model's input. On a device that
+ * computes in host memory (cpu) that is the loader's slot itself, wrapped
+ * once: the slot keeps its batch through the step (the loader fills the
+ * other one meanwhile), so the copy of the batch goes (200 KB a lenet
+ * step, serial while the other threads wait). Elsewhere, or from a slot
+ * that is not 64-byte aligned, the images are uploaded to xb. */
+static int step_input(struct rt_trainer *t, const struct rt_step *s, long a, int n, rt_view *x)
+{
+    const size_t floats = ((size_t)a + (size_t)n) * t->chw;
+    if (!rt_view_host(rt_buf_view(t->xb)) || ((uintptr_t)s->x & 63) != 0) {
+        *x = rt_buf_view(t->xb);
+        return rt_upload(t->dev, *x, s->x + (size_t)a * t->chw, (size_t)n * t->chw * sizeof(float));
+    }
+    int i = t->xwrap_at[0] == s->x ? 0 : t->xwrap_at[1] == s->x ? 1 : -1;
+    if (i < 0 || t->xwrap[i]->bytes < floats * sizeof(float)) {
+        i = i < 0 ? t->xwrap_next : i;
+        t->xwrap_next = 1 - i;
+        rt_buf_destroy(&t->xwrap[i]);
+        t->xwrap_at[i] = NULL;
+        /* (the wrap covers the slot's whole batch: later steps cut it otherwise) */
+        size_t cap = (size_t)(s->n > a + n ? s->n : a + n) * t->chw * sizeof(float);
+        if (!(t->xwrap[i] = rt_buf_wrap_host(t->dev, (void *)s->x, cap)))
+            return RT_ERR_NOMEM;
+        t->xwrap_at[i] = s->x;
+    }
+    *x = (rt_view){t->xwrap[i], (size_t)a * t->chw};
+    return RT_OK;
+}
+
 int rt_trainer_compute(struct rt_trainer *t, struct rt_step *s, long a, int n, float gscale,
                        bool count)
 {
-    rt_view x = rt_buf_view(t->xb), y = rt_buf_view(t->yb);
+    rt_view x, y = rt_buf_view(t->yb);
     RT_TRY(rt_loader_rows(t->loader, a, a + n));
-    RT_TRY(rt_upload(t->dev, x, s->x + (size_t)a * t->chw, (size_t)n * t->chw * sizeof(float)));
+    RT_TRY(step_input(t, s, a, n, &x));
     RT_TRY(rt_upload(t->dev, y, s->y + a, (size_t)n * sizeof(int32_t)));
     RT_TRY(rt_model_forward(t->m, x, n, true, s->seed));
     RT_TRY(rt_model_loss_host(t->m, y, s->y + a, n, count ? &s->tally.loss : NULL,
@@ -190,6 +219,8 @@ static void trainer_close(struct rt_trainer *t)
     rt_evaluator_destroy(&t->ev);
     rt_buf_destroy(&t->xb);
     rt_buf_destroy(&t->yb);
+    for (int i = 0; i < 2; i++)
+        rt_buf_destroy(&t->xwrap[i]);
     rt_loader_destroy(&t->loader);
     rt_optim_destroy(&t->opt); /* before the mode's state: it may own the optimiser's device */
     t->mode->destroy(t);

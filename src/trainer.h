@@ -38,6 +38,9 @@ struct rt_trainer {
     rt_optim *opt;                 /* made by the mode's init */
     rt_loader *loader;
     rt_buf *xb, *yb;               /* one batch of images and labels on dev */
+    rt_buf *xwrap[2];              /* the loader's slots as dev buffers (host memory) */
+    const float *xwrap_at[2];      /* the slot each wraps */
+    int xwrap_next;                /* the one a new slot replaces */
     rt_evaluator *ev;
     int rows;                      /* images the activation buffers hold */
     size_t chw;                    /* floats per image */
