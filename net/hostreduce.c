@@ -424,9 +424,12 @@ int rt_hostreduce_sum_apply(rt_hostreduce *h, const struct rt_hostreduce_apply *
     publish(h, HR_READY);
     RT_TRY(wait_all(h, HR_READY, w));
     uint32_t v = votes;
+    /* this rank's READY before the peers' given_up marks are read (the
+     * mark's store is a release: the fence orders it before the loads; see
+     * rt_hostreduce_apply_undone) */
+    atomic_thread_fence(memory_order_seq_cst);
     for (int r = 0; r < h->world; r++) {
         v |= atomic_load_explicit(&h->peers[r].h->votes, memory_order_relaxed);
-        /* (seq_cst, after this rank's READY: see rt_hostreduce_apply_undone) */
         if (atomic_load(&h->peers[r].h->given_up) == h->gen + 1)
             return rt_error(RT_ERR_REGROUP, "rank %d of this host gave this step up", r);
     }

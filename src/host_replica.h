@@ -16,8 +16,9 @@
  * weights, optimiser state, position, the epoch's sums), taken every
  * RT_HOST_REPLICA_WRITE_BACK steps; the buffers the model and optimiser
  * had are freed, and made again when the worker leaves the shared copy.
- * A change of members while workers update their ranges throws the shared
- * copy away (a worker may have died halfway through its range) and every
+ * A change of members once every worker began the step's sum throws the
+ * shared copy away (a worker may have died halfway through its range, or
+ * before it, the others having updated theirs) and every
  * worker goes back to its write-back, then to the most advanced member's
  * state as usual (dist_recover.c): the steps since are done again by the
  * new group, their samples counted once, as mode average does. A change
