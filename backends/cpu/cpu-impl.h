@@ -139,6 +139,9 @@ void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv, siz
  * beat these: seedcnn's step 11.9 ms with them, 16.3 with these). */
 bool cpu_avx2_kernels(void);
 bool cpu_blas_avx512(void);
+/* Whether this CPU has AVX-512F (ragtag's own AVX-512 kernels: wino512.c,
+ * gemm_tn_smallk.c), asked once. */
+bool cpu_has_avx512f(void);
 
 /* The filters' gradient of a convolution whose column rows are runs of the
  * (padded) image, read in place (wgrad.c). cpu_wgrad_kind: which kernel

@@ -211,6 +211,22 @@ static bool cpu_blas_split_here(void)
 }
 #endif
 
+bool cpu_has_avx512f(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    static int known = -1; /* threads that race here store the same value */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k < 0) {
+        __builtin_cpu_init();
+        k = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 1;
+#else
+    return false;
+#endif
+}
+
 /* Whether the BLAS runs AVX-512 kernels: OpenBLAS by the core it picked
  * (OPENBLAS_CORETYPE=Haswell holds it to AVX2 on an AVX-512 CPU, as a
  * mixed cluster may, for the same kernels on every host), BLIS by the CPU,

@@ -94,22 +94,10 @@ typedef void (*rows_fn)(int, int, const float *, int, const float *, int, float 
 static const rows_fn rows_of[SK_ROWS + 1] = {NULL,   rows_1, rows_2, rows_3,
                                              rows_4, rows_5, rows_6};
 
-static bool have_avx512(void)
-{
-    static int has = -1; /* threads that race here store the same value */
-    int u = __atomic_load_n(&has, __ATOMIC_RELAXED);
-    if (u < 0) {
-        __builtin_cpu_init();
-        u = __builtin_cpu_supports("avx512f");
-        __atomic_store_n(&has, u, __ATOMIC_RELAXED);
-    }
-    return u;
-}
-
 bool cpu_gemm_tn_smallk(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                         float *c, int ldc)
 {
-    if (m <= 0 || n <= 0 || k <= 0 || k > CPU_SMALLK_MAX || !have_avx512())
+    if (m <= 0 || n <= 0 || k <= 0 || k > CPU_SMALLK_MAX || !cpu_has_avx512f())
         return false;
     for (int i = 0; i < m; i += SK_ROWS) {
         const int r = m - i < SK_ROWS ? m - i : SK_ROWS;

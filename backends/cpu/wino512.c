@@ -40,19 +40,9 @@ void cpu_wino512_set(bool on) { wino512_enabled = on; }
 
 #define TGT __attribute__((target("avx512f")))
 
-static bool have_avx512(void)
-{
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return known == 1;
-}
-
 bool cpu_wino512_fits(int w, int ow)
 {
-    return wino512_enabled && w >= 1 && w <= 32 && ow >= 1 && ow <= 30 && have_avx512();
+    return wino512_enabled && w >= 1 && w <= 32 && ow >= 1 && ow <= 30 && cpu_has_avx512f();
 }
 
 /* -v, zeros' signs flipped too (0 - v would turn -0 into +0) */
