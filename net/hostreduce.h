@@ -49,8 +49,8 @@ int rt_hostreduce_group(rt_hostreduce *h, uint64_t gen, int rank, int world,
 void rt_hostreduce_ungroup(rt_hostreduce *h);
 bool rt_hostreduce_grouped(const rt_hostreduce *h);
 
-/* How a collective waits for its peers: a spin of spin_s, then check(arg) now and then, every
- * few milliseconds of waiting; < 0 gives the collective up with that
+/* How a collective waits for its peers: a spin of spin_s, then sleeps,
+ * calling check(arg) every few milliseconds of waiting; < 0 gives the collective up with that
  * status (the members change, the run aborts). waiting(arg, on) brackets
  * the sleeps (a worker's heartbeats must go on). No peer mark after
  * timeout_s: RT_ERR_TIMEOUT naming the rank. */
