@@ -287,25 +287,17 @@ static void im2col(const struct rt_conv_shape *s, const float *x, float *col)
                     float *d = dst + (size_t)oh * OW;
                     int ih = oh * SH - PH + r;
                     if (ih < 0 || ih >= H || lo >= hi) {
-                        memset(d, 0, (size_t)OW * sizeof(float));
+                        cpu_zero_row(d, (size_t)OW);
                         continue;
                     }
                     const float *xr = xc + (size_t)ih * W;
-                    for (int ow = 0; ow < lo; ow++)
-                        d[ow] = 0.0f;
-                    if (SW == 1) {
-                        /* rows are short (10-30 floats in small nets): an
-                         * inline vector loop beats a call to memcpy */
-                        const float *xs = xr + (q - PW);
-                        CPU_SIMD
-                        for (int ow = lo; ow < hi; ow++)
-                            d[ow] = xs[ow];
-                    } else {
+                    cpu_zero_row(d, (size_t)lo);
+                    if (SW == 1) /* rows are short (10-30 floats in small nets) */
+                        cpu_copy_row(d + lo, xr + (q - PW) + lo, (size_t)(hi - lo));
+                    else
                         for (int ow = lo; ow < hi; ow++)
                             d[ow] = xr[ow * SW - PW + q];
-                    }
-                    for (int ow = hi; ow < OW; ow++)
-                        d[ow] = 0.0f;
+                    cpu_zero_row(d + hi, (size_t)(OW - hi));
                 }
             }
         }
@@ -420,9 +412,9 @@ static void pad_image(const struct rt_conv_shape *s, const struct conv_layout *l
         memset(pc, 0, PH * l->wp * sizeof(float));
         for (size_t h = 0; h < H; h++) {
             float *row = pc + (PH + h) * l->wp;
-            memset(row, 0, PW * sizeof(float));
+            cpu_zero_row(row, PW);
             cpu_copy_row(row + PW, xc + h * W, W);
-            memset(row + PW + W, 0, PW * sizeof(float));
+            cpu_zero_row(row + PW + W, PW);
         }
         memset(pc + (PH + H) * l->wp, 0, (l->hp - PH - H) * l->wp * sizeof(float));
     }
@@ -529,7 +521,7 @@ static void widen_dy(const struct rt_conv_shape *s, const struct conv_layout *l,
     for (size_t kr = 0; kr < (size_t)s->k * s->oh; kr++) {
         float *d = dyw + kr * l->wq;
         cpu_copy_row(d, dy + kr * OW, OW);
-        memset(d + OW, 0, (l->wq - OW) * sizeof(float));
+        cpu_zero_row(d + OW, l->wq - OW);
     }
 }
 
