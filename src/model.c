@@ -334,6 +334,22 @@ static rt_buf *buf_floats(rt_dev *dev, size_t n)
     return rt_buf_new(dev, (n ? n : 1) * sizeof(float));
 }
 
+/* Whether layer i's output may be its input's memory (output_is_input):
+ * its one input is a layer's output that no other layer reads, so the
+ * gradient w.r.t. it has one writer too. */
+static bool shares_input_memory(const rt_model *m, int i)
+{
+    const struct rt_layer *l = &m->layers[i];
+    if (!l->ops->output_is_input || l->ninputs != 1 || l->inputs[0] < 0 ||
+        rt_shape_count(l->out) != rt_shape_count(m->layers[l->inputs[0]].out))
+        return false;
+    int readers = 0;
+    for (int j = 0; j < m->nlayers; j++)
+        for (int k = 0; k < m->layers[j].ninputs; k++)
+            readers += m->layers[j].inputs[k] == l->inputs[0];
+    return readers == 1;
+}
+
 static int allocate(rt_model *m)
 {
     rt_dev *dev = m->dev;
@@ -350,8 +366,12 @@ static int allocate(rt_model *m)
     for (int i = 0; i < m->nlayers - 1; i++) { /* softmax's output stays with the loss */
         struct rt_layer *l = &m->layers[i];
         size_t v = rt_shape_count(l->out);
-        m->act_off[i] = total;
-        total += B * v;
+        if (shares_input_memory(m, i)) {
+            m->act_off[i] = m->act_off[l->inputs[0]];
+        } else {
+            m->act_off[i] = total;
+            total += B * v;
+        }
         if (v > m->max_values)
             m->max_values = v;
         if (l->ops->workspace) {

@@ -206,7 +206,43 @@ static void test_pool(void **state)
 
 static void test_flatten(void **state)
 {
+    /* its output is the conv's memory (output_is_input) */
     run_case("flatten", NET PRE "[flatten]\n" HEAD, 3, true);
+    /* twice: the second one's output is the conv's memory too */
+    run_case("flatten twice", NET PRE "[flatten]\n[flatten]\n" HEAD, 3, true);
+    /* the network input is the caller's: copied */
+    run_case("flatten first", NET "[flatten]\n" HEAD, 3, true);
+    /* the dense layer's output has a second reader, the shortcut: copied */
+    run_case("flatten beside a shortcut",
+             NET PRE "[dense]\nunits = 6\nactivation = tanh\n[flatten]\n"
+                     "[shortcut]\nfrom = -2\n" HEAD,
+             3, true);
+}
+
+/* Device bytes a model holds at max batch 16. */
+static size_t model_live_bytes(const char *text)
+{
+    size_t before = rt_dev_live_bytes(dev);
+    rt_model *m = rt_model_load_string(text, "flatten.cfg", dev, 16);
+    assert_non_null(m);
+    size_t bytes = rt_dev_live_bytes(dev) - before;
+    rt_model_destroy(&m);
+    return bytes;
+}
+
+/* A [flatten] after a layer holds no activation or gradient of its own;
+ * as the first layer it copies the caller's input into its own. */
+static void test_flatten_memory(void **state)
+{
+    const size_t plain = model_live_bytes(NET PRE HEAD);
+    assert_int_equal(model_live_bytes(NET PRE "[flatten]\n" HEAD), plain);
+    assert_int_equal(model_live_bytes(NET PRE "[flatten]\n[flatten]\n" HEAD), plain);
+    const size_t first = model_live_bytes(NET "[flatten]\n" HEAD);
+    assert_true(first >= model_live_bytes(NET HEAD) + 2 * 16 * 105 * sizeof(float));
+    const size_t beside = model_live_bytes(NET PRE "[dense]\nunits = 6\n[flatten]\n"
+                                               "[shortcut]\nfrom = -2\n" HEAD);
+    assert_true(beside >= model_live_bytes(NET PRE "[dense]\nunits = 6\n[shortcut]\nfrom = -1\n" HEAD) +
+                              2 * 16 * 6 * sizeof(float));
 }
 
 static void test_activations(void **state)
@@ -358,7 +394,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense),          cmocka_unit_test(test_conv),
         cmocka_unit_test(test_conv_batchnorm), cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_flatten),        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_flatten),        cmocka_unit_test(test_flatten_memory),        cmocka_unit_test(test_activations),
         cmocka_unit_test(test_dropout),        cmocka_unit_test(test_dropout_seed),
         cmocka_unit_test(test_batchnorm),      cmocka_unit_test(test_batchnorm_modes),
         cmocka_unit_test(test_shortcut),       cmocka_unit_test(test_resnet_like),
