@@ -1734,19 +1734,39 @@ static void test_gemm_tn_smallk(void **state)
     free(a), free(b), free(got[0]), free(got[1]);
 }
 
+/* C = A B as the small-GEMM kernels define their bits: each element one
+ * FMA chain over the inner index in order, from 0. */
+static void gemm_fma_chain(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                           float *c, int ldc)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int p = 0; p < k; p++)
+                acc = fmaf(a[(size_t)i * lda + p], b[(size_t)p * ldb + j], acc);
+            c[(size_t)i * ldc + j] = acc;
+        }
+}
+
 /* cpu_gemm_small_rows (B's rows read where they lie, overlapping as the
- * wide im2col's do) gives the bits of cpu_gemm_small on those rows copied
- * out; where the AVX2 kernels do not run it declines, untouched. */
+ * wide im2col's do) against the FMA chains on those rows copied out, bit
+ * for bit, on random shapes: every tail of the AVX2 kernel's 4 x 24 tiles
+ * and the AVX-512 one's 6 x 64, inner indices long enough to be cut in
+ * blocks, C's guards kept. Both kernels give these bits, so hosts with and
+ * without AVX-512 agree. Where neither runs it declines, C untouched; with
+ * the AVX-512 one turned off an AVX-512 host declines or runs the AVX2
+ * one, with the same bits. */
 static void test_gemm_small_rows(void **state)
 {
     (void)state;
-    for (uint64_t t = 0; t < 40; t++) {
+    for (uint64_t t = 0; t < 60; t++) {
         struct rt_rng r;
         rt_rng_seed(&r, 191 + t, 0);
-        const int m = 1 + (int)(rt_rng_uniform(&r) * 40), n = 1 + (int)(rt_rng_uniform(&r) * 150),
+        const int m = 1 + (int)(rt_rng_uniform(&r) * 40), n = 1 + (int)(rt_rng_uniform(&r) * 300),
                   k = 1 + (int)(rt_rng_uniform(&r) * 400), ldc = n + (int)(rt_rng_uniform(&r) * 5);
+        const int lda = k + (int)(rt_rng_uniform(&r) * 3);
         const int span = n + 1 + (int)(rt_rng_uniform(&r) * 300); /* the image's floats */
-        float *a = frand((size_t)m * k, -1, 1, 3 * t + 1), *img = frand((size_t)span, -1, 1, 3 * t + 2);
+        float *a = frand((size_t)m * lda, -1, 1, 3 * t + 1), *img = frand((size_t)span, -1, 1, 3 * t + 2);
         float *b = malloc(sizeof(float) * (size_t)k * n);
         int32_t *at = malloc(sizeof(int32_t) * (size_t)k);
         assert_non_null(b);
@@ -1755,24 +1775,35 @@ static void test_gemm_small_rows(void **state)
             at[p] = (int32_t)(rt_rng_uniform(&r) * (span - n + 1));
             memcpy(b + (size_t)p * n, img + at[p], sizeof(float) * (size_t)n);
         }
-        float *want = gemm_c(m, n, ldc), *got = gemm_c(m, n, ldc);
-        cpu_gemm_small(false, m, n, k, a, k, b, n, want, ldc);
-        if (!cpu_gemm_small_rows(m, n, k, a, k, img, at, got, ldc)) {
-            assert_false(cpu_avx2_kernels());
-            float *fresh = gemm_c(m, n, ldc);
-            assert_memory_equal(got, fresh, sizeof(float) * ((size_t)m * ldc + GUARD));
-            free(fresh);
-        } else {
-            for (int i = 0; i < m; i++)
-                assert_memory_equal(got + (size_t)i * ldc, want + (size_t)i * ldc,
-                                    sizeof(float) * (size_t)n);
+        float *want = gemm_c(m, n, ldc);
+        gemm_fma_chain(m, n, k, a, lda, b, n, want, ldc);
+        for (int wide = 1; wide >= 0; wide--) {
+            cpu_gemm_small512_set(wide);
+            float *got = gemm_c(m, n, ldc);
+            if (!cpu_gemm_small_rows(m, n, k, a, lda, img, at, got, ldc)) {
+                assert_false(cpu_avx2_kernels());
+                assert_false(wide && cpu_has_avx512f() && cpu_blas_avx512());
+                float *fresh = gemm_c(m, n, ldc);
+                assert_memory_equal(got, fresh, sizeof(float) * ((size_t)m * ldc + GUARD));
+                free(fresh);
+            } else {
+                for (int i = 0; i < m; i++) {
+                    assert_memory_equal(got + (size_t)i * ldc, want + (size_t)i * ldc,
+                                        sizeof(float) * (size_t)n);
+                    for (int j = n; j < ldc; j++)
+                        assert_true(got[(size_t)i * ldc + j] == guard_value);
+                }
+                for (int g = 0; g < GUARD; g++)
+                    assert_true(got[(size_t)m * ldc + g] == guard_value);
+            }
+            free(got);
         }
+        cpu_gemm_small512_set(true);
         free(a);
         free(img);
         free(b);
         free(at);
         free(want);
-        free(got);
     }
 }
 

@@ -91,10 +91,19 @@ void cpu_gemm_small_acc(bool ta, int m, int n, int k, const float *a, int lda, c
 /* C = A B (beta 0) where row p of B is the n floats at b + at[p]: the
  * wide im2col's GEMM read from the padded image in place (its rows
  * overlap: lenet's conv2 copied 150 of them an image, 7% of a training
- * step in memcpy). False, doing nothing, where the AVX2 kernels do not run
- * (cpu_avx2_kernels): the caller copies the rows and calls a GEMM. */
+ * step in memcpy). Each element one FMA chain over the inner index in
+ * order from 0. False, doing nothing, where neither the AVX2 kernels
+ * (cpu_avx2_kernels) nor the AVX-512 one runs: the caller copies the rows
+ * and calls a GEMM. */
 bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const float *b,
                          const int32_t *at, float *c, int ldc);
+/* cpu_gemm_small_rows at AVX-512's width (gemm_small512.c), where the
+ * BLAS runs AVX-512 kernels; the same bits as the AVX2 kernel. False,
+ * nothing done, where it does not run. cpu_gemm_small512_set(false) turns
+ * it off, for tests and benches. */
+bool cpu_gemm_small512_rows(int m, int n, int k, const float *a, int lda, const float *b,
+                            const int32_t *at, float *c, int ldc);
+void cpu_gemm_small512_set(bool on);
 /* C = A^T B (beta 0) for an inner index k <= CPU_SMALLK_MAX, in AVX-512
  * (gemm_tn_smallk.c: the dense layers' weight gradient); false, nothing
  * done, where it does not run. */

@@ -194,6 +194,8 @@ void cpu_gemm_small(bool ta, int m, int n, int k, const float *a, int lda, const
 bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const float *b,
                          const int32_t *at, float *c, int ldc)
 {
+    if (cpu_gemm_small512_rows(m, n, k, a, lda, b, at, c, ldc))
+        return true;
 #ifdef GEMM_SMALL_AVX2
     if (m > 0 && n > 0 && k > 0 && cpu_avx2_kernels()) {
         gemm_avx2(2, m, n, k, a, lda, b, 0, at, false, c, ldc);
