@@ -421,6 +421,12 @@ static void test_conv(void **state)
         conv_make(9, 3, 12, 12, 7, 3, 3, 1, 1, 1, 1),
         conv_make(3, 1, 10, 10, 16, 3, 3, 1, 1, 0, 0),
         conv_make(2, 1, 12, 12, 16, 3, 3, 1, 1, 0, 0),
+        /* by filters in AVX-512 (wgrad512.c): 12 filters (one masked
+         * vector), 24 and 32 (two vectors), column rows in blocks of 12 and
+         * 6 with tails */
+        conv_make(5, 6, 14, 14, 12, 5, 5, 1, 1, 0, 0),
+        conv_make(3, 3, 9, 9, 24, 3, 3, 1, 1, 1, 1),
+        conv_make(4, 5, 11, 11, 32, 3, 3, 2, 2, 1, 1),
     };
     for (int t = 0; t < N_THREADS; t++) {
         rt_dev *d = open_dev(thread_counts[t]);
@@ -1734,6 +1740,65 @@ static void test_gemm_tn_smallk(void **state)
     free(a), free(b), free(got[0]), free(got[1]);
 }
 
+/* The filters' gradient by filters (cpu_wgrad_outer: AVX2, and AVX-512
+ * where the BLAS runs AVX-512 kernels) against FMA chains over the images,
+ * output rows and positions in order, bit for bit: random filter counts
+ * (1 or 2 vectors of 16, masked tails), column-row counts cutting the
+ * blocks of 12 and 6 anywhere, set and then added to. Both kernels give
+ * these bits: a host with AVX-512 and one without agree. */
+static void test_wgrad_outer(void **state)
+{
+    (void)state;
+    if (!cpu_avx2_kernels() && !cpu_wgrad512()) {
+        print_message("wgrad outer: no AVX2 kernel runs here, skipped\n");
+        return;
+    }
+    for (uint64_t t = 0; t < 40; t++) {
+        struct rt_rng r;
+        rt_rng_seed(&r, 555 + t, 0);
+        const int k = 1 + (int)(rt_rng_uniform(&r) * 32), crs = 1 + (int)(rt_rng_uniform(&r) * 30),
+                  oh = 1 + (int)(rt_rng_uniform(&r) * 5), ow = 1 + (int)(rt_rng_uniform(&r) * 12),
+                  n = 1 + (int)(rt_rng_uniform(&r) * 3);
+        const size_t wq = (size_t)ow + (size_t)(rt_rng_uniform(&r) * 4);
+        const size_t span = (size_t)oh * wq + 40, xs = span, dys = (size_t)oh * ow * k + 3;
+        float *x = frand(xs * n, -1, 1, 4 * t + 1), *dt = frand(dys * n, -1, 1, 4 * t + 2);
+        int32_t *at = malloc(sizeof(int32_t) * (size_t)crs);
+        assert_non_null(at);
+        for (int j = 0; j < crs; j++)
+            at[j] = (int32_t)(rt_rng_uniform(&r) * 40);
+        const struct rt_wgrad_images im = {.n = n, .oh = oh, .ow = ow, .wq = wq, .xs = xs,
+                                           .dys = dys, .x = x, .dy = dt};
+        float *want = fvec((size_t)crs * k);
+        for (int round = 0; round < 2; round++) /* set, then added to */
+            for (int j = 0; j < crs; j++)
+                for (int q = 0; q < k; q++) {
+                    float acc = round ? want[(size_t)j * k + q] : 0.0f;
+                    for (int m = 0; m < n; m++)
+                        for (int rr = 0; rr < oh; rr++)
+                            for (int c = 0; c < ow; c++)
+                                acc = fmaf(x[m * xs + (size_t)at[j] + rr * wq + c],
+                                           dt[m * dys + ((size_t)rr * ow + c) * k + q], acc);
+                    want[(size_t)j * k + q] = acc;
+                }
+        for (int wide = 1; wide >= 0; wide--) {
+            cpu_wgrad512_set(wide);
+            if (!cpu_avx2_kernels() && !cpu_wgrad512())
+                continue; /* (an AVX-512 BLAS, the AVX-512 kernel turned off: the BLAS) */
+            float *got = fvec((size_t)crs * k + GUARD);
+            for (int g = 0; g < GUARD; g++)
+                got[(size_t)crs * k + g] = guard_value;
+            cpu_wgrad_outer(k, crs, &im, at, false, got);
+            cpu_wgrad_outer(k, crs, &im, at, true, got);
+            assert_memory_equal(got, want, sizeof(float) * (size_t)crs * k);
+            for (int g = 0; g < GUARD; g++)
+                assert_true(got[(size_t)crs * k + g] == guard_value);
+            free(got);
+        }
+        cpu_wgrad512_set(true);
+        free(x), free(dt), free(at), free(want);
+    }
+}
+
 /* C = A B as the small-GEMM kernels define their bits: each element one
  * FMA chain over the inner index in order, from 0. */
 static void gemm_fma_chain(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
@@ -2075,7 +2140,7 @@ int main(void)
         cmocka_unit_test(test_act_bias_threads_same_bits),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
-        cmocka_unit_test(test_gemm_small_rows),
+        cmocka_unit_test(test_gemm_small_rows), cmocka_unit_test(test_wgrad_outer),
         cmocka_unit_test(test_gemm_tn_smallk),
         cmocka_unit_test(test_conv_wino512_bits),
         cmocka_unit_test(test_sgd),

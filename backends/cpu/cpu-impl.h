@@ -174,8 +174,17 @@ void cpu_wgrad_images(int k, int crs, const struct rt_wgrad_images *im, const in
                       bool more, float *acc);
 void cpu_wgrad_outer(int k, int crs, const struct rt_wgrad_images *im, const int32_t *row_at,
                      bool more, float *part);
+/* cpu_wgrad_outer at AVX-512's width (wgrad512.c), where the BLAS runs
+ * AVX-512 kernels (cpu_wgrad512; there cpu_wgrad_kind says by filters or
+ * NONE): the same bits as the AVX2 kernel. False, nothing done, where it
+ * does not run. cpu_wgrad512_set(false) turns it off, for tests and
+ * benches. */
+bool cpu_wgrad_outer512(int k, int crs, const struct rt_wgrad_images *im, const int32_t *row_at,
+                        bool more, float *part);
+bool cpu_wgrad512(void);
+void cpu_wgrad512_set(bool on);
 /* dt (plane x k) = src (k rows of plane floats, ls apart) transposed, in
- * 8 x 8 blocks where the CPU has the AVX2 kernels. */
+ * 8 x 8 blocks where the CPU has AVX2. */
 void cpu_transpose(int k, size_t plane, const float *src, size_t ls, float *dt);
 void cpu_wgrad_lanes(int k, int crs, const float *acc, float *part);
 
