@@ -88,29 +88,36 @@ static double time_per_call(bench_fn fn, void *ctx)
 struct gemm_ctx {
     rt_dev *d;
     int m, n, k;
+    bool tb; /* C = A B^T, B held n x k (a dense layer's forward) */
     rt_buf *a, *b, *c;
 };
 
 static void run_gemm(void *p)
 {
     struct gemm_ctx *g = p;
-    rt_op_gemm(g->d, 0, 0, g->m, g->n, g->k, 1.0f, rt_buf_view(g->a), g->k, rt_buf_view(g->b),
-               g->n, 0.0f, rt_buf_view(g->c), g->n);
+    rt_op_gemm(g->d, 0, g->tb, g->m, g->n, g->k, 1.0f, rt_buf_view(g->a), g->k,
+               rt_buf_view(g->b), g->tb ? g->k : g->n, 0.0f, rt_buf_view(g->c), g->n);
     rt_sync(g->d);
 }
 
 static void bench_gemm(rt_dev *d, int threads)
 {
-    static const int sizes[][3] = {{128, 128, 128}, {256, 256, 256}, {512, 512, 512},
-                                   {1024, 1024, 1024}, {32, 576, 288}, {64, 4608, 225}};
+    /* m, n, k, B transposed: square; a conv's; seedcnn's dense backward
+     * (data) and forward, for a whole batch and a worker's half */
+    static const int sizes[][4] = {{128, 128, 128, 0},  {256, 256, 256, 0},
+                                   {512, 512, 512, 0},  {1024, 1024, 1024, 0},
+                                   {32, 576, 288, 0},   {64, 4608, 225, 0},
+                                   {32, 4608, 225, 0},  {64, 225, 4608, 1},
+                                   {32, 225, 4608, 1}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        struct gemm_ctx g = {d, sizes[i][0], sizes[i][1], sizes[i][2], NULL, NULL, NULL};
+        struct gemm_ctx g = {d, sizes[i][0], sizes[i][1], sizes[i][2], sizes[i][3], NULL, NULL,
+                             NULL};
         g.a = buf_rand(d, (size_t)g.m * g.k, 1);
         g.b = buf_rand(d, (size_t)g.k * g.n, 2);
         g.c = buf_rand(d, (size_t)g.m * g.n, 3);
         double t = time_per_call(run_gemm, &g);
-        printf("  sgemm    %4dx%4dx%4d  threads %d  %9.1f us  %7.1f GFLOP/s\n", g.m, g.n, g.k,
-               threads, t * 1e6, 2.0 * g.m * g.n * g.k / t * 1e-9);
+        printf("  sgemm    %4dx%4dx%4d%s  threads %d  %9.1f us  %7.1f GFLOP/s\n", g.m, g.n, g.k,
+               g.tb ? " B^T" : "    ", threads, t * 1e6, 2.0 * g.m * g.n * g.k / t * 1e-9);
         rt_buf_destroy(&g.a);
         rt_buf_destroy(&g.b);
         rt_buf_destroy(&g.c);

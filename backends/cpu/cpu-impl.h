@@ -104,6 +104,11 @@ bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const flo
 bool cpu_gemm_small512_rows(int m, int n, int k, const float *a, int lda, const float *b,
                             const int32_t *at, float *c, int ldc);
 void cpu_gemm_small512_set(bool on);
+/* C = A B^T (beta 0), both read along the inner index, in AVX-512
+ * (gemm_nt_longk.c: the dense layers' forward with a long inner index);
+ * false, nothing done, where it does not run. */
+bool cpu_gemm_nt_longk(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                       float *c, int ldc);
 /* C = A^T B (beta 0) for an inner index k <= CPU_SMALLK_MAX, in AVX-512
  * (gemm_tn_smallk.c: the dense layers' weight gradient); false, nothing
  * done, where it does not run. */

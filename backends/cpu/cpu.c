@@ -367,9 +367,18 @@ static bool smallk_fits(bool ta, bool tb, int m, int n, int k, float alpha, floa
            (size_t)m * (size_t)n >= (size_t)2 * k * ((size_t)m + (size_t)n);
 }
 
+/* Whether gemm_nt_longk.c's kernel takes a call: C = A B^T with a long
+ * inner index (a dense layer's forward on a wide input). */
+static bool longk_fits(bool ta, bool tb, int k, float alpha, float beta)
+{
+    return !ta && tb && alpha == 1.0f && beta == 0.0f && k >= 1024;
+}
+
 static void blas_part(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                       const float *b, int ldb, float beta, float *c, int ldc)
 {
+    if (longk_fits(ta, tb, k, alpha, beta) && cpu_gemm_nt_longk(m, n, k, a, lda, b, ldb, c, ldc))
+        return;
     if (smallk_fits(ta, tb, m, n, k, alpha, beta) &&
         cpu_gemm_tn_smallk(m, n, k, a, lda, b, ldb, c, ldc))
         return;
