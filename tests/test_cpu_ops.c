@@ -1870,6 +1870,60 @@ static void test_gemm_nt_longk(void **state)
     free(a), free(b), free(got[0]), free(got[1]);
 }
 
+/* cpu_gemm_nn512 (C = A B, the dense layers' data gradient) against the
+ * FMA chains bit for bit on random shapes, inner indices across its chunks
+ * of 512 row starts and its L1 blocks, strides wider than the rows (C's
+ * guards kept); rt_op_gemm gives the same bits at 1 and 2 threads on
+ * seedcnn's 32 x 4608 x 225. Where it does not run it declines, C
+ * untouched. */
+static void test_gemm_nn512(void **state)
+{
+    (void)state;
+    for (uint64_t t = 0; t < 30; t++) {
+        struct rt_rng r;
+        rt_rng_seed(&r, 919 + t, 0);
+        const int m = 1 + (int)(rt_rng_uniform(&r) * 64), n = 1 + (int)(rt_rng_uniform(&r) * 200),
+                  k = 1 + (int)(rt_rng_uniform(&r) * 1200);
+        const int lda = k + (int)(rt_rng_uniform(&r) * 5), ldb = n + (int)(rt_rng_uniform(&r) * 9),
+                  ldc = n + (int)(rt_rng_uniform(&r) * 9);
+        float *a = frand((size_t)m * lda, -1, 1, 6 * t + 1), *b = frand((size_t)k * ldb, -1, 1, 6 * t + 2);
+        float *want = gemm_c(m, n, ldc), *got = gemm_c(m, n, ldc);
+        gemm_fma_chain(m, n, k, a, lda, b, ldb, want, ldc);
+        if (!cpu_gemm_nn512(m, n, k, a, lda, b, ldb, got, ldc)) {
+            assert_false(cpu_has_avx512f() && cpu_blas_avx512());
+            assert_true(isnan(got[0]) && got[(size_t)m * ldc] == guard_value); /* untouched */
+        } else {
+            for (int i = 0; i < m; i++) {
+                assert_memory_equal(got + (size_t)i * ldc, want + (size_t)i * ldc,
+                                    sizeof(float) * (size_t)n);
+                for (int j = n; j < ldc; j++)
+                    assert_true(got[(size_t)i * ldc + j] == guard_value);
+            }
+            for (int g = 0; g < GUARD; g++)
+                assert_true(got[(size_t)m * ldc + g] == guard_value);
+        }
+        free(a), free(b), free(want), free(got);
+    }
+    enum { M = 32, N = 4608, K = 225 };
+    float *a = frand((size_t)M * K, -1, 1, 9), *b = frand((size_t)K * N, -1, 1, 10);
+    float *got[2];
+    for (int t = 0; t < 2; t++) {
+        rt_dev *d = open_dev(t + 1);
+        tb A = tb_new(d, (size_t)M * K), B = tb_new(d, (size_t)K * N), C = tb_new(d, (size_t)M * N);
+        tb_set(&A, a);
+        tb_set(&B, b);
+        assert_int_equal(rt_op_gemm(d, 0, 0, M, N, K, 1.0f, A.v, K, B.v, N, 0.0f, C.v, N), 0);
+        got[t] = fvec((size_t)M * N);
+        tb_get(&C, got[t]);
+        tb_free(&A), tb_free(&B), tb_free(&C);
+        rt_dev_close(&d);
+    }
+    float one;
+    if (cpu_gemm_nn512(1, 1, 1, a, 1, b, 1, &one, 1)) /* (runs here: bits at any count) */
+        assert_memory_equal(got[0], got[1], sizeof(float) * (size_t)M * N);
+    free(a), free(b), free(got[0]), free(got[1]);
+}
+
 /* cpu_gemm_small_rows (B's rows read where they lie, overlapping as the
  * wide im2col's do) against the FMA chains on those rows copied out, bit
  * for bit, on random shapes: every tail of the AVX2 kernel's 4 x 24 tiles
@@ -2198,7 +2252,7 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_gemm_small),
         cmocka_unit_test(test_gemm_small_rows), cmocka_unit_test(test_wgrad_outer),
-        cmocka_unit_test(test_gemm_nt_longk),
+        cmocka_unit_test(test_gemm_nt_longk), cmocka_unit_test(test_gemm_nn512),
         cmocka_unit_test(test_gemm_tn_smallk),
         cmocka_unit_test(test_conv_wino512_bits),
         cmocka_unit_test(test_sgd),

@@ -103,6 +103,9 @@ bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const flo
  * it off, for tests and benches. */
 bool cpu_gemm_small512_rows(int m, int n, int k, const float *a, int lda, const float *b,
                             const int32_t *at, float *c, int ldc);
+/* The same kernel on C = A B (beta 0), B's rows ldb apart. */
+bool cpu_gemm_nn512(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                    float *c, int ldc);
 void cpu_gemm_small512_set(bool on);
 /* C = A B^T (beta 0), both read along the inner index, in AVX-512
  * (gemm_nt_longk.c: the dense layers' forward with a long inner index);

@@ -374,10 +374,20 @@ static bool longk_fits(bool ta, bool tb, int k, float alpha, float beta)
     return !ta && tb && alpha == 1.0f && beta == 0.0f && k >= 1024;
 }
 
+/* Whether gemm_small512.c's kernel takes a plain C = A B: few rows, an
+ * inner index of 96 or more (a dense layer's data gradient; below it the
+ * BLAS was as fast). */
+static bool nn512_fits(bool ta, bool tb, int m, int k, float alpha, float beta)
+{
+    return !ta && !tb && alpha == 1.0f && beta == 0.0f && m <= 64 && k >= 96;
+}
+
 static void blas_part(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                       const float *b, int ldb, float beta, float *c, int ldc)
 {
     if (longk_fits(ta, tb, k, alpha, beta) && cpu_gemm_nt_longk(m, n, k, a, lda, b, ldb, c, ldc))
+        return;
+    if (nn512_fits(ta, tb, m, k, alpha, beta) && cpu_gemm_nn512(m, n, k, a, lda, b, ldb, c, ldc))
         return;
     if (smallk_fits(ta, tb, m, n, k, alpha, beta) &&
         cpu_gemm_tn_smallk(m, n, k, a, lda, b, ldb, c, ldc))

@@ -9,13 +9,21 @@
  * registers (the filters' elements broadcast) and written once; an inner
  * index too long for A and a panel to share L1 is cut into blocks. Each
  * element of C is one FMA chain over the inner index in order from 0: the
- * bits of gemm_small.c's AVX2 kernel, whatever the blocking. Only the
- * forward's GEMM: with the BLAS's kernels the backward-data GEMM (an inner
- * index of 6-16 filters) and Winograd's ran as fast or faster (bench_ops:
- * seedcnn conv2 forward 1.82 -> 2.00 ms through this kernel). */
+ * bits of gemm_small.c's AVX2 kernel, whatever the blocking.
+ *
+ * cpu_gemm_nn512 is the same kernel on a plain C = A B (row p of B at p
+ * ldb), for a dense layer's data gradient, dX = dY W with the units as the
+ * inner index (seedcnn, a worker's 32 x 4608 x 225: OpenBLAS 371-438 us,
+ * this 298). With an inner index under ~100 the BLAS's kernels ran as
+ * fast or faster (bench_ops: 64 x 120 x 84, Winograd's 32 x 196 x 32;
+ * seedcnn conv2 forward 1.82 -> 2.00 ms through this kernel), and so did
+ * the convolutions' backward-data GEMM (an inner index of 6-16 filters):
+ * those stay with the BLAS. */
 #include "config.h"
 
 #include "cpu-impl.h"
+
+#include <stdint.h>
 
 static bool small512_enabled = true;
 
@@ -117,17 +125,45 @@ static TGT void panels(int m, int n, int k, bool more, const float *a, int lda, 
     }
 }
 
-bool cpu_gemm_small512_rows(int m, int n, int k, const float *a, int lda, const float *b,
-                            const int32_t *at, float *c, int ldc)
+static bool runs_here(int m, int n, int k)
 {
-    if (m <= 0 || n <= 0 || k <= 0 || !small512_enabled || !cpu_has_avx512f() ||
-        !cpu_blas_avx512())
-        return false;
+    return m > 0 && n > 0 && k > 0 && small512_enabled && cpu_has_avx512f() && cpu_blas_avx512();
+}
+
+/* C (+= when more) A B over the inner index [0, k), in blocks that keep
+ * A's rows and a panel in L1. */
+static void rows512(int m, int n, int k, const float *a, int lda, const float *b,
+                    const int32_t *at, bool more, float *c, int ldc)
+{
     const long fit = L1_FLOATS / (m + 16 * VECS);
     const int blocks = fit >= k ? 1 : (int)((k + fit - 1) / (fit > 0 ? fit : 1));
     for (int bk = 0; bk < blocks; bk++) {
         const int k0 = (int)((long)k * bk / blocks), k1 = (int)((long)k * (bk + 1) / blocks);
-        panels(m, n, k1 - k0, bk > 0, a + k0, lda, b, at + k0, c, ldc);
+        panels(m, n, k1 - k0, more || bk > 0, a + k0, lda, b, at + k0, c, ldc);
+    }
+}
+
+bool cpu_gemm_small512_rows(int m, int n, int k, const float *a, int lda, const float *b,
+                            const int32_t *at, float *c, int ldc)
+{
+    if (!runs_here(m, n, k))
+        return false;
+    rows512(m, n, k, a, lda, b, at, false, c, ldc);
+    return true;
+}
+
+bool cpu_gemm_nn512(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                    float *c, int ldc)
+{
+    if (!runs_here(m, n, k) || (long)(k - 1) * ldb > INT32_MAX)
+        return false;
+    enum { CHUNK = 512 }; /* B's row starts, a chunk of the inner index at a time */
+    int32_t at[CHUNK];
+    for (int p0 = 0; p0 < k; p0 += CHUNK) {
+        const int kc = k - p0 < CHUNK ? k - p0 : CHUNK;
+        for (int p = 0; p < kc; p++)
+            at[p] = (int32_t)((long)p * ldb);
+        rows512(m, n, kc, a + p0, lda, b + (size_t)p0 * ldb, at, p0 > 0, c, ldc);
     }
     return true;
 }
@@ -136,6 +172,13 @@ bool cpu_gemm_small512_rows(int m, int n, int k, const float *a, int lda, const 
                             const int32_t *at, float *c, int ldc)
 {
     (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)at, (void)c, (void)ldc;
+    return false;
+}
+
+bool cpu_gemm_nn512(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                    float *c, int ldc)
+{
+    (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
     return false;
 }
 #endif
