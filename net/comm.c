@@ -116,6 +116,7 @@ struct rt_comm {
 
     /* shared: the comm thread writes, any thread reads */
     _Atomic int expelled;
+    _Atomic int finished; /* the run ended before this worker was admitted */
     _Atomic int stop;
     _Atomic int quit;        /* destroy asks the thread to end */
     _Atomic int thread_gone; /* the thread ended: nobody answers any more */
@@ -404,6 +405,14 @@ static void handle_ctrl_msg(rt_comm *c)
             atomic_store(&c->expelled, 1);
         publish_abort(c, "%s: %s", out ? "the run goes on without this worker" :
                                          "the coordinator aborted the run", why);
+        return;
+    }
+    if (!strcmp(t, "finished")) { /* to a joiner still setting up when the run ended */
+        atomic_store(&c->finished, 1);
+        rt_wire_begin(&c->w, c->run, "bye", 0); /* read: the coordinator may close */
+        if (!c->ctrl_broken && rt_wire_end(&c->w) == RT_OK)
+            zmq_send(c->ctrl, c->w.data, c->w.len, ZMQ_DONTWAIT);
+        publish_abort(c, "the run ended before this worker was admitted");
         return;
     }
     if (!strcmp(t, "regroup")) {
@@ -1069,6 +1078,12 @@ bool rt_comm_expelled(rt_comm *c)
 {
     check(c);
     return atomic_load(&c->expelled) != 0;
+}
+
+bool rt_comm_finished(rt_comm *c)
+{
+    check(c);
+    return atomic_load(&c->finished) != 0;
 }
 
 static int call(rt_comm *c, enum rt_comm_kind kind, void *buf, size_t n, uint32_t *flags, int root)

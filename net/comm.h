@@ -95,6 +95,9 @@ const struct rt_membership *rt_comm_members(const rt_comm *c);
 /* The coordinator dropped this worker from its run (it was silent too
  * long): the run goes on without it. */
 bool rt_comm_expelled(rt_comm *c);
+/* The coordinator said the run ended while this worker, a joiner, was
+ * still setting up ("finished"): it ends with status 0. */
+bool rt_comm_finished(rt_comm *c);
 
 /* Forward a control message (and raw frames, copied) to the coordinator:
  * the whole message, or nothing when it cannot be built (RT_ERR_NOMEM). A

@@ -56,6 +56,7 @@ struct coord_worker {
     int rank;               /* in the current generation; -1: not a member */
     bool ready, done;
     bool pending;           /* joined during training: set up, not yet a member */
+    bool farewell;          /* a joiner told the run ended, not yet known to have read it */
     bool gone;              /* lost: the run went on without it */
     bool lost_in_setup;     /* its connection closed while it set up: lost at the start */
     bool regrouped;         /* formed the ring of the generation announced */
@@ -310,7 +311,8 @@ int coord_regrouped(struct coord *k, struct coord_worker *w);
 int coord_alive(const struct coord *k);
 /* The train phase's clock: too few members for too long fails the run. */
 int coord_elastic_clock(struct coord *k);
-/* The run is over: joiners not yet admitted are told so. */
+/* The run is over: joiners not yet admitted are told so, and the
+ * coordinator waits (up to a few seconds) until each has read it. */
 void coord_elastic_end(struct coord *k);
 /* A message from a worker the run went on without: tell it so. */
 void coord_expel(struct coord *k, struct coord_worker *w);

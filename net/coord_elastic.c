@@ -21,6 +21,10 @@
 #include "coord-impl.h"
 #include "status.h"
 
+/* How long the run's end waits for joiners to read that it ended: a
+ * lenet joiner's set-up takes 1-2 s. */
+#define FAREWELL_WAIT 10.0
+
 /* Every mode goes on with other members (sync redoes the step in flight;
  * average and gossip go back to their last agreement). */
 bool coord_elastic(const struct coord *k)
@@ -410,12 +414,33 @@ void coord_expel(struct coord *k, struct coord_worker *w)
                                         "without it");
 }
 
+/* Whether a joiner told "finished" may not have read it yet. */
+static bool farewell_open(const struct coord_worker *w)
+{
+    return w->farewell && !w->gone && !(w->closed_at > 0.0);
+}
+
 void coord_elastic_end(struct coord *k)
 {
     for (int i = 0; i < k->nw; i++)
         if (k->w[i].pending && !k->w[i].gone) {
             coord_send_simple(k, &k->w[i], "finished", "the run ended before this worker was "
                                                        "admitted");
-            k->told_finished = true;
+            k->told_finished = k->w[i].farewell = true;
         }
+    /* A joiner still setting up reads its messages only when its set-up
+     * next waits, and its control socket (ZMQ_IMMEDIATE) drops what it
+     * holds unread when this end closes: it would wait out its timeout
+     * and fail. So this end stays until each has answered "bye" (it read
+     * "finished") or closed its link, for a few seconds at most. */
+    for (double t0 = rt_now(); rt_now() - t0 < FAREWELL_WAIT;) {
+        bool open = false;
+        for (int i = 0; i < k->nw; i++)
+            open = open || farewell_open(&k->w[i]);
+        if (!open)
+            return;
+        struct coord_worker *from = NULL;
+        if (coord_next_msg(k, 100, &from) > 0 && from && !strcmp(k->msg.type, "bye"))
+            from->farewell = false;
+    }
 }

@@ -264,6 +264,10 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
         const char *t = w->msg.type;
         if (!strcmp(t, "finished")) {
             w->finished = true;
+            /* read: the coordinator may close (coord_elastic_end) */
+            rt_wire_begin(&w->w, w->run, "bye", 0);
+            if (rt_wire_end(&w->w) == RT_OK)
+                zmq_send(w->ctrl, w->w.data, w->w.len, ZMQ_DONTWAIT);
             return rt_error(RT_ERR_INTERRUPTED, "the run ended before this worker was admitted");
         }
         if (!strcmp(t, "expelled")) { /* the run goes on without what this worker was in */
@@ -1729,7 +1733,7 @@ int rt_worker_run(const struct rt_worker_options *o)
             (unsigned long long)res.params_hash, w->paced, shards_line(&res));
 
 out:
-    if (rc < 0 && w->finished) {
+    if (rc < 0 && (w->finished || (w->comm && rt_comm_finished(w->comm)))) {
         say(w, "%s: done", rt_error_detail());
         rc = RT_OK;
         joined = false; /* nothing to report */

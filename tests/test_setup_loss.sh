@@ -8,7 +8,8 @@
 # and the run finishes, every epoch's samples used once. With --min-workers
 # 3 the same loss stops the run at once, saying why. A worker that says
 # hello while the run sets up, with room for it, waits and joins once
-# training begins (it used to be turned away).
+# training begins (it used to be turned away). A joiner still setting up
+# when the run ends is told so and ends 0.
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -91,6 +92,29 @@ if [ $s -eq 0 ] && [ $s4 -eq 0 ] &&
 else
   bad "a joiner during set-up: coordinator status $s, the joiner's $s4"
   grep "w4\|turned" "$tmp/held.log" | tail -n 5
+fi
+
+# a joiner still setting up when the run ends is told so and ends 0 at
+# once: its control socket drops what it holds unread when the
+# coordinator's end closes, so the coordinator waits (a few seconds at
+# most) until it read "finished" (it used to wait out its 60 s and fail)
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 1 --max-workers 2 --listen "tcp://127.0.0.1:$port" $run \
+  --epochs 6 --metrics "$tmp/end.jsonl" >"$tmp/end.log" 2>&1 & c=$!
+pids="$pids $c"
+worker e1 "$tmp/end.e1.log" --throttle 0.5 # 6 epochs of ~0.3 s
+started "$tmp/end.log"
+worker e2 "$tmp/end.e2.log" --stall-setup 8; e2=$! # its set-up outlasts the run
+wait "$c"; s=$?
+wait "$e2"; se2=$?
+wait_all
+if [ $s -eq 0 ] && [ $se2 -eq 0 ] && grep -q "^epoch 6/6: " "$tmp/end.log" &&
+   grep -q "worker e2 joining" "$tmp/end.log" &&
+   grep -q "the run ended before this worker was admitted: done" "$tmp/end.e2.log"; then
+  ok "a joiner setting up past the run's end was told so and ended 0"
+else
+  bad "a joiner setting up at the run's end: coordinator status $s, the joiner's $se2"
+  tail -n 3 "$tmp/end.e2.log"
 fi
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
