@@ -15,7 +15,9 @@
 #include "memory.h"
 #include "pacer.h"
 #include "partition.h"
+#include "planner.h"
 #include "status.h"
+#include "trainer.h"
 
 static void test_shares_add_up_and_follow_speeds(void **state)
 {
@@ -195,6 +197,67 @@ static void test_plan_worth_a_change(void **state)
     act[2] = false; /* on standby: no share is right */
     assert_false(rt_plan_worth(3, none, (long[3]){33, 31, 0}, sp3, NULL, act, 1, 0.05));
     assert_false(rt_plan_worth(3, (long[3]){0, 0, 0}, (long[3]){0, 0, 0}, sp3, NULL, act, 1, 0.05));
+}
+
+/* A run of 2 as rank 1 sees it: rank 0's speed comes in through a fake
+ * collective's exchange of speeds (no overhead, a whole batch's rows). */
+static double peer_speed;
+
+static int peer_allreduce_f64(void *ctx, double *buf, size_t n)
+{
+    (void)ctx;
+    assert_int_equal(n, 6); /* speeds, overheads and rows of 2 ranks */
+    buf[0] = peer_speed;
+    buf[2] = 0.0;
+    buf[4] = 64.0;
+    return RT_OK;
+}
+
+static void replan_as_rank1(struct rt_planner *p, double peer, double mine, long *share)
+{
+    peer_speed = peer;
+    assert_int_equal(rt_planner_replan(p, 0, mine, "test"), RT_OK);
+    share[0] = p->share[0];
+    share[1] = p->share[1];
+}
+
+/* The plan made on the start's probes is replaced by the first plan on
+ * speeds measured in training, however small the change; after that a
+ * move of one sample stays within the hysteresis. */
+static void test_probe_plan_replaced_in_training(void **state)
+{
+    (void)state;
+    static const struct rt_collective_ops ops = {.allreduce_f64 = peer_allreduce_f64};
+    rt_collective coll = {.ops = &ops};
+    struct rt_trainer t;
+    memset(&t, 0, sizeof t);
+    t.c.batch = 64;
+    t.c.threads = 1;
+    t.rank = 1;
+    t.world = 2;
+    t.rows = 64;
+    t.coll = &coll;
+    t.dev = rt_dev_open("cpu", 0, 1);
+    assert_non_null(t.dev);
+    struct rt_planner p;
+    long sh[2];
+    assert_int_equal(rt_planner_init(&p, &t, true, true), RT_OK);
+    replan_as_rank1(&p, 4331.0, 4539.0, sh); /* the probes, 5% apart */
+    assert_int_equal(sh[0], 31);
+    assert_int_equal(sh[1], 33);
+    replan_as_rank1(&p, 5000.0, 5010.0, sh); /* training: equal */
+    assert_int_equal(sh[0], 32);
+    assert_int_equal(sh[1], 32);
+    assert_int_equal(p.plans_changed, 2);
+    replan_as_rank1(&p, 4331.0, 4539.0, sh); /* settled: one sample is noise */
+    assert_int_equal(sh[0], 32);
+    assert_int_equal(sh[1], 32);
+    assert_int_equal(p.plans_changed, 2);
+    replan_as_rank1(&p, 3000.0, 6000.0, sh); /* a real change */
+    assert_true(sh[1] > 40 && sh[0] + sh[1] == 64);
+    assert_int_equal(p.plans_changed, 3);
+    rt_planner_free(&p);
+    rt_dev_close(&t.dev);
 }
 
 static void test_unmeasured_speeds_still_get_work(void **state)
@@ -534,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_standby_for_overhead),
         cmocka_unit_test(test_shares_timed_with_overheads),
         cmocka_unit_test(test_plan_worth_a_change),
+        cmocka_unit_test(test_probe_plan_replaced_in_training),
         cmocka_unit_test(test_unmeasured_speeds_still_get_work),
         cmocka_unit_test(test_speed_window),
         cmocka_unit_test(test_speed_window_spans_time),
