@@ -557,7 +557,10 @@ static const char worker_help[] =
     "  --stall-at STEP:S    testing aid: the training thread hangs S seconds at\n"
     "                       STEP (its heartbeats stop: the run goes on without it)\n"
     "  --stall-setup S      testing aid: the set-up hangs S seconds once the job\n"
-    "                       came, as a slow data read would (silent meanwhile)\n";
+    "                       came, as a slow data read would (silent meanwhile)\n"
+    "  --stall-end S        testing aid: after its last step it waits S seconds\n"
+    "                       before it reports its end (a joiner admitted meanwhile\n"
+    "                       finds members that never form its generation)\n";
 
 static int cmd_worker(int argc, char **argv)
 {
@@ -620,8 +623,9 @@ static int cmd_worker(int argc, char **argv)
         } else if (!strcmp(key, "coord-timeout")) {
             if (parse_seconds_or_zero("worker", key, v, &o.coord_timeout) < 0)
                 return EXIT_USAGE;
-        } else if (!strcmp(key, "stall-setup")) {
-            if (parse_seconds("worker", key, v, &o.stall_setup) < 0)
+        } else if (!strcmp(key, "stall-setup") || !strcmp(key, "stall-end")) {
+            if (parse_seconds("worker", key, v,
+                              !strcmp(key, "stall-end") ? &o.stall_end : &o.stall_setup) < 0)
                 return EXIT_USAGE;
         } else if (!strcmp(key, "quiet")) {
             o.quiet = true;

@@ -160,7 +160,9 @@ static int train_enter(struct coord *k)
     return RT_OK;
 }
 /* Every member of the current generation is done (none of it lost: a
- * generation of members that all failed is not a finished run). A regroup
+ * generation of members that all failed is not a finished run), but for
+ * joiners admitted by a generation that never formed (the others ended
+ * first: coord_never_trained). A regroup
  * announced to them need not form: a coordinator restarted after their
  * last step re-adopts members that have nothing left to train, and that
  * never answer it (it waited for them for ever). */
@@ -170,7 +172,7 @@ static bool train_finished(const struct coord *k)
         return false;
     for (int r = 0; r < k->ms.n; r++) {
         const struct coord_worker *w = &k->w[k->by_rank[r]];
-        if (!w->done || w->gone)
+        if ((!w->done || w->gone) && !coord_never_trained(k, w))
             return false;
     }
     return true;

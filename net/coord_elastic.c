@@ -101,6 +101,7 @@ int coord_regroup(struct coord *k, long have)
         struct coord_worker *w = order[r];
         if (w->pending) {
             w->pending = false;
+            w->admitted_gen = k->ms.gen;
             k->joined++;
             members_note("generation %llu: admitted %s (%s) as rank %d", 
                          (unsigned long long)k->ms.gen, w->m.name, w->m.host, r);
@@ -126,9 +127,42 @@ int coord_regroup(struct coord *k, long have)
     return RT_OK;
 }
 
-/* Regroup when enough members (with the ready joiners) are there. */
+/* A member reported the end of its training (not a failure, not standby:
+ * those leave the ring and the others regroup): the run is ending, and a
+ * joiner admitted now would wait for a ring that member never forms. */
+static bool member_done(const struct coord *k)
+{
+    for (int r = 0; r < k->ms.n; r++) {
+        const struct coord_worker *w = &k->w[k->by_rank[r]];
+        if (w->done && !w->gone && w->rank >= 0 &&
+            (w->status == RT_OK || w->status == RT_ERR_INTERRUPTED))
+            return true;
+    }
+    return false;
+}
+
+bool coord_never_trained(const struct coord *k, const struct coord_worker *w)
+{
+    if (w->rank < 0 || w->done || w->admitted_gen != k->ms.gen || k->regroup_gen != k->ms.gen)
+        return false;
+    bool others_done = false;
+    for (int r = 0; r < k->ms.n; r++) {
+        const struct coord_worker *o = &k->w[k->by_rank[r]];
+        if (o->admitted_gen == k->ms.gen && !o->done)
+            continue; /* a joiner of the same generation */
+        if (!o->done || o->gone)
+            return false;
+        others_done = true;
+    }
+    return others_done;
+}
+
+/* Regroup when enough members (with the ready joiners) are there, and
+ * none has ended already: then the joiners wait to be told the run ended. */
 static int regroup_if_enough(struct coord *k)
 {
+    if (member_done(k))
+        return RT_OK;
     int have = coord_alive(k) + joiners(k, true);
     if (have >= coord_min_members(k))
         return coord_regroup(k, -1);
@@ -420,8 +454,33 @@ static bool farewell_open(const struct coord_worker *w)
     return w->farewell && !w->gone && !(w->closed_at > 0.0);
 }
 
+/* Joiners admitted by a generation that never formed (coord_never_trained)
+ * go back to waiting joiners: the run's members and reports are the
+ * others'. */
+static void unadmit(struct coord *k)
+{
+    int n = 0;
+    for (int r = 0; r < k->ms.n; r++) {
+        struct coord_worker *w = coord_rank(k, r);
+        if (coord_never_trained(k, w)) {
+            members_note("generation %llu never formed: its members ended first; %s was not "
+                         "admitted after all", (unsigned long long)k->ms.gen, w->m.name);
+            w->rank = -1;
+            w->pending = true;
+            w->admitted_gen = 0;
+            k->joined--;
+            continue;
+        }
+        w->rank = n;
+        k->by_rank[n] = k->by_rank[r];
+        k->ms.m[n++] = k->ms.m[r];
+    }
+    k->ms.n = n;
+}
+
 void coord_elastic_end(struct coord *k)
 {
+    unadmit(k);
     for (int i = 0; i < k->nw; i++)
         if (k->w[i].pending && !k->w[i].gone) {
             coord_send_simple(k, &k->w[i], "finished", "the run ended before this worker was "

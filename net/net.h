@@ -76,6 +76,8 @@ struct rt_worker_options {
     char throttle[32];    /* testing aid: "" or a fraction in (0, 1] */
     char stall_at[32];    /* testing aid: "" or STEP:SECONDS, the training thread hangs */
     double stall_setup;   /* testing aid: seconds the set-up hangs once the job came (0: none) */
+    double stall_end;     /* testing aid: seconds it waits after training, before it reports
+                           * its end (0: none) */
     long parent;          /* > 0: the process that started this worker (train
                              --workers N); the worker dies with it */
     /* link security (docs/cluster.md, "Security") */

@@ -562,17 +562,22 @@ static int wait_backoff(struct worker *w)
 /* Testing aid (--stall-setup S): a set-up that takes S seconds more, as
  * a slow data read would, silent meanwhile. Tests pause or kill a worker
  * in its set-up with it, however fast the set-up itself is. */
-static int stall_setup(struct worker *w)
+static int stall(struct worker *w, double s, const char *what)
 {
-    if (!(w->o->stall_setup > 0.0))
+    if (!(s > 0.0))
         return RT_OK;
-    say(w, "testing aid: the set-up hangs %.0f s (--stall-setup)", w->o->stall_setup);
-    for (double t0 = rt_now(); rt_now() - t0 < w->o->stall_setup;) {
+    say(w, "testing aid: %s", what);
+    for (double t0 = rt_now(); rt_now() - t0 < s;) {
         if (worker_stop)
             return rt_error(RT_ERR_INTERRUPTED, "interrupted");
         usleep(50000);
     }
     return RT_OK;
+}
+
+static int stall_setup(struct worker *w)
+{
+    return stall(w, w->o->stall_setup, "the set-up hangs (--stall-setup)");
 }
 
 static int join(struct worker *w)
@@ -1742,6 +1747,8 @@ out:
         say(w, "%s", rt_comm_aborted(w->comm));
         rc = rt_error(RT_ERR_EXPELLED, "%s", rt_comm_aborted(w->comm));
     }
+    if (rc == RT_OK) /* testing aid (--stall-end): the end reported late */
+        (void)stall(w, w->o->stall_end, "its end is reported late (--stall-end)");
     if (joined && (w->ctrl || w->comm) && rc != RT_ERR_EXPELLED)
         report_end(w, rc, &res);
     if (rc == RT_ERR_NO_STATE && joined && w->comm)

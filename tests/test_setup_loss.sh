@@ -9,7 +9,8 @@
 # 3 the same loss stops the run at once, saying why. A worker that says
 # hello while the run sets up, with room for it, waits and joins once
 # training begins (it used to be turned away). A joiner still setting up
-# when the run ends is told so and ends 0.
+# when the run ends is told so and ends 0; so is one admitted just after
+# the members' last step, whose generation never forms.
 set -u
 RAGTAG=${RAGTAG:-./src/ragtag}
 top_srcdir=${top_srcdir:-.}
@@ -115,6 +116,60 @@ if [ $s -eq 0 ] && [ $se2 -eq 0 ] && grep -q "^epoch 6/6: " "$tmp/end.log" &&
 else
   bad "a joiner setting up at the run's end: coordinator status $s, the joiner's $se2"
   tail -n 3 "$tmp/end.e2.log"
+fi
+
+# a joiner admitted just after the members' last step (--stall-end: they
+# report their end 6 s late) finds members that never form its
+# generation: the run ends with them, the joiner not admitted after all,
+# told so, ending 0 (it waited 10 s for their ring, then 30 s for a next
+# generation, and ended 1; the coordinator waited on)
+for mode in sync gossip; do
+  port=$((port + 1))
+  "$RAGTAG" coord "$model" --workers 2 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
+    --mode $mode >"$tmp/late-$mode.log" 2>&1 & c=$!
+  pids="$pids $c"
+  worker l1 "$tmp/late-$mode.l1.log" --stall-end 6
+  worker l2 "$tmp/late-$mode.l2.log" --stall-end 6
+  for i in $(seq 600); do grep -q "reported late" "$tmp/late-$mode.l1.log" && break; sleep 0.05; done
+  worker l3 "$tmp/late-$mode.l3.log"; l3=$!
+  wait "$c"; s=$?
+  wait "$l3"; sl3=$?
+  wait_all
+  if [ $s -eq 0 ] && [ $sl3 -eq 0 ] && grep -q "generation 2: admitted l3" "$tmp/late-$mode.log" &&
+     grep -q "generation 2 never formed: its members ended first; l3 was not admitted after all" "$tmp/late-$mode.log" &&
+     grep -q "the run ended before this worker was admitted: done" "$tmp/late-$mode.l3.log"; then
+    ok "$mode: a joiner admitted as the members ended was told the run ended, all ended 0"
+  elif [ $s -eq 0 ] && [ $sl3 -eq 0 ] && ! grep -q "admitted l3" "$tmp/late-$mode.log"; then
+    echo "SKIP (part): $mode: the joiner set up after the members' end reached the coordinator"
+  else
+    bad "$mode: a joiner admitted as the members ended: coordinator status $s, the joiner's $sl3"
+    grep "members" "$tmp/late-$mode.log" | tail -n 3
+    tail -n 3 "$tmp/late-$mode.l3.log"
+  fi
+done
+
+# one member ended (reported), the other not yet: the run is ending, and
+# a joiner is not admitted (the ended member would never form the ring
+# the other would wait for); it is told the run ended
+port=$((port + 1))
+"$RAGTAG" coord "$model" --workers 2 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
+  >"$tmp/half.log" 2>&1 & c=$!
+pids="$pids $c"
+worker h1 "$tmp/half.h1.log"
+worker h2 "$tmp/half.h2.log" --stall-end 6
+for i in $(seq 600); do grep -q "reported late" "$tmp/half.h2.log" && break; sleep 0.05; done
+worker h3 "$tmp/half.h3.log"; h3=$!
+wait "$c"; s=$?
+wait "$h3"; sh3=$?
+wait_all
+if [ $s -eq 0 ] && [ $sh3 -eq 0 ] && grep -q "worker h3 joining" "$tmp/half.log" &&
+   ! grep -q "admitted h3" "$tmp/half.log" &&
+   grep -q "the run ended before this worker was admitted: done" "$tmp/half.h3.log"; then
+  ok "a joiner ready after a member ended was not admitted, told the run ended, all ended 0"
+else
+  bad "a joiner after a member ended: coordinator status $s, the joiner's $sh3"
+  grep "members" "$tmp/half.log" | tail -n 3
+  tail -n 3 "$tmp/half.h3.log"
 fi
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
