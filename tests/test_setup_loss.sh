@@ -118,58 +118,57 @@ else
   tail -n 3 "$tmp/end.e2.log"
 fi
 
+# late_joiner LABEL MODE FLAGS1 FLAGS2: a run of 2 members (m1, m2, with
+# those worker flags), and a joiner j started once a member says its end
+# is reported late (--stall-end); s: the coordinator's status, sj: the
+# joiner's
+late_joiner() {
+  label=$1 mode=$2
+  port=$((port + 1))
+  "$RAGTAG" coord "$model" --workers 2 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
+    --mode "$mode" >"$tmp/$label.log" 2>&1 & c=$!
+  pids="$pids $c"
+  worker m1 "$tmp/$label.m1.log" $3
+  worker m2 "$tmp/$label.m2.log" $4
+  for i in $(seq 600); do cat "$tmp/$label".m?.log | grep -q "reported late" && break; sleep 0.05; done
+  worker j "$tmp/$label.j.log"; jp=$!
+  wait "$c"; s=$?
+  wait "$jp"; sj=$?
+  wait_all
+  told=$(grep -c "the run ended before this worker was admitted: done" "$tmp/$label.j.log")
+}
+
 # a joiner admitted just after the members' last step (--stall-end: they
 # report their end 6 s late) finds members that never form its
 # generation: the run ends with them, the joiner not admitted after all,
 # told so, ending 0 (it waited 10 s for their ring, then 30 s for a next
 # generation, and ended 1; the coordinator waited on)
 for mode in sync gossip; do
-  port=$((port + 1))
-  "$RAGTAG" coord "$model" --workers 2 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
-    --mode $mode >"$tmp/late-$mode.log" 2>&1 & c=$!
-  pids="$pids $c"
-  worker l1 "$tmp/late-$mode.l1.log" --stall-end 6
-  worker l2 "$tmp/late-$mode.l2.log" --stall-end 6
-  for i in $(seq 600); do grep -q "reported late" "$tmp/late-$mode.l1.log" && break; sleep 0.05; done
-  worker l3 "$tmp/late-$mode.l3.log"; l3=$!
-  wait "$c"; s=$?
-  wait "$l3"; sl3=$?
-  wait_all
-  if [ $s -eq 0 ] && [ $sl3 -eq 0 ] && grep -q "generation 2: admitted l3" "$tmp/late-$mode.log" &&
-     grep -q "generation 2 never formed: its members ended first; l3 was not admitted after all" "$tmp/late-$mode.log" &&
-     grep -q "the run ended before this worker was admitted: done" "$tmp/late-$mode.l3.log"; then
+  late_joiner "late-$mode" $mode "--stall-end 6" "--stall-end 6"
+  if [ $s -eq 0 ] && [ $sj -eq 0 ] && [ "$told" = 1 ] &&
+     grep -q "generation 2: admitted j " "$tmp/late-$mode.log" &&
+     grep -q "generation 2 never formed: its members ended first; j was not admitted after all" "$tmp/late-$mode.log"; then
     ok "$mode: a joiner admitted as the members ended was told the run ended, all ended 0"
-  elif [ $s -eq 0 ] && [ $sl3 -eq 0 ] && ! grep -q "admitted l3" "$tmp/late-$mode.log"; then
+  elif [ $s -eq 0 ] && [ $sj -eq 0 ] && ! grep -q "admitted j " "$tmp/late-$mode.log"; then
     echo "SKIP (part): $mode: the joiner set up after the members' end reached the coordinator"
   else
-    bad "$mode: a joiner admitted as the members ended: coordinator status $s, the joiner's $sl3"
+    bad "$mode: a joiner admitted as the members ended: coordinator status $s, the joiner's $sj"
     grep "members" "$tmp/late-$mode.log" | tail -n 3
-    tail -n 3 "$tmp/late-$mode.l3.log"
+    tail -n 3 "$tmp/late-$mode.j.log"
   fi
 done
 
 # one member ended (reported), the other not yet: the run is ending, and
 # a joiner is not admitted (the ended member would never form the ring
 # the other would wait for); it is told the run ended
-port=$((port + 1))
-"$RAGTAG" coord "$model" --workers 2 --max-workers 3 --listen "tcp://127.0.0.1:$port" $run \
-  >"$tmp/half.log" 2>&1 & c=$!
-pids="$pids $c"
-worker h1 "$tmp/half.h1.log"
-worker h2 "$tmp/half.h2.log" --stall-end 6
-for i in $(seq 600); do grep -q "reported late" "$tmp/half.h2.log" && break; sleep 0.05; done
-worker h3 "$tmp/half.h3.log"; h3=$!
-wait "$c"; s=$?
-wait "$h3"; sh3=$?
-wait_all
-if [ $s -eq 0 ] && [ $sh3 -eq 0 ] && grep -q "worker h3 joining" "$tmp/half.log" &&
-   ! grep -q "admitted h3" "$tmp/half.log" &&
-   grep -q "the run ended before this worker was admitted: done" "$tmp/half.h3.log"; then
+late_joiner half sync "" "--stall-end 6"
+if [ $s -eq 0 ] && [ $sj -eq 0 ] && [ "$told" = 1 ] && grep -q "worker j joining" "$tmp/half.log" &&
+   ! grep -q "admitted j " "$tmp/half.log"; then
   ok "a joiner ready after a member ended was not admitted, told the run ended, all ended 0"
 else
-  bad "a joiner after a member ended: coordinator status $s, the joiner's $sh3"
+  bad "a joiner after a member ended: coordinator status $s, the joiner's $sj"
   grep "members" "$tmp/half.log" | tail -n 3
-  tail -n 3 "$tmp/half.h3.log"
+  tail -n 3 "$tmp/half.j.log"
 fi
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
