@@ -559,9 +559,11 @@ static int wait_backoff(struct worker *w)
     return rc == RT_ERR_TIMEOUT ? (rt_error_clear(), RT_OK) : rc;
 }
 
-/* Testing aid (--stall-setup S): a set-up that takes S seconds more, as
- * a slow data read would, silent meanwhile. Tests pause or kill a worker
- * in its set-up with it, however fast the set-up itself is. */
+/* Testing aids: S seconds of waiting, silent but for the line saying so.
+ * --stall-setup S: a set-up that takes S seconds more, as a slow data read
+ * would (tests pause or kill a worker in its set-up with it, however fast
+ * the set-up itself is). --stall-end S: the end of training reported S
+ * seconds late (tests admit a joiner in that window). */
 static int stall(struct worker *w, double s, const char *what)
 {
     if (!(s > 0.0))

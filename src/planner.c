@@ -276,10 +276,10 @@ int rt_planner_replan(struct rt_planner *p, long step, double mine, const char *
      * to move a batch's rows is still tens of batches (a 0.2-core worker
      * kept 129 of 1,164, about 11%, for a whole run when its speed was
      * 10% of the sum), and a new cut costs nothing. Nor in place of a plan
-     * that rests on probes: two equal workers probed at 4,331 and 4,539
-     * img/s, kept 31 and 33 of 64 (a move of one sample, a step 3%
-     * shorter: under both bars) for the whole run, and the one with 31
-     * waited 3% of every step. */
+     * that rests on probes: two workers probed at 6,884 and 6,337 img/s
+     * and got 33 and 31 of 64, then trained at 6,249 and 6,481, where 31
+     * and 33 make the step 3.7% shorter (a move of 2 samples: under both
+     * bars), and the probes' plan stood for the whole run. */
     long slack = t->c.batch / 50 > 1 ? t->c.batch / 50 : 1;
     bool changed = p->whole_epochs || on_probes || roles ||
                    rt_plan_worth(W, old, p->share, p->speed, p->overhead, p->active, slack, PLAN_GAIN);
