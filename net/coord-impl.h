@@ -56,7 +56,8 @@ struct coord_worker {
     int rank;               /* in the current generation; -1: not a member */
     bool ready, done;
     bool pending;           /* joined during training: set up, not yet a member */
-    uint64_t admitted_gen;  /* the generation that made a joiner a member (0: none) */
+    bool admitted;          /* a joiner made a member (not one of the run's first) */
+    bool formed;            /* ... and a generation with it formed since */
     bool farewell;          /* a joiner told the run ended, not yet known to have read it */
     bool gone;              /* lost: the run went on without it */
     bool lost_in_setup;     /* its connection closed while it set up: lost at the start */
@@ -304,8 +305,8 @@ int coord_member_failed(struct coord *k, struct coord_worker *w, int status, con
 int coord_joiner_failed(struct coord *k, struct coord_worker *w);
 /* A hello during training: admitted as a joiner (the job), or turned away. */
 int coord_admit(struct coord *k, const struct rt_member *m, const char *peer);
-/* A joiner admitted by the generation announced last, which never formed
- * and never will: every other member is done. It trained nothing, and the
+/* A joiner admitted into generations none of which formed, the last
+ * never to form: every other member is done. It trained nothing, and the
  * run's end is the others' (coord_elastic_end tells it the run ended). */
 bool coord_never_trained(const struct coord *k, const struct coord_worker *w);
 /* "ready" of a joiner: admitted at a new generation. */

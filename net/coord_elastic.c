@@ -101,7 +101,8 @@ int coord_regroup(struct coord *k, long have)
         struct coord_worker *w = order[r];
         if (w->pending) {
             w->pending = false;
-            w->admitted_gen = k->ms.gen;
+            w->admitted = true;
+            w->formed = false;
             k->joined++;
             members_note("generation %llu: admitted %s (%s) as rank %d", 
                          (unsigned long long)k->ms.gen, w->m.name, w->m.host, r);
@@ -141,15 +142,21 @@ static bool member_done(const struct coord *k)
     return false;
 }
 
+/* A joiner no formed generation has had (nor will the one announced). */
+static bool unformed(const struct coord_worker *w)
+{
+    return w->rank >= 0 && !w->done && w->admitted && !w->formed;
+}
+
 bool coord_never_trained(const struct coord *k, const struct coord_worker *w)
 {
-    if (w->rank < 0 || w->done || w->admitted_gen != k->ms.gen || k->regroup_gen != k->ms.gen)
+    if (!unformed(w) || k->regroup_gen != k->ms.gen)
         return false;
     bool others_done = false;
     for (int r = 0; r < k->ms.n; r++) {
         const struct coord_worker *o = &k->w[k->by_rank[r]];
-        if (o->admitted_gen == k->ms.gen && !o->done)
-            continue; /* a joiner of the same generation */
+        if (unformed(o))
+            continue; /* a joiner like it */
         if (!o->done || o->gone)
             return false;
         others_done = true;
@@ -403,6 +410,7 @@ int coord_regrouped(struct coord *k, struct coord_worker *w)
         if (!coord_rank(k, r)->regrouped)
             return RT_OK;
     for (int r = 0; r < k->ms.n; r++) {
+        coord_rank(k, r)->formed = true;
         rt_wire_begin(&k->wr, k->run, "go", 1);
         rt_wire_put_uint(&k->wr, "gen", gen);
         RT_TRY(rt_wire_end(&k->wr));
@@ -467,7 +475,7 @@ static void unadmit(struct coord *k)
                          "admitted after all", (unsigned long long)k->ms.gen, w->m.name);
             w->rank = -1;
             w->pending = true;
-            w->admitted_gen = 0;
+            w->admitted = false;
             k->joined--;
             continue;
         }
