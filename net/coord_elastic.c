@@ -52,13 +52,41 @@ int coord_alive(const struct coord *k)
     return n;
 }
 
-/* Joiners (ready_only: set up, measured and fast enough to be admitted). */
+/* A member reported the end of its training (not a failure, not standby:
+ * those leave the ring and the others regroup): the run is ending, and a
+ * joiner admitted now would wait for a ring that member never forms. */
+static bool member_done(const struct coord *k)
+{
+    for (int r = 0; r < k->ms.n; r++) {
+        const struct coord_worker *w = &k->w[k->by_rank[r]];
+        if (w->done && !w->gone && w->rank >= 0 &&
+            (w->status == RT_OK || w->status == RT_ERR_INTERRUPTED))
+            return true;
+    }
+    return false;
+}
+
+/* A joiner no formed generation has had (nor will the one announced). */
+static bool unformed(const struct coord_worker *w)
+{
+    return w->rank >= 0 && !w->done && w->admitted && !w->formed;
+}
+
+/* A joiner the next generation takes: set up, measured, fast enough, and
+ * the run not ending (member_done: it would wait for a ring that member
+ * never forms; it is told the run ended instead). */
+static bool admissible(const struct coord *k, const struct coord_worker *w)
+{
+    return w->pending && !w->gone && w->ready && w->probe_at == 0.0 && !member_done(k);
+}
+
+/* Joiners (ready_only: those admissible). */
 static int joiners(const struct coord *k, bool ready_only)
 {
     int n = 0;
     for (int i = 0; i < k->nw; i++) {
         const struct coord_worker *w = &k->w[i];
-        n += w->pending && !w->gone && (!ready_only || (w->ready && w->probe_at == 0.0));
+        n += ready_only ? admissible(k, w) : w->pending && !w->gone;
     }
     return n;
 }
@@ -91,7 +119,7 @@ int coord_regroup(struct coord *k, long have)
     int n = 0;
     for (int i = 0; i < k->nw; i++) {
         struct coord_worker *w = &k->w[i];
-        if (!w->gone && (w->rank >= 0 || (w->pending && w->ready && w->probe_at == 0.0)))
+        if (!w->gone && (w->rank >= 0 || admissible(k, w)))
             order[n++] = w;
     }
     coord_sort_by_name(order, n);
@@ -128,26 +156,6 @@ int coord_regroup(struct coord *k, long have)
     return RT_OK;
 }
 
-/* A member reported the end of its training (not a failure, not standby:
- * those leave the ring and the others regroup): the run is ending, and a
- * joiner admitted now would wait for a ring that member never forms. */
-static bool member_done(const struct coord *k)
-{
-    for (int r = 0; r < k->ms.n; r++) {
-        const struct coord_worker *w = &k->w[k->by_rank[r]];
-        if (w->done && !w->gone && w->rank >= 0 &&
-            (w->status == RT_OK || w->status == RT_ERR_INTERRUPTED))
-            return true;
-    }
-    return false;
-}
-
-/* A joiner no formed generation has had (nor will the one announced). */
-static bool unformed(const struct coord_worker *w)
-{
-    return w->rank >= 0 && !w->done && w->admitted && !w->formed;
-}
-
 bool coord_never_trained(const struct coord *k, const struct coord_worker *w)
 {
     if (!unformed(w) || k->regroup_gen != k->ms.gen)
@@ -164,12 +172,9 @@ bool coord_never_trained(const struct coord *k, const struct coord_worker *w)
     return others_done;
 }
 
-/* Regroup when enough members (with the ready joiners) are there, and
- * none has ended already: then the joiners wait to be told the run ended. */
+/* Regroup when enough members (with the admissible joiners) are there. */
 static int regroup_if_enough(struct coord *k)
 {
-    if (member_done(k))
-        return RT_OK;
     int have = coord_alive(k) + joiners(k, true);
     if (have >= coord_min_members(k))
         return coord_regroup(k, -1);
@@ -391,7 +396,7 @@ int coord_joiner_ready(struct coord *k, struct coord_worker *w)
         return RT_OK;
     }
     w->probe_at = 0.0;
-    return !was && w->ready ? regroup_if_enough(k) : RT_OK;
+    return !was && admissible(k, w) ? regroup_if_enough(k) : RT_OK;
 }
 
 int coord_regrouped(struct coord *k, struct coord_worker *w)
