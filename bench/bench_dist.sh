@@ -23,13 +23,17 @@
 #                                   2 workers with a copy of the weights each
 #                                   (--host-replica=off), and 2 uncoupled 1-thread
 #                                   processes side by side (what two separate replicas
-#                                   reach with nothing between them)
+#                                   reach with nothing between them); and the rounds'
+#                                   own ratios apart by where the VM had put the two
+#                                   vCPUs during both runs (bench/core_handoff: near,
+#                                   one core complex sharing an L3, or far)
 #
 # Environment: BUILD (default .: the build directory with src/ragtag,
 # bench/bench_allreduce and bench/tcp_stream, `make bench` builds them), SHARED (default
 # ../shared), SIZES_MAX (default 67108864), REPS (training runs per cell,
 # the median kept; default 5; security keeps the best), MODELS (train:
-# default "lenet seedcnn"). Needs openmpi-bin libopenmpi-dev and python3-torch for the
+# default "lenet seedcnn"), NEAR_NS (train: a handoff under this many ns is
+# the near placement; default 90). Needs openmpi-bin libopenmpi-dev and python3-torch for the
 # peers (skipped when absent). Never fails on speed: it prints figures.
 set -eu
 BUILD=${BUILD:-.}
@@ -157,14 +161,15 @@ train() {
     images=19200
     [ $model = seedcnn ] && images=6400
     for cell in one on off own pair; do for e in $(seq "$epochs"); do : > "$tmp/$cell$e"; done; done
-    : > "$tmp/handoff"
+    : > "$tmp/handoff"; : > "$tmp/hone"; : > "$tmp/hon"
     order="one on off own pair"
     for _ in $(seq "$REPS"); do
       # each round starts with the next cell: no cell always follows the same one
       for cell in $order; do
         rm -f "$tmp/m.jsonl"
-        if [ $cell = one ]; then handoff >> "$tmp/handoff"; fi
         if [ $cell = pair ]; then pair "$model" $images "$epochs"; continue; fi
+        h0=$(handoff)
+        if [ $cell = one ]; then echo "$h0" >> "$tmp/handoff"; fi
         case $cell in
           one) flags="--threads 2" ;;
           on) flags="--threads 1 --workers 2" ;;
@@ -178,6 +183,9 @@ train() {
         for e in $(seq "$epochs"); do
           if [ $ok = 1 ]; then ips_epoch "$tmp/m.jsonl" "$e"; else echo 0; fi >> "$tmp/$cell$e"
         done
+        # the slower placement seen before and after the run: a run the
+        # VM moved in the middle counts as far
+        if [ $cell = one ] || [ $cell = on ]; then max "$h0" "$(handoff)" >> "$tmp/h$cell"; fi
       done
       order="${order#* } ${order%% *}"
     done
@@ -202,6 +210,17 @@ train() {
                m, e, o, (a > 0 ? o / a : 0), po
         printf "%-8s epoch %d: 2 uncoupled 1-thread processes, half the batch each, side by side %6.0f img/s (ratio %.2f): the most 2 separate replicas reach here\n",
                m, e, p, (a > 0 ? p / a : 0) }'
+      # the rounds' own ratios (overlap) by where the VM had the vCPUs
+      # during both runs: near (one core complex) or far
+      for where in near far; do
+        paste "$tmp/on$e" "$tmp/one$e" "$tmp/hone" "$tmp/hon" | awk -v w=$where -v lim="${NEAR_NS:-90}" \
+          '$1 > 0 && $2 > 0 && $3 != "n/a" && $4 != "n/a" && (w == "near") == ($3 < lim && $4 < lim) { print $1 / $2 }' > "$tmp/r$where"
+        what="at the near placement (the handoff under ${NEAR_NS:-90} ns before and after both runs)"
+        [ $where = far ] && what="at the far placement, or moved during a run"
+        printf "%-8s epoch %d: the rounds' own ratios (overlap) %s: %d of %d: %s(median %.2f)\n" \
+          "$model" "$e" "$what" "$(grep -c . "$tmp/r$where")" "$REPS" \
+          "$(awk '{ printf "%.2f ", $1 }' "$tmp/r$where")" "$(median < "$tmp/r$where")"
+      done
     done
   done
 }
