@@ -52,6 +52,9 @@ struct rt_pass {
     bool need_dx[2];              /* false for the network input */
     rt_view tmp[2];
     rt_view ws; /* conv workspace */
+    /* backward: leave the weight gradient to ops->weight_grad, which the
+     * model calls at the end of backward (rt_layer_defers) */
+    bool defer_weights;
 };
 
 struct rt_layer_ops {
@@ -65,6 +68,13 @@ struct rt_layer_ops {
     int (*forward)(struct rt_layer *l, const struct rt_pass *p);
     int (*backward)(struct rt_layer *l, const struct rt_pass *p);
     void (*release)(struct rt_layer *l);
+    /* (optional) The weight gradient alone, after a backward that deferred
+     * it (p->defer_weights; p's views as then). A large layer's weight
+     * gradient, written as its backward runs, has left the cache when the
+     * sum or the optimiser reads it after the layers below: computed last,
+     * it is still there (seedcnn's dense layer, 4 MB: +3.4% a step for 2
+     * workers of one host, bench/README.md). */
+    int (*weight_grad)(struct rt_layer *l, const struct rt_pass *p);
     /* (optional) its hyper-parameters into the fields of rt_layer_info
      * that model.c cannot fill from struct rt_layer */
     void (*describe)(const struct rt_layer *l, struct rt_layer_info *d);
@@ -94,6 +104,17 @@ struct rt_layer {
     bool frozen;          /* --freeze or `freeze = 1`: its parameters never change */
     void *priv;
 };
+
+/* Weights from which a layer's weight gradient is left to the end of
+ * backward: a gradient of 1 MiB, more than most cores' L2. */
+#define RT_LAYER_DEFER_MIN_PARAMS ((size_t)1 << 18)
+
+/* Whether the model defers this layer's weight gradient (when it defers
+ * any: rt_model_defer_weight_grads). */
+static inline bool rt_layer_defers(const struct rt_layer *l)
+{
+    return l->ops->weight_grad && l->params >= RT_LAYER_DEFER_MIN_PARAMS;
+}
 
 /* What setup sees: the file (for messages and getters), its section, the
  * layers before it (for shortcuts) and the model being built. */

@@ -129,8 +129,12 @@ static int sync_part(struct rt_trainer *t, struct rt_step *s)
     RT_TRY(rt_planner_check_leave(&d->pl));
     rt_planner_part(&d->pl, s->n, &s->a, &s->b);
     rt_planner_step_begin(&d->pl, s);
-    if (sy->buckets && !one_pass(t, sy))
+    bool early = sy->buckets && !one_pass(t, sy);
+    if (early)
         rt_buckets_arm(&sy->bk);
+    /* gradients sent while backward runs want the large ones first; a sum
+     * after backward reads them best last (model.h) */
+    rt_model_defer_weight_grads(t->m, !early);
     return RT_OK;
 }
 

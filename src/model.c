@@ -72,6 +72,7 @@ struct rt_model {
     int32_t *labels_host;
     bool *got_grad; /* per layer: its delta was written this backward */
     rt_backward_hook hook; /* told of each layer's final gradients (NULL: nobody) */
+    bool defer_weights;    /* large layers' weight gradients last (rt_model_defer_weight_grads) */
     void *hook_arg;
 
     int fwd_n; /* samples of the last forward, -1 before any */
@@ -426,6 +427,7 @@ int rt_model_open_string(const char *text, const char *name, rt_dev *dev, int ma
     m->dev = dev;
     m->max_batch = max_batch;
     m->fwd_n = -1;
+    m->defer_weights = true;
     int rc;
     if ((rc = rt_cfg_parse(text, name, &m->cfg)) < 0 || (rc = build(m)) < 0 ||
         (rc = allocate(m)) < 0)
@@ -765,6 +767,71 @@ int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *co
     return rt_model_loss_host(m, labels, NULL, n, loss_sum, correct, probs_host);
 }
 
+/* Layer i's backward over the pass p (its views set here), its input
+ * gradients added in where another layer wrote one first. */
+static int backward_layer(rt_model *m, rt_view x, int i, int low, struct rt_pass *p)
+{
+    struct rt_layer *l = &m->layers[i];
+    RT_ASSERT(m->got_grad[i]); /* every layer feeds the next one */
+    bool direct[2] = {false, false};
+    for (int k = 0; k < l->ninputs; k++) {
+        int src = l->inputs[k];
+        p->x[k] = act_view(m, src, x);
+        p->need_dx[k] = src >= low;
+        if (src < low)
+            continue;
+        if (!m->got_grad[src]) {
+            p->dx[k] = delta_view(m, src);
+            m->got_grad[src] = direct[k] = true;
+        } else {
+            p->dx[k] = rt_buf_view(m->scratch[k]);
+        }
+    }
+    p->y = act_view(m, i, x);
+    p->dy = delta_view(m, i);
+    /* (a frozen layer's gradient is zeroed right after: nothing to defer) */
+    p->defer_weights = m->defer_weights && rt_layer_defers(l) && !l->frozen;
+    int rc = l->ops->backward(l, p);
+    if (rc < 0)
+        return rt_error_wrap(rc, "backward of %s", l->name);
+    if (l->frozen && l->params) /* computed on the way down, never applied */
+        RT_TRY(rt_op_fill(m->dev, l->params, 0.0f, rt_view_at(rt_buf_view(m->grads), l->param_off)));
+    for (int k = 0; k < l->ninputs; k++) {
+        int src = l->inputs[k];
+        if (src >= low && !direct[k])
+            RT_TRY(rt_op_axpy(m->dev, (size_t)p->n * rt_shape_count(m->layers[src].out), 1.0f,
+                              rt_buf_view(m->scratch[k]), delta_view(m, src)));
+    }
+    return RT_OK;
+}
+
+/* The weight gradients deferred in this backward, from layer `top` down,
+ * then the hook of every layer from `top` down (held back: a range is final
+ * only once the deferred gradients above it are). */
+static int finish_deferred(rt_model *m, rt_view x, int n, int top, int low, size_t grads_hi)
+{
+    struct rt_pass p = base_pass(m, n, m->fwd_train);
+    for (int i = top; i >= low; i--) {
+        struct rt_layer *l = &m->layers[i];
+        if (!m->defer_weights || !rt_layer_defers(l) || l->frozen)
+            continue;
+        for (int k = 0; k < l->ninputs; k++)
+            p.x[k] = act_view(m, l->inputs[k], x);
+        p.y = act_view(m, i, x);
+        int rc = l->ops->weight_grad(l, &p);
+        if (rc < 0)
+            return rt_error_wrap(rc, "weight gradient of %s", l->name);
+    }
+    for (int i = top; i >= low; i--) {
+        const struct rt_layer *l = &m->layers[i];
+        if (l->params && m->hook)
+            RT_TRY(m->hook(m->hook_arg, grads_hi - l->params, grads_hi));
+        grads_hi -= l->params;
+    }
+    RT_ASSERT(grads_hi == 0 || low > 0); /* frozen layers below low hold the rest */
+    return RT_OK;
+}
+
 int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_scale)
 {
     RT_ASSERT(m);
@@ -792,43 +859,27 @@ int rt_model_backward(rt_model *m, rt_view x, rt_view labels, int n, float grad_
     int low = rt_model_lowest_trainable(m);
     struct rt_pass p = base_pass(m, n, m->fwd_train);
     size_t grads_hi = m->nparams; /* layers declare their parameters in order */
+    int held = -1; /* the first layer whose hook waits for a deferred gradient */
     for (int i = L - 2; i >= low; i--) {
         struct rt_layer *l = &m->layers[i];
-        RT_ASSERT(m->got_grad[i]); /* every layer feeds the next one */
-        bool direct[2] = {false, false};
-        for (int k = 0; k < l->ninputs; k++) {
-            int src = l->inputs[k];
-            p.x[k] = act_view(m, src, x);
-            p.need_dx[k] = src >= low;
-            if (src < low)
-                continue;
-            if (!m->got_grad[src]) {
-                p.dx[k] = delta_view(m, src);
-                m->got_grad[src] = direct[k] = true;
-            } else {
-                p.dx[k] = rt_buf_view(m->scratch[k]);
-            }
-        }
-        p.y = act_view(m, i, x);
-        p.dy = delta_view(m, i);
-        int rc = l->ops->backward(l, &p);
-        if (rc < 0)
-            return rt_error_wrap(rc, "backward of %s", l->name);
-        if (l->frozen && l->params) /* computed on the way down, never applied */
-            RT_TRY(rt_op_fill(m->dev, l->params, 0.0f,
-                              rt_view_at(rt_buf_view(m->grads), l->param_off)));
-        for (int k = 0; k < l->ninputs; k++) {
-            int src = l->inputs[k];
-            if (src >= low && !direct[k])
-                RT_TRY(rt_op_axpy(m->dev, (size_t)n * rt_shape_count(m->layers[src].out), 1.0f,
-                                  rt_buf_view(m->scratch[k]), delta_view(m, src)));
-        }
-        if (l->params && m->hook)
+        RT_TRY(backward_layer(m, x, i, low, &p));
+        if (p.defer_weights && held < 0)
+            held = i;
+        if (held < 0 && l->params && m->hook)
             RT_TRY(m->hook(m->hook_arg, grads_hi - l->params, grads_hi));
-        grads_hi -= l->params;
+        if (held < 0)
+            grads_hi -= l->params;
     }
+    if (held >= 0)
+        return finish_deferred(m, x, n, held, low, grads_hi);
     RT_ASSERT(grads_hi == 0 || low > 0); /* frozen layers below low hold the rest */
     return RT_OK;
+}
+
+void rt_model_defer_weight_grads(rt_model *m, bool on)
+{
+    RT_ASSERT(m);
+    m->defer_weights = on;
 }
 
 void rt_model_set_backward_hook(rt_model *m, rt_backward_hook fn, void *arg)

@@ -166,6 +166,14 @@ typedef int (*rt_backward_hook)(void *arg, size_t lo, size_t hi);
 /* Install (fn) or remove (NULL) the hook. */
 void rt_model_set_backward_hook(rt_model *m, rt_backward_hook fn, void *arg);
 
+/* Large layers' weight gradients (a dense layer's of 1 MiB or more) computed
+ * at the end of backward, where the sum or the optimiser that reads them
+ * next still finds them in the cache (on, the default), or as each layer's
+ * backward runs (off: for a step that sends gradients while backward
+ * runs). Either way the same bits; while on, the hook hears of a deferred
+ * layer, and of every layer below it, at the end. */
+void rt_model_defer_weight_grads(rt_model *m, bool on);
+
 /* Keras-style table: layer, type, output shape, parameters; then totals. */
 int rt_model_summary(const rt_model *m, FILE *out);
 

@@ -389,6 +389,79 @@ static void test_backward_contract(void **state)
     gc_close(&g);
 }
 
+/* ---- a large layer's weight gradient deferred to the end of backward ---- */
+
+struct final_check {
+    rt_model *m;
+    const float *ref; /* the whole backward's gradient */
+    size_t np;
+    int calls;
+    size_t last_lo;
+};
+
+/* The hook's contract: when told [lo, hi), everything from lo on is final. */
+static int check_final(void *arg, size_t lo, size_t hi)
+{
+    struct final_check *f = arg;
+    assert_true(hi <= f->np && lo < hi);
+    assert_true(f->calls == 0 ? hi == f->np : hi == f->last_lo);
+    float *g = malloc((f->np - lo) * sizeof *g);
+    assert_int_equal(rt_download(dev, g, rt_view_at(rt_model_grads(f->m), lo),
+                                 (f->np - lo) * sizeof *g), 0);
+    assert_memory_equal(g, f->ref + lo, (f->np - lo) * sizeof *g);
+    free(g);
+    f->calls++;
+    f->last_lo = lo;
+    return 0;
+}
+
+/* A dense layer of 262,500 weights (past RT_LAYER_DEFER_MIN_PARAMS) between
+ * a convolution and a small dense layer: deferred or not, the same bits,
+ * the hook told of each range only once it is final, the finite
+ * differences agreeing; frozen, its gradient zero either way. */
+static void test_deferred_weight_grads(void **state)
+{
+    const char *text = NET PRE "[dense]\nunits = 2500\nactivation = tanh\n" HEAD;
+    struct gc g;
+    gc_open(&g, text, 3, true);
+    size_t np = rt_model_param_count(g.m);
+    rt_model_defer_weight_grads(g.m, false);
+    float *ref = gc_backward(&g, 1.0f);
+    rt_model_defer_weight_grads(g.m, true);
+    float *got = gc_backward(&g, 1.0f);
+    assert_memory_equal(got, ref, np * sizeof *ref);
+    for (int defer = 0; defer < 2; defer++) {
+        struct final_check f = {g.m, ref, np, 0, 0};
+        rt_model_defer_weight_grads(g.m, defer);
+        /* stale values where the gradient goes: a range told too early shows them */
+        assert_int_equal(rt_op_fill(dev, np, 12345.0f, rt_model_grads(g.m)), 0);
+        rt_model_set_backward_hook(g.m, check_final, &f);
+        loss_now(&g);
+        assert_int_equal(rt_model_backward(g.m, rt_buf_view(g.x), rt_buf_view(g.labels), g.n,
+                                           1.0f), 0);
+        rt_model_set_backward_hook(g.m, NULL, NULL);
+        assert_int_equal(f.calls, 3); /* conv1, dense2, dense3 */
+        assert_int_equal(f.last_lo, 0);
+    }
+    assert_true(gc_check(&g, "deferred weight gradient") > 0);
+    free(ref);
+    free(got);
+    gc_close(&g);
+
+    /* frozen: nothing deferred, its gradient zero */
+    gc_open(&g, NET PRE "[dense]\nunits = 2500\nactivation = tanh\nfreeze = 1\n" HEAD, 3, true);
+    float *fz = gc_backward(&g, 1.0f);
+    struct rt_tensor_info ti;
+    for (int t = 0; t < rt_model_tensor_count(g.m); t++) {
+        assert_int_equal(rt_model_tensor_info(g.m, t, &ti), 0);
+        if (strncmp(ti.name, "dense2.", 7) == 0)
+            for (size_t i = 0; i < ti.count; i++)
+                assert_true(fz[ti.offset + i] == 0.0f);
+    }
+    free(fz);
+    gc_close(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -398,7 +471,7 @@ int main(void)
         cmocka_unit_test(test_dropout),        cmocka_unit_test(test_dropout_seed),
         cmocka_unit_test(test_batchnorm),      cmocka_unit_test(test_batchnorm_modes),
         cmocka_unit_test(test_shortcut),       cmocka_unit_test(test_resnet_like),
-        cmocka_unit_test(test_backward_contract),
+        cmocka_unit_test(test_backward_contract), cmocka_unit_test(test_deferred_weight_grads),
     };
     return cmocka_run_group_tests(tests, setup_dev, teardown_dev);
 }

@@ -10,6 +10,8 @@ struct dense {
     size_t w, b;
     enum rt_act act;
     float alpha;
+    rt_buf *g; /* a deferred weight gradient's g (backward's tmp is the next layer's) */
+    int g_n;   /* its rows */
 };
 
 static int dense_setup(struct rt_layer *l, struct rt_layer_setup *su)
@@ -43,6 +45,35 @@ static int dense_forward(struct rt_layer *l, const struct rt_pass *p)
                               rt_view_at(p->params, d->b), p->y);
 }
 
+static int dense_alloc(struct rt_layer *l, rt_dev *dev, int max_batch)
+{
+    struct dense *d = l->priv;
+    if (rt_layer_defers(l) &&
+        !(d->g = rt_buf_new(dev, (size_t)max_batch * (size_t)d->units * sizeof(float))))
+        return RT_ERR_NOMEM;
+    return RT_OK;
+}
+
+static void dense_release(struct rt_layer *l)
+{
+    struct dense *d = l->priv;
+    rt_buf_destroy(&d->g);
+}
+
+/* dW[units, in] = g[n, units]^T * x[n, in] */
+static int weight_grad(const struct dense *d, const struct rt_pass *p, rt_view g)
+{
+    return rt_op_gemm(p->dev, 1, 0, d->units, d->in, p->n, 1.0f, g, d->units, p->x[0], d->in,
+                      0.0f, rt_view_at(p->grads, d->w), d->in);
+}
+
+static int dense_weight_grad(struct rt_layer *l, const struct rt_pass *p)
+{
+    struct dense *d = l->priv;
+    RT_ASSERT(d->g && d->g_n == p->n);
+    return weight_grad(d, p, rt_buf_view(d->g));
+}
+
 static int dense_backward(struct rt_layer *l, const struct rt_pass *p)
 {
     struct dense *d = l->priv;
@@ -54,9 +85,13 @@ static int dense_backward(struct rt_layer *l, const struct rt_pass *p)
     } else {
         RT_TRY(rt_op_bias_grad(p->dev, p->n, d->units, 1, g, rt_view_at(p->grads, d->b)));
     }
-    /* dW[units, in] = g[n, units]^T * x[n, in] */
-    RT_TRY(rt_op_gemm(p->dev, 1, 0, d->units, d->in, p->n, 1.0f, g, d->units, p->x[0], d->in,
-                      0.0f, rt_view_at(p->grads, d->w), d->in));
+    if (p->defer_weights) { /* g kept for dense_weight_grad */
+        RT_ASSERT(d->g);
+        RT_TRY(rt_copy(p->dev, rt_buf_view(d->g), g, (size_t)p->n * (size_t)d->units));
+        d->g_n = p->n;
+    } else {
+        RT_TRY(weight_grad(d, p, g));
+    }
     if (p->need_dx[0]) /* dx[n, in] = g[n, units] * W[units, in] */
         RT_TRY(rt_op_gemm(p->dev, 0, 0, p->n, d->in, d->units, 1.0f, g, d->units,
                           rt_view_at(p->params, d->w), d->in, 0.0f, p->dx[0], d->in));
@@ -69,6 +104,9 @@ const struct rt_layer_ops rt_layer_dense = {
     .keys = "units, activation",
     .priv_size = sizeof(struct dense),
     .setup = dense_setup,
+    .alloc = dense_alloc,
     .forward = dense_forward,
     .backward = dense_backward,
+    .release = dense_release,
+    .weight_grad = dense_weight_grad,
 };
