@@ -72,8 +72,8 @@ struct rt_layer_ops {
      * it (p->defer_weights; p's views as then). A large layer's weight
      * gradient, written as its backward runs, has left the cache when the
      * sum or the optimiser reads it after the layers below: computed last,
-     * it is still there (seedcnn's dense layer, 4 MB: +3.4% a step for 2
-     * workers of one host, bench/README.md). */
+     * it is still there (seedcnn's dense layer, 4 MB: a median +2.9% img/s
+     * for 2 workers of one host, bench/README.md). */
     int (*weight_grad)(struct rt_layer *l, const struct rt_pass *p);
     /* (optional) its hyper-parameters into the fields of rt_layer_info
      * that model.c cannot fill from struct rt_layer */

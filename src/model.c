@@ -767,6 +767,13 @@ int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *co
     return rt_model_loss_host(m, labels, NULL, n, loss_sum, correct, probs_host);
 }
 
+/* Whether this backward leaves layer l's weight gradient to its end (a
+ * frozen layer's is zeroed right after its backward: nothing to defer). */
+static bool deferred(const rt_model *m, const struct rt_layer *l)
+{
+    return m->defer_weights && rt_layer_defers(l) && !l->frozen;
+}
+
 /* Layer i's backward over the pass p (its views set here), its input
  * gradients added in where another layer wrote one first. */
 static int backward_layer(rt_model *m, rt_view x, int i, int low, struct rt_pass *p)
@@ -789,13 +796,13 @@ static int backward_layer(rt_model *m, rt_view x, int i, int low, struct rt_pass
     }
     p->y = act_view(m, i, x);
     p->dy = delta_view(m, i);
-    /* (a frozen layer's gradient is zeroed right after: nothing to defer) */
-    p->defer_weights = m->defer_weights && rt_layer_defers(l) && !l->frozen;
+    p->defer_weights = deferred(m, l);
     int rc = l->ops->backward(l, p);
     if (rc < 0)
         return rt_error_wrap(rc, "backward of %s", l->name);
     if (l->frozen && l->params) /* computed on the way down, never applied */
-        RT_TRY(rt_op_fill(m->dev, l->params, 0.0f, rt_view_at(rt_buf_view(m->grads), l->param_off)));
+        RT_TRY(rt_op_fill(m->dev, l->params, 0.0f,
+                          rt_view_at(rt_buf_view(m->grads), l->param_off)));
     for (int k = 0; k < l->ninputs; k++) {
         int src = l->inputs[k];
         if (src >= low && !direct[k])
@@ -813,7 +820,7 @@ static int finish_deferred(rt_model *m, rt_view x, int n, int top, int low, size
     struct rt_pass p = base_pass(m, n, m->fwd_train);
     for (int i = top; i >= low; i--) {
         struct rt_layer *l = &m->layers[i];
-        if (!m->defer_weights || !rt_layer_defers(l) || l->frozen)
+        if (!deferred(m, l))
             continue;
         for (int k = 0; k < l->ninputs; k++)
             p.x[k] = act_view(m, l->inputs[k], x);

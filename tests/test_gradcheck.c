@@ -467,11 +467,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense),          cmocka_unit_test(test_conv),
         cmocka_unit_test(test_conv_batchnorm), cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_flatten),        cmocka_unit_test(test_flatten_memory),        cmocka_unit_test(test_activations),
-        cmocka_unit_test(test_dropout),        cmocka_unit_test(test_dropout_seed),
-        cmocka_unit_test(test_batchnorm),      cmocka_unit_test(test_batchnorm_modes),
-        cmocka_unit_test(test_shortcut),       cmocka_unit_test(test_resnet_like),
-        cmocka_unit_test(test_backward_contract), cmocka_unit_test(test_deferred_weight_grads),
+        cmocka_unit_test(test_flatten),        cmocka_unit_test(test_flatten_memory),
+        cmocka_unit_test(test_activations),    cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_dropout_seed),   cmocka_unit_test(test_batchnorm),
+        cmocka_unit_test(test_batchnorm_modes), cmocka_unit_test(test_shortcut),
+        cmocka_unit_test(test_resnet_like),    cmocka_unit_test(test_backward_contract),
+        cmocka_unit_test(test_deferred_weight_grads),
     };
     return cmocka_run_group_tests(tests, setup_dev, teardown_dev);
 }
