@@ -397,6 +397,8 @@ struct final_check {
     size_t np;
     int calls;
     size_t last_lo;
+    int below_stale; /* at the second call (the large layer's): how many of the
+                        gradients below its range still held the stale value */
 };
 
 /* The hook's contract: when told [lo, hi), everything from lo on is final. */
@@ -410,6 +412,14 @@ static int check_final(void *arg, size_t lo, size_t hi)
                                  (f->np - lo) * sizeof *g), 0);
     assert_memory_equal(g, f->ref + lo, (f->np - lo) * sizeof *g);
     free(g);
+    if (f->calls == 1) { /* below: the first layer's, computed after the large one's backward */
+        float *b = malloc(lo * sizeof *b);
+        assert_int_equal(rt_download(dev, b, rt_model_grads(f->m), lo * sizeof *b), 0);
+        f->below_stale = 0;
+        for (size_t i = 0; i < lo; i++)
+            f->below_stale += b[i] == 12345.0f;
+        free(b);
+    }
     f->calls++;
     f->last_lo = lo;
     return 0;
@@ -417,8 +427,9 @@ static int check_final(void *arg, size_t lo, size_t hi)
 
 /* A dense layer of 262,500 weights (past RT_LAYER_DEFER_MIN_PARAMS) between
  * a convolution and a small dense layer: deferred or not, the same bits,
- * the hook told of each range only once it is final, the finite
- * differences agreeing; frozen, its gradient zero either way. */
+ * the hook told of each range only once it is final (and, deferred, of the
+ * large layer only after the layers below it ran), the finite differences
+ * agreeing; frozen, its gradient zero either way. */
 static void test_deferred_weight_grads(void **state)
 {
     const char *text = NET PRE "[dense]\nunits = 2500\nactivation = tanh\n" HEAD;
@@ -431,7 +442,7 @@ static void test_deferred_weight_grads(void **state)
     float *got = gc_backward(&g, 1.0f);
     assert_memory_equal(got, ref, np * sizeof *ref);
     for (int defer = 0; defer < 2; defer++) {
-        struct final_check f = {g.m, ref, np, 0, 0};
+        struct final_check f = {g.m, ref, np, 0, 0, -1};
         rt_model_defer_weight_grads(g.m, defer);
         /* stale values where the gradient goes: a range told too early shows them */
         assert_int_equal(rt_op_fill(dev, np, 12345.0f, rt_model_grads(g.m)), 0);
@@ -442,6 +453,12 @@ static void test_deferred_weight_grads(void **state)
         rt_model_set_backward_hook(g.m, NULL, NULL);
         assert_int_equal(f.calls, 3); /* conv1, dense2, dense3 */
         assert_int_equal(f.last_lo, 0);
+        /* told of the large layer at once, before the first layer's backward;
+         * deferred, only at the end, after it */
+        if (defer)
+            assert_int_equal(f.below_stale, 0);
+        else
+            assert_true(f.below_stale > 0);
     }
     assert_true(gc_check(&g, "deferred weight gradient") > 0);
     free(ref);
