@@ -19,9 +19,11 @@
  * they never allocate in forward or backward.
  *
  * Gradient contract: backward OVERWRITES p->dx[i] for every input i with
- * p->need_dx[i], and overwrites its parameter gradients. The model points
- * dx at a scratch buffer and adds it in when an activation feeds several
- * layers (shortcuts), so layers never accumulate themselves. */
+ * p->need_dx[i], and overwrites its parameter gradients; it may use p->dy's
+ * memory as scratch (the model reads no delta after its layer's backward).
+ * The model points dx at a scratch buffer and adds it in when an
+ * activation feeds several layers (shortcuts), so layers never accumulate
+ * themselves. */
 #ifndef RT_LAYER_H
 #define RT_LAYER_H
 
@@ -47,7 +49,8 @@ struct rt_pass {
     rt_view params, grads, state; /* bases of the model's three buffers */
     rt_view x[2];                 /* inputs (x[1]: a shortcut's second input) */
     rt_view y;                    /* output */
-    rt_view dy;                   /* backward: gradient w.r.t. y (read only) */
+    rt_view dy;                   /* backward: gradient w.r.t. y; the layer may
+                                     overwrite it (nothing reads it after) */
     rt_view dx[2];                /* backward: gradient w.r.t. x[i], overwritten */
     bool need_dx[2];              /* false for the network input */
     rt_view tmp[2];

@@ -115,7 +115,11 @@ static int conv_backward(struct rt_layer *l, const struct rt_pass *p)
     struct conv *cv = l->priv;
     struct rt_conv_shape s = cv->cs;
     s.n = p->n;
-    rt_view g = p->dy, db = rt_view_at(p->grads, cv->b), scratch = p->tmp[0];
+    /* g (dy through the activation) goes into dy's own memory, dead after
+     * this backward (layer.h): a scratch of its own was one more layer's
+     * output in the cache (seedcnn's conv1, 2.8 MB a worker's step): +4-6%
+     * img/s (bench/README.md, twenty-seventh pass) */
+    rt_view g = p->dy, db = rt_view_at(p->grads, cv->b), scratch = p->dy;
     enum rt_act kind = cv->act;
     if (cv->bn) { /* act(bn(conv)): the conv's own gradient has neither */
         RT_TRY(rt_bn_part_backward(&cv->norm, p, rt_buf_view(cv->z), p->y, g, p->tmp[0]));
