@@ -20,7 +20,9 @@
  *
  * Gradient contract: backward OVERWRITES p->dx[i] for every input i with
  * p->need_dx[i], and overwrites its parameter gradients; it may use p->dy's
- * memory as scratch (the model reads no delta after its layer's backward).
+ * memory as scratch (the model reads no delta after its layer's backward),
+ * and that memory stays as the layer left it until backward ends (all its
+ * writers are the layers above, which ran before): weight_grad reads it.
  * The model points dx at a scratch buffer and adds it in when an
  * activation feeds several layers (shortcuts), so layers never accumulate
  * themselves. */

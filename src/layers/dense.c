@@ -10,7 +10,7 @@ struct dense {
     size_t w, b;
     enum rt_act act;
     float alpha;
-    rt_buf *g; /* a deferred weight gradient's g (backward's tmp is the next layer's) */
+    rt_view g; /* a deferred weight gradient's g: in dy's memory (layer.h) */
     int g_n;   /* its rows */
 };
 
@@ -45,21 +45,6 @@ static int dense_forward(struct rt_layer *l, const struct rt_pass *p)
                               rt_view_at(p->params, d->b), p->y);
 }
 
-static int dense_alloc(struct rt_layer *l, rt_dev *dev, int max_batch)
-{
-    struct dense *d = l->priv;
-    if (rt_layer_defers(l) &&
-        !(d->g = rt_buf_new(dev, (size_t)max_batch * (size_t)d->units * sizeof(float))))
-        return RT_ERR_NOMEM;
-    return RT_OK;
-}
-
-static void dense_release(struct rt_layer *l)
-{
-    struct dense *d = l->priv;
-    rt_buf_destroy(&d->g);
-}
-
 /* dW[units, in] = g[n, units]^T * x[n, in] */
 static int weight_grad(const struct dense *d, const struct rt_pass *p, rt_view g)
 {
@@ -70,24 +55,23 @@ static int weight_grad(const struct dense *d, const struct rt_pass *p, rt_view g
 static int dense_weight_grad(struct rt_layer *l, const struct rt_pass *p)
 {
     struct dense *d = l->priv;
-    RT_ASSERT(d->g && d->g_n == p->n);
-    return weight_grad(d, p, rt_buf_view(d->g));
+    RT_ASSERT(d->g.buf && d->g_n == p->n);
+    return weight_grad(d, p, d->g);
 }
 
 static int dense_backward(struct rt_layer *l, const struct rt_pass *p)
 {
     struct dense *d = l->priv;
-    rt_view g = p->dy;
-    if (d->act != RT_ACT_IDENTITY) { /* from y alone: no pre-activation kept */
-        RT_TRY(rt_op_act_bias_bwd(p->dev, d->act, d->alpha, p->n, d->units, 1, p->y, g,
-                                  p->tmp[0], rt_view_at(p->grads, d->b)));
-        g = p->tmp[0];
-    } else {
+    /* g: dy through the activation (from y alone: no pre-activation kept),
+     * in dy's own memory */
+    const rt_view g = p->dy;
+    if (d->act != RT_ACT_IDENTITY)
+        RT_TRY(rt_op_act_bias_bwd(p->dev, d->act, d->alpha, p->n, d->units, 1, p->y, g, g,
+                                  rt_view_at(p->grads, d->b)));
+    else
         RT_TRY(rt_op_bias_grad(p->dev, p->n, d->units, 1, g, rt_view_at(p->grads, d->b)));
-    }
-    if (p->defer_weights) { /* g kept for dense_weight_grad */
-        RT_ASSERT(d->g);
-        RT_TRY(rt_copy(p->dev, rt_buf_view(d->g), g, (size_t)p->n * (size_t)d->units));
+    if (p->defer_weights) { /* for dense_weight_grad, at the end of backward */
+        d->g = g;
         d->g_n = p->n;
     } else {
         RT_TRY(weight_grad(d, p, g));
@@ -104,9 +88,7 @@ const struct rt_layer_ops rt_layer_dense = {
     .keys = "units, activation",
     .priv_size = sizeof(struct dense),
     .setup = dense_setup,
-    .alloc = dense_alloc,
     .forward = dense_forward,
     .backward = dense_backward,
-    .release = dense_release,
     .weight_grad = dense_weight_grad,
 };
