@@ -168,7 +168,8 @@ train() {
       for cell in $order; do
         rm -f "$tmp/m.jsonl"
         if [ $cell = pair ]; then pair "$model" $images "$epochs"; continue; fi
-        h0=$(handoff)
+        h0=
+        if [ $cell = one ] || [ $cell = on ]; then h0=$(handoff); fi
         if [ $cell = one ]; then echo "$h0" >> "$tmp/handoff"; fi
         case $cell in
           one) flags="--threads 2" ;;

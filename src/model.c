@@ -648,6 +648,15 @@ static uint64_t layer_seed(uint64_t seed, int index)
     return z ^ (z >> 31);
 }
 
+/* Layer i's inputs and output in p (x: the network's input). */
+static void io_views(const rt_model *m, int i, rt_view x, struct rt_pass *p)
+{
+    const struct rt_layer *l = &m->layers[i];
+    for (int k = 0; k < l->ninputs; k++)
+        p->x[k] = act_view(m, l->inputs[k], x);
+    p->y = act_view(m, i, x);
+}
+
 static struct rt_pass base_pass(const rt_model *m, int n, bool train)
 {
     struct rt_pass p = {
@@ -691,9 +700,7 @@ int rt_model_forward(rt_model *m, rt_view x, int n, bool train, uint64_t seed)
     for (int i = 0; i < m->nlayers - 1; i++) {
         struct rt_layer *l = &m->layers[i];
         p.seed = layer_seed(seed, i);
-        for (int k = 0; k < l->ninputs; k++)
-            p.x[k] = act_view(m, l->inputs[k], x);
-        p.y = act_view(m, i, x);
+        io_views(m, i, x, &p);
         int rc = l->ops->forward(l, &p);
         if (rc < 0)
             return rt_error_wrap(rc, "forward of %s", l->name);
@@ -822,9 +829,7 @@ static int finish_deferred(rt_model *m, rt_view x, int n, int top, int low, size
         struct rt_layer *l = &m->layers[i];
         if (!deferred(m, l))
             continue;
-        for (int k = 0; k < l->ninputs; k++)
-            p.x[k] = act_view(m, l->inputs[k], x);
-        p.y = act_view(m, i, x);
+        io_views(m, i, x, &p);
         int rc = l->ops->weight_grad(l, &p);
         if (rc < 0)
             return rt_error_wrap(rc, "weight gradient of %s", l->name);
