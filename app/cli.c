@@ -899,6 +899,8 @@ static int cmd_devices(int argc, char **argv)
             rt_dev_close(&d);
             printf("%-8s %-3d %-44.44s %7.1f GiB %5d %6.1f GFLOP/s\n", name, i, info.name,
                    (double)info.mem_bytes / (1u << 30), info.compute_units, gf);
+            if (info.platform[0])
+                printf("%-8s %-3s platform: %s\n", "", "", info.platform);
         }
     }
     double q = rt_cpu_quota();

@@ -1,29 +1,44 @@
 /* main.c — `ragtag`: the only place that decides to exit. */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "cli.h"
 
 /* OpenMP threads that spin-wait forever collapse training on a shared or
  * oversubscribed node (a container with a busy neighbour): measured on lenet
  * with 2 threads and one core taken, 313 img/s with libgomp's default spin,
  * 4,210 with GOMP_SPINCOUNT=20000, and no loss on a quiet machine. libgomp
- * reads the variable when it loads, before main, so ragtag sets it and
- * re-executes itself once, unless the user chose a policy. */
-static void bound_openmp_spinning(char **argv)
+ * reads the variable when it loads, before main: true when it was set here
+ * (the program then runs itself again), unless the user chose a policy. */
+static bool bound_openmp_spinning(void)
 {
     if (getenv("GOMP_SPINCOUNT") || getenv("OMP_WAIT_POLICY"))
-        return;
-    if (setenv("GOMP_SPINCOUNT", "20000", 1) != 0)
-        return;
-    execv("/proc/self/exe", argv);
-    /* no /proc: carry on with the default policy */
+        return false;
+    return setenv("GOMP_SPINCOUNT", "20000", 1) == 0;
+}
+
+/* OpenBLAS's kernels for this CPU when it took the CPU for an older one
+ * (backends/cpu/blas_core.c: SSE3 kernels on an AVX-512 Xeon, seedcnn 34%
+ * slower). Read as OpenBLAS loads, too. RAGTAG_BLAS_CORE_FROM keeps what
+ * OpenBLAS had picked, for `ragtag devices`. */
+static bool raise_blas_core(void)
+{
+    const char *picked = NULL, *core = rt_cpu_blas_core_wanted(&picked);
+    return core && setenv("RAGTAG_BLAS_CORE_FROM", picked, 1) == 0 &&
+           setenv("OPENBLAS_CORETYPE", core, 1) == 0;
 }
 
 int main(int argc, char **argv)
 {
-    bound_openmp_spinning(argv);
+    bool again = bound_openmp_spinning();
+    if (raise_blas_core())
+        again = true;
+    if (again)
+        execv("/proc/self/exe", argv);
+    /* no /proc: carry on as loaded */
     return rt_cli_main(argc, argv);
 }

@@ -195,6 +195,12 @@ const char *rt_backend_name(int i);
 int rt_backend_device_count(const char *backend);
 int rt_backend_device_info(const char *backend, int device, struct rt_device_info *out);
 
+/* The OpenBLAS core the cpu backend should run (an OPENBLAS_CORETYPE value,
+ * which OpenBLAS reads only as it loads; *picked: the one it runs now), or
+ * NULL when that one suits this CPU, the user named one, or the BLAS is not
+ * OpenBLAS. A program sets it and runs itself again (app/main.c). */
+const char *rt_cpu_blas_core_wanted(const char **picked);
+
 /* Open device `device` of `backend` with `threads` host threads (0: all). */
 rt_dev *rt_dev_open(const char *backend, int device, int threads);
 void rt_dev_close(rt_dev **d);

@@ -106,6 +106,9 @@ if [ "$mode" = speed ]; then
   # Debian PyTorch's GEMMs then run AVX2 kernels, PyPI PyTorch's (MKL) do not.
   [ -z "${OPENBLAS_CORETYPE:-}" ] ||
     echo "# NOTE: OpenBLAS held to $OPENBLAS_CORETYPE kernels (ragtag, PyTorch Debian; not PyPI's MKL); env -u OPENBLAS_CORETYPE $0 gives this CPU's own"
+  # the BLAS core ragtag runs (it names one where OpenBLAS takes the CPU for
+  # an older one: docs/backends.md); Debian's PyTorch keeps OpenBLAS's pick
+  echo "# ragtag's cpu: $("$RAGTAG" devices 2>/dev/null | sed -n 's/^ *platform: host, //p' | head -n 1)"
   [ "$deb" = yes ] && echo "# PyTorch (Debian): $(torch_version /usr/bin/python3)" ||
     echo "# PyTorch (Debian): skipped: python3-torch is not installed"
   [ -z "$why" ] && echo "# PyTorch (PyPI): $(torch_version "$TORCH_VENV/bin/python")" ||

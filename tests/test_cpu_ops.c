@@ -2222,10 +2222,47 @@ static void test_avx2_kernels_rule(void **state)
 #endif
 }
 
+/* Which OpenBLAS core the program names (blas_core.c): only a core known to
+ * be narrower than the CPU is raised, to the one OpenBLAS gives a CPU of
+ * that width; a core as wide, or a name not in the table, stays. */
+static void test_blas_core_choice(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *core;
+        int cpu_width;
+        const char *want;
+    } cases[] = {
+        {"Prescott", 3, "Cooperlake"}, {"Prescott", 2, "SkylakeX"}, {"PRESCOTT", 1, "Haswell"},
+        {"Prescott", 0, NULL},         {"Sandybridge", 1, "Haswell"}, {"Nehalem", 2, "SkylakeX"},
+        {"Haswell", 3, "Cooperlake"},  {"Zen", 2, "SkylakeX"},        {"Haswell", 1, NULL},
+        {"SkylakeX", 2, NULL},         {"SkylakeX", 3, "Cooperlake"}, {"Cooperlake", 3, NULL},
+        {"SapphireRapids", 3, NULL},   {"GraniteRapids", 3, NULL},    {NULL, 3, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = cpu_blas_core_raised(cases[i].core, cases[i].cpu_width);
+        if (!cases[i].want)
+            assert_null(got);
+        else
+            assert_string_equal(got, cases[i].want);
+    }
+    /* every raised core is one the table knows as that wide */
+    for (int w = 1; w <= 3; w++)
+        assert_int_equal(cpu_blas_core_width(cpu_blas_core_raised("Prescott", w)), w);
+    assert_in_range(cpu_blas_cpu_width(), 0, 3);
+#if defined(__x86_64__) && defined(RT_HAVE_CBLAS) && !defined(RT_BLAS_BLIS)
+    /* OPENBLAS_CORETYPE set: the program names nothing */
+    if (getenv("OPENBLAS_CORETYPE")) {
+        const char *picked = NULL;
+        assert_null(rt_cpu_blas_core_wanted(&picked));
+    }
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_avx2_kernels_rule),
+        cmocka_unit_test(test_avx2_kernels_rule), cmocka_unit_test(test_blas_core_choice),
         cmocka_unit_test(test_device),        cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_conv),          cmocka_unit_test(test_conv_thread_bits),
         cmocka_unit_test(test_conv_workspace_grows),

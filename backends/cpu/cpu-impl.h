@@ -156,6 +156,13 @@ void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv, siz
  * beat these: seedcnn's step 11.9 ms with them, 16.3 with these). */
 bool cpu_avx2_kernels(void);
 bool cpu_blas_avx512(void);
+/* blas_core.c: the widest kernels an OpenBLAS core runs (0 SSE or AVX, 1
+ * AVX2 and FMA, 2 AVX-512, 3 AVX-512 with BF16; -1 a name not known here),
+ * those this CPU can run, and the core to name instead of `core` on a CPU
+ * of that width (NULL: keep it). */
+int cpu_blas_core_width(const char *core);
+int cpu_blas_cpu_width(void);
+const char *cpu_blas_core_raised(const char *core, int cpu_width);
 /* Whether this CPU has AVX-512F (ragtag's own AVX-512 kernels: wino512.c,
  * gemm_tn_smallk.c), asked once. */
 bool cpu_has_avx512f(void);

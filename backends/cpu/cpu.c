@@ -70,7 +70,10 @@ static int cpu_device_info(int device, struct rt_device_info *out)
 #if defined(RT_HAVE_CBLAS) && defined(RT_BLAS_BLIS)
     snprintf(out->platform, sizeof out->platform, "host, BLIS %s", bli_info_get_version_str());
 #elif defined(RT_HAVE_CBLAS)
-    snprintf(out->platform, sizeof out->platform, "host, %s", openblas_get_config());
+    /* the core ragtag's program named (app/main.c), and what OpenBLAS saw */
+    const char *from = getenv("RAGTAG_BLAS_CORE_FROM");
+    snprintf(out->platform, sizeof out->platform, "host, %s%s%s%s", openblas_get_config(),
+             from ? " (raised from " : "", from ? from : "", from ? ")" : "");
 #else
     snprintf(out->platform, sizeof out->platform, "host, built-in GEMM (no BLAS)");
 #endif
