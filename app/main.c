@@ -21,21 +21,13 @@ static bool bound_openmp_spinning(void)
     return setenv("GOMP_SPINCOUNT", "20000", 1) == 0;
 }
 
-/* OpenBLAS's kernels for this CPU when it took the CPU for an older one
- * (backends/cpu/blas_core.c: SSE3 kernels on an AVX-512 Xeon, seedcnn 34%
- * slower). Read as OpenBLAS loads, too. RAGTAG_BLAS_CORE_FROM keeps what
- * OpenBLAS had picked, for `ragtag devices`. */
-static bool raise_blas_core(void)
-{
-    const char *picked = NULL, *core = rt_cpu_blas_core_wanted(&picked);
-    return core && setenv("RAGTAG_BLAS_CORE_FROM", picked, 1) == 0 &&
-           setenv("OPENBLAS_CORETYPE", core, 1) == 0;
-}
-
 int main(int argc, char **argv)
 {
     bool again = bound_openmp_spinning();
-    if (raise_blas_core())
+    /* OpenBLAS's kernels for this CPU where it took the CPU for an older
+     * one (backends/cpu/blas_core.c: SSE3 kernels on an AVX-512 Xeon,
+     * seedcnn 34% slower); OpenBLAS reads the variable as it loads, too */
+    if (rt_cpu_blas_core_setenv())
         again = true;
     if (again)
         execv("/proc/self/exe", argv);

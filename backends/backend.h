@@ -200,6 +200,10 @@ int rt_backend_device_info(const char *backend, int device, struct rt_device_inf
  * NULL when that one suits this CPU, the user named one, or the BLAS is not
  * OpenBLAS. A program sets it and runs itself again (app/main.c). */
 const char *rt_cpu_blas_core_wanted(const char **picked);
+/* Sets OPENBLAS_CORETYPE to that core and RAGTAG_BLAS_CORE_FROM to the one
+ * it replaces (shown by `ragtag devices`); true when it did: the caller
+ * then runs itself again, before any other work. */
+bool rt_cpu_blas_core_setenv(void);
 
 /* Open device `device` of `backend` with `threads` host threads (0: all). */
 rt_dev *rt_dev_open(const char *backend, int device, int threads);

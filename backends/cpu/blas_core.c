@@ -8,7 +8,8 @@
  * Cooperlake's kernels, lenet 17,400 against 23,500 (and ragtag's own
  * AVX-512 kernels, which follow the BLAS's core, stayed off). OpenBLAS reads
  * OPENBLAS_CORETYPE once, as it loads, before main; so the program asks
- * here which core to name, names it and runs itself again (app/main.c).
+ * here which core to name, names it and runs itself again (app/main.c,
+ * bench/bench_ops.c, bench/bench_backends.c).
  * Only a core OpenBLAS is known to pick below the CPU's features is raised,
  * to the one OpenBLAS itself gives CPUs it knows with those features: a
  * core the user names stays, and so does any name this table does not know
@@ -80,4 +81,11 @@ const char *rt_cpu_blas_core_wanted(const char **picked)
     (void)picked;
     return NULL;
 #endif
+}
+
+bool rt_cpu_blas_core_setenv(void)
+{
+    const char *picked = NULL, *core = rt_cpu_blas_core_wanted(&picked);
+    return core && setenv("RAGTAG_BLAS_CORE_FROM", picked, 1) == 0 &&
+           setenv("OPENBLAS_CORETYPE", core, 1) == 0;
 }
