@@ -405,10 +405,12 @@ static void blas_part(bool ta, bool tb, int m, int n, int k, float alpha, const 
 #endif
 
 /* Where thread t's block of len rows or columns starts: the even share
- * rounded to 16 (a cache line of C, one AVX-512 vector), so no line of C is
- * written by two threads and each block's kernel runs whole vectors. lenet's
- * 64x120x400 forward at 2 threads (split 60/60 before, 64/56 now): 45.6 ->
- * 38.7 us, its 84-unit layer 18.0 -> 14.8 (Xeon). */
+ * rounded to 16 (one AVX-512 vector, a cache line of floats), so each
+ * block's kernel runs whole vectors, and where a row of C is a whole number
+ * of lines no line of C is written by two threads (at 120 or 84 columns a
+ * column cut still shares one line on some rows: docs/backends.md). lenet's
+ * 64x120x400 forward at 2 threads (cut 60/60 before, 64/56 now): 45.6 ->
+ * 38.0 us, its 84-unit layer 18.0 -> 14.9 (Xeon). */
 static int split_at(int len, int t, int tn)
 {
     if (t <= 0)
