@@ -2222,6 +2222,49 @@ static void test_avx2_kernels_rule(void **state)
 #endif
 }
 
+/* cpu_runs: every item handed out exactly once, each thread's own run first
+ * and in order, also when fewer threads than planned take part (their runs
+ * are taken over). */
+static void test_runs_hand_out(void **state)
+{
+    (void)state;
+    static const int ns[] = {0, 1, 5, 64, 65}, nts[] = {1, 2, 3, 7};
+    static struct cpu_runs runs;
+    int seen[80];
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof nts / sizeof nts[0]; b++) {
+            const int n = ns[a], nt = nts[b];
+            /* thread 1 (or 0) alone: its run in order, then the others' */
+            const int t = nt > 1 ? 1 : 0;
+            cpu_runs_init(&runs, n, nt);
+            memset(seen, 0, sizeof seen);
+            const int lo = (int)((long)n * t / nt), hi = (int)((long)n * (t + 1) / nt);
+            for (int k = 0, i; (i = cpu_runs_next(&runs, t, nt)) >= 0; k++) {
+                assert_in_range(i, 0, n - 1);
+                if (k < hi - lo)
+                    assert_int_equal(i, lo + k);
+                seen[i]++;
+            }
+            for (int i = 0; i < n; i++)
+                assert_int_equal(seen[i], 1);
+            /* a real region of nt threads, then one of fewer */
+            for (int team = nt; team >= (nt > 1 ? nt - 1 : nt); team--) {
+                cpu_runs_init(&runs, n, nt);
+                memset(seen, 0, sizeof seen);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(team)
+#endif
+                {
+                    const int me = cpu_thread_num();
+                    for (int i; (i = cpu_runs_next(&runs, me, nt)) >= 0;)
+                        __atomic_fetch_add(&seen[i], 1, __ATOMIC_RELAXED);
+                }
+                for (int i = 0; i < n; i++)
+                    assert_int_equal(seen[i], 1);
+            }
+        }
+}
+
 /* Which OpenBLAS core the program names (blas_core.c): only a core known to
  * be narrower than the CPU is raised, to the one OpenBLAS gives a CPU of
  * that width; a core as wide, or a name not in the table, stays. */
@@ -2263,6 +2306,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_avx2_kernels_rule), cmocka_unit_test(test_blas_core_choice),
+        cmocka_unit_test(test_runs_hand_out),
         cmocka_unit_test(test_device),        cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_conv),          cmocka_unit_test(test_conv_thread_bits),
         cmocka_unit_test(test_conv_workspace_grows),

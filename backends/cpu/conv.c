@@ -223,7 +223,7 @@ static bool conv_batch_parallel(int nt, const struct rt_conv_shape *s)
 /* bwd-filter sums images in fixed groups, each into its own partial dW, and
  * adds the partials in group order: the result depends on the thread count
  * only, yet the groups go to whichever thread is free (after each thread's
- * first contiguous run: conv_data). Several groups per
+ * own run of them: cpu_runs). Several groups per
  * thread, so that a thread the OS puts aside (shared nodes are the rule for
  * ragtag) holds up one group, not half the batch. */
 static int conv_groups(int nt, const struct rt_conv_shape *s)
@@ -1466,18 +1466,19 @@ static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd,
         return RT_OK;
     }
     cpu_blas_before_parallel();
+    /* each thread its own run of images first (cpu_runs): an image's
+     * activations stay in the cache of the core that made them, as the
+     * pooling and bias passes split the batch the same way */
+    struct cpu_runs runs;
+    cpu_runs_init(&runs, s->n, nt);
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(guided)
+#pragma omp parallel num_threads(nt)
 #endif
-    /* guided: each thread first takes a contiguous run of images (the first
-     * half to the thread that starts first, as the pooling and bias passes
-     * split the batch), so an image's activations stay in the cache of the
-     * core that made them; the tail goes in ever smaller chunks to whichever
-     * thread is free, so a preempted thread holds up a few images. lenet's
-     * 2-thread step (bench_ops, 5 rounds): 39,708 -> 40,709 img/s (median);
-     * dynamic,1 spread the batch over both cores at every layer */
-    for (int i = 0; i < s->n; i++)
-        one(1, s, &l, e, in + i * is, w, out + i * os, ws + (size_t)cpu_thread_num() * l.slice);
+    {
+        const int t = cpu_thread_num();
+        for (int i; (i = cpu_runs_next(&runs, t, nt)) >= 0;)
+            one(1, s, &l, e, in + i * is, w, out + i * os, ws + (size_t)t * l.slice);
+    }
     return RT_OK;
 }
 
@@ -1559,22 +1560,24 @@ int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, 
         return RT_OK;
     }
     cpu_blas_before_parallel();
+    struct cpu_runs runs; /* each thread its own groups first: as conv_data */
+    cpu_runs_init(&runs, groups, nt);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
     {
         const int t = cpu_thread_num(), tn = cpu_num_threads();
         float *sl = ws + (size_t)t * l.slice;
-#ifdef _OPENMP
-#pragma omp for schedule(guided) /* contiguous groups first: as conv_data */
-#endif
-        for (int g = 0; g < groups; g++) {
+        for (int g; (g = cpu_runs_next(&runs, t, nt)) >= 0;) {
             const int lo = (int)((long)s->n * g / groups), hi = (int)((long)s->n * (g + 1) / groups);
             float *acct = parts + (size_t)g * pstride;
             bwd_filter_images(1, s, &l, x, dy, lo, hi, sl, acct);
             if (lo == hi)
                 memset(acct, 0, wsz * sizeof(float));
-        } /* the end of the loop is a barrier: all partials are in */
+        }
+#ifdef _OPENMP
+#pragma omp barrier /* all partials are in */
+#endif
         reduce_dw(s, parts, pstride, groups, dw, wsz * t / tn, wsz * (t + 1) / tn);
     }
     return RT_OK;

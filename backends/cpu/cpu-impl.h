@@ -29,6 +29,25 @@ static inline int cpu_num_threads(void) { return 1; }
  * fixed-size stack arrays, so no op has to allocate. */
 #define CPU_MAX_THREADS 256
 
+/* Items [0, n) of a parallel region (images, groups of images) shared out
+ * so that each stays on the core that made its input: thread t takes its
+ * own run [n t / nt, n (t + 1) / nt) in order, as the static splits of the
+ * pooling and bias passes do, then helps with what is left of the others'
+ * runs, one item at a time, so a preempted thread holds up only the items it
+ * has not begun. Each run's counter has a cache line to itself:
+ *     struct cpu_runs runs;
+ *     cpu_runs_init(&runs, n, nt);      (before the region)
+ *     for (int i; (i = cpu_runs_next(&runs, t, nt)) >= 0;) ...   (in it)
+ * Correct with fewer threads than nt: their runs are taken over. */
+struct cpu_runs {
+    struct {
+        int next, end;
+        char pad[64 - 2 * sizeof(int)];
+    } r[CPU_MAX_THREADS];
+};
+void cpu_runs_init(struct cpu_runs *rs, int n, int nt);
+int cpu_runs_next(struct cpu_runs *rs, int t, int nt);
+
 /* Elementwise loops shorter than this run on one thread: starting a parallel
  * region costs more than it saves. */
 #define CPU_PAR_MIN 32768

@@ -214,6 +214,27 @@ static bool cpu_blas_split_here(void)
 }
 #endif
 
+void cpu_runs_init(struct cpu_runs *rs, int n, int nt)
+{
+    for (int t = 0; t < nt; t++) {
+        rs->r[t].next = (int)((long)n * t / nt);
+        rs->r[t].end = (int)((long)n * (t + 1) / nt);
+    }
+}
+
+int cpu_runs_next(struct cpu_runs *rs, int t, int nt)
+{
+    for (int k = 0; k < nt; k++) {
+        const int u = (t + k) % nt; /* this thread's own run first */
+        if (__atomic_load_n(&rs->r[u].next, __ATOMIC_RELAXED) >= rs->r[u].end)
+            continue;
+        const int i = __atomic_fetch_add(&rs->r[u].next, 1, __ATOMIC_RELAXED);
+        if (i < rs->r[u].end)
+            return i;
+    }
+    return -1;
+}
+
 bool cpu_has_avx512f(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
