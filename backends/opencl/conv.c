@@ -252,37 +252,59 @@ static int run_wpack(rt_dev *d, int ko, int ci, int r, int s, int flip, rt_view 
                      wt);
 }
 
-/* y[nb][ko][oh][ow] = direct convolution of packed xp (ci channels) with wt. */
+/* Channel bias and a piecewise-linear activation the direct kernel applies
+ * as it stores (kind < 0: none). */
+struct epilogue {
+    rt_view b;
+    int kind;
+    float alpha;
+};
+
+static const struct epilogue no_epilogue = {{NULL, 0}, -1, 0.0f};
+
+/* y[nb][ko][oh][ow] = direct convolution of packed xp (ci channels) with wt,
+ * then the epilogue. */
 static int run_direct(rt_dev *d, int nb, int ci, int ko, int r, int s, struct pack p, int oh,
-                      int ow, rt_view xp, rt_view wt, rt_view y)
+                      int ow, rt_view xp, rt_view wt, rt_view y, const struct epilogue *e)
 {
     const int kt = direct_kt(ko), v = ocl(d)->conv_v;
     const int nseg = (ow + v - 1) / v, nkb = (ko + kt - 1) / kt;
     size_t items = (size_t)nb * ((oh + 1) / 2) * nseg * nkb;
     const enum ocl_kernel kern = kt == 4 ? (v == 16 ? OCL_K_conv_direct4_v16 : OCL_K_conv_direct4)
                                          : (v == 16 ? OCL_K_conv_direct6_v16 : OCL_K_conv_direct6);
-    return ocl_run_n(d, kern, items, "liiiiiiiiiivvv", items, ci, ko, r, s, p.wp,
-                     p.ps, oh, ow, nseg, nkb, xp, wt, y);
+    return ocl_run_n(d, kern, items, "liiiiiiiiiivvvvif", items, ci, ko, r, s, p.wp, p.ps, oh,
+                     ow, nseg, nkb, xp, wt, y, e->b, e->kind, (double)e->alpha);
+}
+
+/* How far past an unpadded image's start (floats) the forward kernel's
+ * loads reach, and the filter gradient's. */
+static size_t reach_fwd(rt_dev *d, const struct rt_conv_shape *s)
+{
+    const int v = ocl(d)->conv_v, nseg = (s->ow + v - 1) / v;
+    return (size_t)(s->c - 1) * s->h * s->w + ((size_t)up((size_t)s->oh, 2) + s->r - 2) * s->w +
+           (size_t)(nseg - 1) * v + s->s - 1 + v;
+}
+
+static size_t reach_bwf(const struct rt_conv_shape *s)
+{
+    return (size_t)(s->c - 1) * s->h * s->w + (size_t)dy_plane(s) + (size_t)(s->r - 1) * s->w +
+           s->s - 1;
 }
 
 /* Without padding, the direct kernels can read x where it lies (rows of w,
  * planes of h*w) instead of a packed copy: their loads past a plane's end
  * land in the next image, whose values only reach discarded lanes (forward)
- * or meet zeros of the packed dy (filter gradient). Only the batch's last
- * image, which has no next one, is packed. `reach`: how far past its
- * start the kernels may read an image's planes. */
+ * or meet zeros of the packed dy (filter gradient). The batch's last image
+ * has no next one: the filter gradient packs it (what lies after it need
+ * not be finite); the forward reads it in place too where its loads stay
+ * inside the buffer's memory (opencl.c allocates every buffer with spare
+ * bytes for this), whatever they find there. */
 static bool direct_in_place(rt_dev *d, const struct rt_conv_shape *s, struct pack *xp)
 {
     if (s->pad_h != 0 || s->pad_w != 0 || s->n < 2)
         return false;
     const size_t img = (size_t)s->c * s->h * s->w;
-    const int v = ocl(d)->conv_v, nseg = (s->ow + v - 1) / v;
-    const size_t fwd = (size_t)(s->c - 1) * s->h * s->w +
-                       ((size_t)up((size_t)s->oh, 2) + s->r - 2) * s->w +
-                       (size_t)(nseg - 1) * v + s->s - 1 + v;
-    const size_t bwf = (size_t)(s->c - 1) * s->h * s->w + (size_t)dy_plane(s) +
-                       (size_t)(s->r - 1) * s->w + s->s - 1;
-    if (fwd > 2 * img || bwf > 2 * img)
+    if (reach_fwd(d, s) > 2 * img || reach_bwf(s) > 2 * img)
         return false;
     xp->wp = s->w;
     xp->pr = s->h;
@@ -290,29 +312,39 @@ static bool direct_in_place(rt_dev *d, const struct rt_conv_shape *s, struct pac
     return true;
 }
 
-static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
-                      rt_view ws)
+/* Whether the forward may read the batch's last image of x in place. */
+static bool fwd_tail_in_place(rt_dev *d, const struct rt_conv_shape *s, rt_view x)
 {
-    const int chunk = direct_chunk(d, s);
+    const size_t last = x.off + (size_t)(s->n - 1) * s->c * s->h * s->w;
+    return last + reach_fwd(d, s) <= ocl_buf_readable(d, x.buf) / sizeof(float);
+}
+
+static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
+                      rt_view ws, const struct epilogue *e)
+{
     const struct pack p = pack_fwd(s);
     struct pack in;
-    const bool in_place = direct_in_place(d, s, &in);
+    const bool in_place = direct_in_place(d, s, &in), all = in_place && fwd_tail_in_place(d, s, x);
+    const int chunk = all ? s->n : direct_chunk(d, s);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     rt_view wt = ws, xp = rt_view_at(ws, wpack_size(s->k, s->c, s->r, s->s));
     RT_TRY(run_wpack(d, s->k, s->c, s->r, s->s, 0, w, wt));
     for (int i0 = 0; i0 < s->n; i0 += chunk) {
         int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
         if (in_place && i0 + nb == s->n) {
-            /* every image but the batch's last one straight from x */
-            RT_TRY(run_direct(d, nb - 1, s->c, s->k, s->r, s->s, in, s->oh, s->ow,
-                              rt_view_at(x, i0 * xs), wt, rt_view_at(y, i0 * ys)));
+            /* every image straight from x, or all but the batch's last */
+            const int direct = all ? nb : nb - 1;
+            RT_TRY(run_direct(d, direct, s->c, s->k, s->r, s->s, in, s->oh, s->ow,
+                              rt_view_at(x, i0 * xs), wt, rt_view_at(y, i0 * ys), e));
+            if (all)
+                break;
             i0 += nb - 1;
             nb = 1;
         }
         RT_TRY(run_pack(d, (size_t)nb * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
                         rt_view_at(x, i0 * xs), xp));
         RT_TRY(run_direct(d, nb, s->c, s->k, s->r, s->s, p, s->oh, s->ow, xp, wt,
-                          rt_view_at(y, i0 * ys)));
+                          rt_view_at(y, i0 * ys), e));
     }
     return RT_OK;
 }
@@ -330,7 +362,7 @@ static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy,
         RT_TRY(run_pack(d, (size_t)nb * s->k, s->oh, s->ow, s->r - 1 - s->pad_h,
                         s->s - 1 - s->pad_w, p, rt_view_at(dy, i0 * ys), dyp));
         RT_TRY(run_direct(d, nb, s->k, s->c, s->r, s->s, p, s->h, s->w, dyp, wt,
-                          rt_view_at(dx, i0 * xs)));
+                          rt_view_at(dx, i0 * xs), &no_epilogue));
     }
     return RT_OK;
 }
@@ -400,18 +432,27 @@ int ocl_conv2d_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view 
                    rt_view ws)
 {
     double t0 = ocl_prof_begin(d);
-    int rc = conv_direct(d, s) ? direct_fwd(d, s, x, w, y, ws) : gemm_run(d, s, FWD, x, w, y, ws);
+    int rc = conv_direct(d, s) ? direct_fwd(d, s, x, w, y, ws, &no_epilogue)
+                               : gemm_run(d, s, FWD, x, w, y, ws);
     ocl_prof_end(d, t0, "[conv2d_fwd]");
     return rc;
 }
 
-/* conv2d_fwd, bias_add, act_fwd in sequence: the same kernels, the same
- * values. */
+/* The direct kernel adds the bias and applies relu, leaky or identity as it
+ * stores; otherwise conv2d_fwd, bias_add and act_fwd in sequence. The same
+ * values either way. */
 int ocl_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w,
                             rt_view b, enum rt_act kind, float alpha, rt_view y, rt_view ws)
 {
     if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
         return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
+    if (conv_direct(d, s) && kind <= RT_ACT_LEAKY) {
+        const struct epilogue e = {b, (int)kind, alpha};
+        double t0 = ocl_prof_begin(d);
+        int rc = direct_fwd(d, s, x, w, y, ws, &e);
+        ocl_prof_end(d, t0, "[conv2d_fwd]");
+        return rc;
+    }
     RT_TRY(ocl_conv2d_fwd(d, s, x, w, y, ws));
     return ocl_bias_act_fwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, b, y);
 }

@@ -63,6 +63,10 @@ enum ocl_kernel {
 
 /* Bytes of host memory for queued uploads (a quarter of it the largest). */
 #define OCL_STAGE_BYTES ((size_t)4 << 20)
+/* Spare bytes after every buffer's own: a kernel may load past a view's
+ * end into lanes it never stores (conv.c's in-place forward). Never
+ * written; their contents are whatever the device gave. */
+#define OCL_BUF_SPARE ((size_t)4096)
 
 /* Work-groups of sumsq's first stage; the host adds their partial sums. */
 #define OCL_SUMSQ_GROUPS 64
@@ -124,6 +128,8 @@ int ocl_run_groups(rt_dev *d, enum ocl_kernel k, size_t groups, const char *fmt,
  * its time to a per-name total, printed on stderr when the device closes
  * (nested spans, e.g. a whole convolution, count their inner launches too).
  * ocl_prof_begin returns a start time, or 0 when profiling is off. */
+/* Bytes a kernel may read from b's memory object: b's own and the spare. */
+size_t ocl_buf_readable(rt_dev *d, const rt_buf *b);
 double ocl_prof_begin(rt_dev *d);
 void ocl_prof_end(rt_dev *d, double t0, const char *name);
 

@@ -386,7 +386,12 @@ static int ocl_shared_ready(struct ocl_shared *sh)
 /* ---- profiling (RAGTAG_OPENCL_PROFILE=1) -------------------------------------------- */
 
 #define OCL_PROF_MAX 96
+#define OCL_PROF_EVENTS 512
 
+/* Kernels are timed by their events' device clocks (the queue profiles):
+ * a finish around every kernel would add its sleep and wake-up, tens of
+ * microseconds on PoCL, to every small one. The [spans] of whole ops are
+ * host time with a finish at each end. */
 struct ocl_prof {
     int n;
     struct {
@@ -394,6 +399,12 @@ struct ocl_prof {
         double t;
         long calls;
     } e[OCL_PROF_MAX];
+    int pending;
+    cl_ulong last_end;          /* the previous kernel's end (device clock, ns) */
+    double gaps;                /* seconds from a kernel's end to the next one's start */
+    long kernels;
+    cl_event ev[OCL_PROF_EVENTS];
+    const char *ev_name[OCL_PROF_EVENTS];
 };
 
 static double ocl_now(void)
@@ -412,14 +423,8 @@ double ocl_prof_begin(rt_dev *d)
     return ocl_now();
 }
 
-void ocl_prof_end(rt_dev *d, double t0, const char *name)
+static void ocl_prof_add(struct ocl_prof *p, const char *name, double t)
 {
-    struct ocl_dev *o = ocl(d);
-    if (!o->prof || t0 == 0.0)
-        return;
-    clFinish(o->queue);
-    double t = ocl_now() - t0;
-    struct ocl_prof *p = o->prof;
     int i = 0;
     while (i < p->n && strcmp(p->e[i].name, name) != 0)
         i++;
@@ -432,6 +437,48 @@ void ocl_prof_end(rt_dev *d, double t0, const char *name)
     p->e[i].calls++;
 }
 
+void ocl_prof_end(rt_dev *d, double t0, const char *name)
+{
+    struct ocl_dev *o = ocl(d);
+    if (!o->prof || t0 == 0.0)
+        return;
+    clFinish(o->queue);
+    ocl_prof_add(o->prof, name, ocl_now() - t0);
+}
+
+/* The device time of every kernel queued since the last call. */
+static void ocl_prof_collect(struct ocl_prof *p)
+{
+    for (int i = 0; i < p->pending; i++) {
+        cl_ulong a = 0, b = 0;
+        if (clWaitForEvents(1, &p->ev[i]) == CL_SUCCESS &&
+            clGetEventProfilingInfo(p->ev[i], CL_PROFILING_COMMAND_START, sizeof a, &a, NULL) ==
+                CL_SUCCESS &&
+            clGetEventProfilingInfo(p->ev[i], CL_PROFILING_COMMAND_END, sizeof b, &b, NULL) ==
+                CL_SUCCESS)
+        {
+            ocl_prof_add(p, p->ev_name[i], 1e-9 * (double)(b - a));
+            /* (long waits for the host, as between steps, count too) */
+            if (p->last_end && a > p->last_end)
+                p->gaps += 1e-9 * (double)(a - p->last_end);
+            p->last_end = b;
+            p->kernels++;
+        }
+        clReleaseEvent(p->ev[i]);
+    }
+    p->pending = 0;
+}
+
+static cl_event *ocl_prof_event(struct ocl_prof *p, const char *name)
+{
+    if (!p)
+        return NULL;
+    if (p->pending == OCL_PROF_EVENTS)
+        ocl_prof_collect(p);
+    p->ev_name[p->pending] = name;
+    return &p->ev[p->pending];
+}
+
 static void ocl_prof_print(struct ocl_prof *p)
 {
     double total = 0;
@@ -439,6 +486,10 @@ static void ocl_prof_print(struct ocl_prof *p)
         if (p->e[i].name[0] != '[')
             total += p->e[i].t;
     fprintf(stderr, "opencl profile (ms total, calls, us/call); [spans] include their kernels\n");
+    fprintf(stderr, "  %ld kernels: %.1f ms running, %.1f ms from one's end to the next one's "
+                    "start (%.1f us each)\n",
+            p->kernels, total * 1e3, p->gaps * 1e3,
+            p->kernels > 1 ? p->gaps * 1e6 / (double)(p->kernels - 1) : 0.0);
     for (int i = 0; i < p->n; i++) {
         int best = i;
         for (int j = i + 1; j < p->n; j++)
@@ -508,8 +559,10 @@ static void ocl_dev_free(struct ocl_dev *o)
         clReleaseMemObject(o->dummy);
     if (o->queue)
         clReleaseCommandQueue(o->queue);
-    if (o->prof)
+    if (o->prof) {
+        ocl_prof_collect(o->prof);
         ocl_prof_print(o->prof);
+    }
     free(o->prof);
     free(o->stage);
     free(o);
@@ -548,7 +601,8 @@ static int ocl_dev_open(rt_dev *d)
     if ((rc = ocl_pick_conv_vector(o)) < 0)
         goto fail;
     o->stage = malloc(OCL_STAGE_BYTES); /* NULL: every upload blocks, nothing else lost */
-    o->queue = clCreateCommandQueue(sh->context, sh->device, 0, &err);
+    o->queue = clCreateCommandQueue(sh->context, sh->device,
+                                    o->prof ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
     if (!o->queue) {
         rc = ocl_status(err, "creating a command queue");
         goto fail;
@@ -643,9 +697,10 @@ static int ocl_enqueue(rt_dev *d, enum ocl_kernel k, size_t groups)
 {
     struct ocl_dev *o = ocl(d);
     size_t local = o->wg[k], global = groups * local;
-    double t0 = ocl_prof_begin(d);
-    cl_int err = clEnqueueNDRangeKernel(o->queue, o->k[k], 1, NULL, &global, &local, 0, NULL, NULL);
-    ocl_prof_end(d, t0, ocl_kernel_names[k]);
+    cl_event *ev = ocl_prof_event(o->prof, ocl_kernel_names[k]);
+    cl_int err = clEnqueueNDRangeKernel(o->queue, o->k[k], 1, NULL, &global, &local, 0, NULL, ev);
+    if (ev && err == CL_SUCCESS)
+        o->prof->pending++;
     if (err != CL_SUCCESS) {
         char what[64];
         snprintf(what, sizeof what, "running kernel %s", ocl_kernel_names[k]);
@@ -680,6 +735,15 @@ int ocl_run_groups(rt_dev *d, enum ocl_kernel k, size_t groups, const char *fmt,
 
 /* ---- memory ------------------------------------------------------------------------ */
 
+/* Bytes of b's memory object: its size and OCL_BUF_SPARE more where the
+ * device allows that much in one allocation. */
+size_t ocl_buf_readable(rt_dev *d, const rt_buf *b)
+{
+    const size_t bytes = mod_buf_bytes(b);
+    const size_t max = ocl(d)->sh->max_alloc;
+    return max >= OCL_BUF_SPARE && bytes <= max - OCL_BUF_SPARE ? bytes + OCL_BUF_SPARE : bytes;
+}
+
 static int ocl_buf_alloc(rt_dev *d, rt_buf *b)
 {
     struct ocl_dev *o = ocl(d);
@@ -689,7 +753,8 @@ static int ocl_buf_alloc(rt_dev *d, rt_buf *b)
                         "allocation (%zu bytes)",
                         b->bytes, o->sh->name, o->sh->max_alloc);
     cl_int err;
-    cl_mem m = clCreateBuffer(o->sh->context, CL_MEM_READ_WRITE, mod_buf_bytes(b), NULL, &err);
+    cl_mem m = clCreateBuffer(o->sh->context, CL_MEM_READ_WRITE, ocl_buf_readable(d, b), NULL,
+                              &err);
     if (!m) {
         char what[96];
         return ocl_status(err, mod_buf_what(b, what, sizeof what));
@@ -835,7 +900,7 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
                            lda, b, ldb, (double)beta, c, ldc, rowfast);
         if (t0 != 0.0) {
             char name[48];
-            snprintf(name, sizeof name, "own sgemm %c%c %dx%dx%d", ta ? 'T' : 'N', tb ? 'T' : 'N',
+            snprintf(name, sizeof name, "[own sgemm %c%c %dx%dx%d]", ta ? 'T' : 'N', tb ? 'T' : 'N',
                      m, n, k);
             ocl_prof_end(d, t0, name);
         }
@@ -850,7 +915,7 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
         (size_t)ldc, &o->queue, NULL);
     if (t0 != 0.0) {
         char name[48];
-        snprintf(name, sizeof name, "sgemm %c%c %dx%dx%d", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k);
+        snprintf(name, sizeof name, "[sgemm %c%c %dx%dx%d]", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k);
         ocl_prof_end(d, t0, name);
     }
     return ocl_blast_status(st, "CLBlast SGEMM");

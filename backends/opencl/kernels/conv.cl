@@ -169,9 +169,25 @@ kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, int k
     wt[wto + e] = v;
 }
 
+/* rt_bias_act_lin's values, a vector at a time: t = y + b, then relu,
+ * leaky or identity by the same select. */
+float8 rt_bias_act_lin8(float8 y, float b, int kind, float alpha)
+{
+    const float8 t = y + (float8)b;
+    const float8 neg = kind == RT_ACT_RELU ? (float8)0.0f : kind == RT_ACT_LEAKY ? alpha * t : t;
+    return select(neg, t, t > (float8)0.0f);
+}
+
+float16 rt_bias_act_lin16(float16 y, float b, int kind, float alpha)
+{
+    return (float16)(rt_bias_act_lin8(y.lo, b, kind, alpha), rt_bias_act_lin8(y.hi, b, kind, alpha));
+}
+
 /* y[ni][k][oy][ox] = sum_{ch,i,j} w[k][ch][i][j] * xp[ni][ch][oy+i][ox+j]
  * (stride 1; xp packed, planes of pr x wp at stride ps; wt from
- * rt_conv_wpack with the same KT). One work-item: output rows oy, oy+1,
+ * rt_conv_wpack with the same KT), then, where kind >= 0, channel k's bias
+ * b[k] and the activation as rt_bias_act_lin (one pass fewer, one launch
+ * fewer; the same values). One work-item: output rows oy, oy+1,
  * columns ox..ox+V-1, channels k0..k0+KT-1: 2 KT vector accumulators (KT 6:
  * 12, which with the two input vectors and a weight fill AVX2's 16
  * registers; KT 4 for channel counts that 4 divides and 6 does not).
@@ -180,7 +196,8 @@ kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, int k
 #define RT_CONV_DIRECT(NAME, KT, V)                                                                \
     kernel void NAME(ulong items, int c, int k, int r, int s, int wp, int ps, int oh, int ow,      \
                      int nseg, int nkb, global const float *xp, ulong xpo,                         \
-                     global const float *wt, ulong wto, global float *y, ulong yo)                 \
+                     global const float *wt, ulong wto, global float *y, ulong yo,                 \
+                     global const float *b, ulong bo, int kind, float alpha)                       \
     {                                                                                              \
         RT_ELEM(t, items);                                                                         \
         const int kb = (int)(t % nkb);                                                             \
@@ -221,6 +238,11 @@ kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, int k
             if (k0 + q >= k)                                                                       \
                 break;                                                                             \
             global float *yp = y + yo + ((ni * k + k0 + q) * oh + oy) * ow + ox;                   \
+            if (kind >= 0) {                                                                       \
+                const float bq = b[bo + k0 + q];                                                   \
+                a0[q] = rt_bias_act_lin##V(a0[q], bq, kind, alpha);                                \
+                a1[q] = rt_bias_act_lin##V(a1[q], bq, kind, alpha);                                \
+            }                                                                                      \
             rt_vstore_part##V(a0[q], nv, yp);                                                      \
             if (second)                                                                            \
                 rt_vstore_part##V(a1[q], nv, yp + ow);                                             \
