@@ -155,8 +155,9 @@ int rt_localring_run(const struct rt_localring_opts *o, rt_localring_fn fn, void
         snprintf(m->host, sizeof m->host, "localhost");
         if (o->links == RT_LINKS_SHM)
             snprintf(m->host_id, sizeof m->host_id, "%s", hid);
-        else if (o->links == RT_LINKS_TCP)
-            snprintf(m->host_id, sizeof m->host_id, "fake-host-%d", r);
+        else if (o->links == RT_LINKS_TCP) /* other hosts for the links, this machine's cores */
+            snprintf(m->host_id, sizeof m->host_id, "%.*s/fake-host-%d",
+                     (int)strcspn(hid, "/"), hid, r);
         else
             snprintf(m->host_id, sizeof m->host_id, "%.60s-pair-%d", hid, r / 2);
         snprintf(m->backend, sizeof m->backend, "cpu");

@@ -139,6 +139,16 @@ bool rt_membership_same_host(const struct rt_membership *ms, int a, int b)
     return strcmp(ms->m[a].host_id, ms->m[b].host_id) == 0;
 }
 
+bool rt_membership_same_machine(const struct rt_membership *ms, int a, int b)
+{
+    const char *x = ms->m[a].host_id, *y = ms->m[b].host_id;
+    const char *cut = strchr(x, '/');
+    if (!cut || cut == x || strncmp(x, "noboot/", 7) == 0)
+        return a == b; /* no boot id: only itself is known to be on its machine */
+    const size_t len = (size_t)(cut - x) + 1; /* the boot id and its '/' */
+    return strncmp(x, y, len) == 0;
+}
+
 const char *rt_membership_link_kind(const struct rt_membership *ms, int r, bool allow_shm)
 {
     if (ms->n == 1)

@@ -61,6 +61,10 @@ void rt_membership_admit(const struct rt_membership *ms, rt_curve *c);
 
 /* Whether ranks a and b share memory (same host id) and may use shm. */
 bool rt_membership_same_host(const struct rt_membership *ms, int a, int b);
+/* Whether ranks a and b run on one machine, sharing its cores: the same
+ * kernel boot id starts their host ids (rt_net_host_id), whatever their
+ * /dev/shm (containers on one machine). Unknown boot id: only a == b. */
+bool rt_membership_same_machine(const struct rt_membership *ms, int a, int b);
 
 /* Printable name of the link from rank r to its right neighbour. */
 const char *rt_membership_link_kind(const struct rt_membership *ms, int r, bool allow_shm);

@@ -81,11 +81,32 @@
  * back and a 2-process 4 KiB allreduce stayed at 57 us (p50) in two runs
  * of five, where a spin that catches the chunk takes 17 us. Spinning
  * until a chunk that a sleep would not have caught any sooner costs no
- * time. Only in rings of no more ranks than this process has cores
- * (tcp_wake): bench_allreduce's 4 ranks on 2 cores (raw TCP, each its own
- * "host") had waits that short too, and their longer spins held the cores
- * the neighbours needed: 600-700 us against 150-170. */
+ * time. Only where the machine is not crowded (tcp_wake; crowded below):
+ * bench_allreduce's 4 ranks on 2 cores (raw TCP, each its own "host")
+ * had waits that short too, and their longer spins held the cores the
+ * neighbours needed: 600-700 us against 150-170. */
 #define SPIN_TCP_WAKE 60e-6
+/* A machine running more ranks than it has cores (crowded: four local
+ * processes over raw TCP on two cores, or four workers' containers on
+ * one small VM): the neighbour a rank waits for needs this core. It
+ * yields between looks at its link, SPIN_YIELD turns, before it sleeps:
+ * a sleep's wake-up waits for the scheduler to preempt whoever took the
+ * core. A yield comes back within 10 us nearly always among the ranks
+ * alone (1 in 100 after 1-4 ms: a neighbour sent meanwhile); beside busy
+ * processes that are not ranks most take 1-8 ms, a time slice each (two
+ * busy loops beside a 4-rank ring: 4 KiB p50 487 us sleeping, 5.9 ms
+ * yielding every time). So: where more than YIELD_SLOW_SHARE of the
+ * recent yields took longer than YIELD_SLOW (a moving average), none for
+ * YIELD_OFF seconds. (Ending a wait's yields at its first slow one lost
+ * most of the gain at 4 MiB: there the slow ones are the neighbours'
+ * sends.) The ring alone, 4 ranks on 2 cores, 3 interleaved runs: 4 KiB
+ * p50 158-195 -> 71-86 us, busbw at 1 MiB 0.97-1.05 -> 1.55-2.02 GB/s,
+ * at 4 MiB 0.88-1.07 -> 1.06-1.14; beside the two busy loops as without
+ * yields. */
+#define SPIN_YIELD 100
+#define YIELD_SLOW 1e-3
+#define YIELD_SLOW_SHARE 0.25
+#define YIELD_OFF 1.0
 #define IDLE_EVERY 0.05
 
 struct rt_ring {
@@ -128,7 +149,10 @@ struct rt_ring {
     long preempted;          /* the comm thread's involuntary context switches so far */
     double busy;             /* moving average of "preempted during a collective" */
     bool quota;              /* under a CPU quota below its cores: no long spins */
-    bool tcp_wake;           /* world <= this process's cores: SPIN_TCP_WAKE may apply */
+    bool crowded;            /* more ranks on this machine than this process has cores */
+    bool tcp_wake;           /* not crowded: SPIN_TCP_WAKE may apply */
+    double yield_off_until;  /* yields were slow (YIELD_SLOW): none before this time */
+    double yield_slow;       /* moving share of the recent yields that were slow */
     char left_key[RT_KEY_LEN + 1]; /* CURVE: the only key chunks may come from ("": plain) */
 };
 
@@ -230,6 +254,22 @@ static int setup_tcp(rt_ring *r, const struct rt_ring_config *c, double timeout_
 
 static bool under_quota(void);
 
+/* Whether this machine runs more of the ring's ranks than this process may
+ * use cores (its affinity, or its CPU quota where lower): ranks on one
+ * machine share its kernel's boot id (rt_membership_same_machine). */
+static bool crowded(const struct rt_membership *ms, int rank)
+{
+    int local = 0;
+    for (int j = 0; j < ms->n; j++)
+        local += rt_membership_same_machine(ms, rank, j);
+    cpu_set_t set;
+    double cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    double q = rt_cpu_quota();
+    if (q > 0.0 && q < cores)
+        cores = q;
+    return local > cores;
+}
+
 rt_ring *rt_ring_new(const struct rt_ring_config *c)
 {
     RT_ASSERT(c && c->members && c->inbox && *c->inbox && c->run);
@@ -250,8 +290,8 @@ rt_ring *rt_ring_new(const struct rt_ring_config *c)
     }
     r->tag = RING_TAG;
     r->quota = under_quota();
-    cpu_set_t cpus;
-    r->tcp_wake = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && ms->n <= CPU_COUNT(&cpus);
+    r->crowded = crowded(ms, c->rank);
+    r->tcp_wake = !r->crowded;
     snprintf(r->run, sizeof r->run, "%s", c->run);
     r->gen = ms->gen;
     r->rank = c->rank;
@@ -422,6 +462,12 @@ long rt_ring_dropped(const rt_ring *r)
 {
     check(r);
     return r->drops.total;
+}
+
+bool rt_ring_crowded(const rt_ring *r)
+{
+    check(r);
+    return r->crowded;
 }
 
 /* ---- the engine --------------------------------------------------------------------- */
@@ -957,6 +1003,24 @@ static bool contended(rt_ring *r)
     return r->busy > 0.5;
 }
 
+/* One turn of a crowded rank's wait: hand the core to a runnable task (a
+ * neighbour it waits for, as like as not). False, and no yields for
+ * YIELD_OFF seconds, once more than YIELD_SLOW_SHARE of the recent yields
+ * (a moving average) gave the core back only after YIELD_SLOW. */
+static bool yield_turn(rt_ring *r)
+{
+    double t0 = rt_now();
+    sched_yield();
+    double t1 = rt_now();
+    const bool slow = t1 - t0 > YIELD_SLOW;
+    r->yield_slow += ((slow ? 1.0 : 0.0) - r->yield_slow) / 8.0;
+    if (r->yield_slow <= YIELD_SLOW_SHARE)
+        return true;
+    r->yield_off_until = t1 + YIELD_OFF;
+    r->yield_slow = 0.0;
+    return false;
+}
+
 static int run_plan(rt_ring *r, struct plan *p)
 {
     if (r->broken)
@@ -975,7 +1039,11 @@ static int run_plan(rt_ring *r, struct plan *p)
     /* (raw TCP: a syscall a turn already yields the core often enough) */
     if (adapt && (r->spin < lo || r->spin > hi || (r->left_shm && contended(r))))
         r->spin = lo;
-    int spins = 0, spin_max = adapt ? r->spin : SPIN_RELAX;
+    /* crowded, over raw TCP: yield between looks (SPIN_YIELD) */
+    const bool yielding = r->crowded && r->rx && now >= r->yield_off_until;
+    if (yielding)
+        adapt = false;
+    int spins = 0, spin_max = yielding ? SPIN_YIELD : adapt ? r->spin : SPIN_RELAX;
     int rc = RT_OK;
     while (ns < p->nsend || nr < p->nrecv || tx_busy(r)) {
         if (r->lost_at > 0) {
@@ -1012,7 +1080,10 @@ static int run_plan(rt_ring *r, struct plan *p)
         if (++spins == 1 && adapt)
             stall_at = rt_now();
         if (spins < spin_max) {
-            rt_spin_pause();
+            if (yielding && !yield_turn(r))
+                spins = spin_max - 1; /* slow: sleep this time, and stop yielding a while */
+            else if (!yielding)
+                rt_spin_pause();
             continue;
         }
         now = rt_now();

@@ -126,5 +126,8 @@ void *rt_ring_zctx(const rt_ring *r);
 
 /* Bad messages dropped so far (for logs and tests). */
 long rt_ring_dropped(const rt_ring *r);
+/* Whether this machine runs more of the ring's ranks than this process may
+ * use cores: its waits on raw TCP links then yield the core (ring.c). */
+bool rt_ring_crowded(const rt_ring *r);
 
 #endif

@@ -65,7 +65,9 @@ int rt_net_route_addr(const char *endpoint, char *ip, size_t cap);
 /* Host part of "tcp://HOST:PORT" (brackets of IPv6 kept off). */
 int rt_net_endpoint_host(const char *endpoint, char *host, size_t cap);
 /* Identity of this host *and* of its /dev/shm: two workers that report the
- * same id can share memory (same kernel boot, same /dev/shm mount). */
+ * same id can share memory (same kernel boot, same /dev/shm mount).
+ * "BOOT_ID/...": the part before the '/' is the kernel's boot id, the same
+ * in every container of one machine ("noboot" where it cannot be read). */
 void rt_net_host_id(char *out, size_t cap);
 /* Short host name for tables and messages. */
 void rt_net_host_name(char *out, size_t cap);

@@ -12,6 +12,7 @@
 
 #include "testutil.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -237,6 +238,52 @@ static void test_tcp(void **state)
         run_case(n, RT_LINKS_TCP, NULL);
 }
 
+/* The battery where each rank first checks rt_ring_crowded against *arg. */
+static int crowded_battery(rt_ring *ring, int rank, int out_fd, void *arg)
+{
+    CHECK(rt_ring_crowded(ring) == *(const bool *)arg, "crowded is %d, expected %d",
+          (int)rt_ring_crowded(ring), (int)*(const bool *)arg);
+    return battery(ring, rank, out_fd, NULL);
+}
+
+static void run_crowded(int n, bool want)
+{
+    struct rt_localring_opts o = {.n = n, .links = RT_LINKS_TCP, .chunk_bytes = 4096,
+                                  .stall_timeout = 60};
+    struct result res[8];
+    memset(res, 0, sizeof res);
+    if (rt_localring_run(&o, crowded_battery, &want, NULL, NULL, res, sizeof res[0]) < 0)
+        fail_msg("N=%d, crowded %d: %s", n, (int)want, rt_error_detail());
+    for (int r = 1; r < n; r++)
+        if (res[r].hash != res[0].hash)
+            fail_msg("N=%d, crowded: rank %d's sums differ from rank 0's", n, r);
+}
+
+/* Raw TCP ranks on one machine with more ranks than cores ("crowded":
+ * each wait yields the core before it sleeps): pinned to one core, any
+ * ring of two or more is, whatever the machine; the same exact sums. */
+static void test_tcp_crowded(void **state)
+{
+    (void)state;
+    cpu_set_t all, one;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    run_crowded(1, false);
+    run_crowded(2, true);
+    run_crowded(4, true);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    /* unpinned: crowded exactly when the ranks outnumber the cores */
+    const int cores = CPU_COUNT(&all);
+    if (cores < 8)
+        run_crowded(cores + 1, true);
+    run_crowded(2, cores < 2);
+}
+
 static void test_mixed(void **state)
 {
     (void)state;
@@ -358,6 +405,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shm),
         cmocka_unit_test(test_tcp),
+        cmocka_unit_test(test_tcp_crowded),
         cmocka_unit_test(test_mixed),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_diverged_ranks),

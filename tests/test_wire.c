@@ -209,6 +209,18 @@ static void test_membership(void **state)
     }
     assert_true(rt_membership_same_host(&back, 0, 1));
     assert_false(rt_membership_same_host(&back, 1, 2));
+    /* one machine: the boot id before the '/', whatever the /dev/shm after */
+    assert_true(rt_membership_same_machine(&back, 1, 2));
+    snprintf(back.m[3].host_id, sizeof back.m[3].host_id, "hidden/1");
+    assert_false(rt_membership_same_machine(&back, 2, 3)); /* "hid" is not "hidden" */
+    snprintf(back.m[3].host_id, sizeof back.m[3].host_id, "noboot/1");
+    snprintf(back.m[4].host_id, sizeof back.m[4].host_id, "noboot/2");
+    assert_false(rt_membership_same_machine(&back, 3, 4)); /* boot ids unknown */
+    assert_true(rt_membership_same_machine(&back, 3, 3));
+    snprintf(back.m[4].host_id, sizeof back.m[4].host_id, "hid");
+    assert_false(rt_membership_same_machine(&back, 4, 0)); /* no boot id at all */
+    assert_false(rt_membership_same_machine(&back, 0, 4));
+    assert_true(rt_membership_same_machine(&back, 4, 4));
     assert_string_equal(rt_membership_link_kind(&back, 0, true), "shm");
     assert_string_equal(rt_membership_link_kind(&back, 1, true), "tcp");
     assert_string_equal(rt_membership_link_kind(&back, 0, false), "tcp");
