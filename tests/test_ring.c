@@ -246,9 +246,9 @@ static int crowded_battery(rt_ring *ring, int rank, int out_fd, void *arg)
     return battery(ring, rank, out_fd, NULL);
 }
 
-static void run_crowded(int n, bool want)
+static void run_crowded(int n, enum rt_localring_links links, bool want)
 {
-    struct rt_localring_opts o = {.n = n, .links = RT_LINKS_TCP, .chunk_bytes = 4096,
+    struct rt_localring_opts o = {.n = n, .links = links, .chunk_bytes = 4096,
                                   .stall_timeout = 60};
     struct result res[8];
     memset(res, 0, sizeof res);
@@ -259,10 +259,11 @@ static void run_crowded(int n, bool want)
             fail_msg("N=%d, crowded: rank %d's sums differ from rank 0's", n, r);
 }
 
-/* Raw TCP ranks on one machine with more ranks than cores ("crowded":
- * each wait yields the core before it sleeps): pinned to one core, any
- * ring of two or more is, whatever the machine; the same exact sums. */
-static void test_tcp_crowded(void **state)
+/* Ranks on one machine with more ranks than cores ("crowded": each wait
+ * yields the core before it sleeps), over raw TCP and shared memory:
+ * pinned to one core, any ring of two or more is, whatever the machine;
+ * the same exact sums. */
+static void test_crowded(void **state)
 {
     (void)state;
     cpu_set_t all, one;
@@ -273,15 +274,16 @@ static void test_tcp_crowded(void **state)
     CPU_ZERO(&one);
     CPU_SET(first, &one);
     assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
-    run_crowded(1, false);
-    run_crowded(2, true);
-    run_crowded(4, true);
+    run_crowded(1, RT_LINKS_TCP, false);
+    run_crowded(2, RT_LINKS_TCP, true);
+    run_crowded(4, RT_LINKS_TCP, true);
+    run_crowded(3, RT_LINKS_SHM, true);
     assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
     /* unpinned: crowded exactly when the ranks outnumber the cores */
     const int cores = CPU_COUNT(&all);
     if (cores < 8)
-        run_crowded(cores + 1, true);
-    run_crowded(2, cores < 2);
+        run_crowded(cores + 1, RT_LINKS_TCP, true);
+    run_crowded(2, RT_LINKS_SHM, cores < 2);
 }
 
 static void test_mixed(void **state)
@@ -405,7 +407,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shm),
         cmocka_unit_test(test_tcp),
-        cmocka_unit_test(test_tcp_crowded),
+        cmocka_unit_test(test_crowded),
         cmocka_unit_test(test_mixed),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_diverged_ranks),
