@@ -25,8 +25,10 @@
 #include "clock.h"
 #include "collective.h"
 #include "floatsum.h"
+#include "partition.h"
 #include "shm.h"
 #include "status.h"
+#include "yieldwait.h"
 
 #define HR_MAGIC 0x6472687367617272ull /* "rragshrd" */
 #define HR_VERSION 3
@@ -80,6 +82,8 @@ struct rt_hostreduce {
     uint64_t gen, op;
     uint64_t apply_op;  /* the op of the last sum_apply begun (0: none in this group) */
     struct peer *peers; /* world of them; peers[rank] is self */
+    bool crowded;       /* more of the group than this process has cores: waits yield */
+    struct rt_yield_gauge yields;
 };
 
 /* Field 22 of /proc/PID/stat: the process's start, in clock ticks since
@@ -218,6 +222,11 @@ float *rt_hostreduce_floats(rt_hostreduce *h, size_t *n)
     return h->self.data;
 }
 
+bool rt_hostreduce_crowded(const rt_hostreduce *h)
+{
+    return h->peers && h->crowded;
+}
+
 bool rt_hostreduce_grouped(const rt_hostreduce *h) { return h && h->peers; }
 
 /* Rank r's segment of `kind` ("grads", "replica"), checked: this user's
@@ -263,6 +272,7 @@ int rt_hostreduce_group(rt_hostreduce *h, uint64_t gen, int rank, int world,
         return rt_error(RT_ERR_NOMEM, "out of memory");
     h->world = world;
     h->rank = rank;
+    h->crowded = rt_crowded(world, rt_cpu_quota());
     for (int r = 0; r < world; r++) {
         int rc = r == rank ? RT_OK : map_peer(secrets[r], "grads", r, h->n, &h->peers[r]);
         if (rc < 0) {
@@ -312,15 +322,24 @@ static void nap(struct hr_hdr *p, uint32_t bell)
     syscall(SYS_futex, &p->bell, FUTEX_WAIT, bell, &ts, NULL, 0);
 }
 
-/* Until rank r reached the mark: a short spin, then sleeps on its bell,
- * checking w between them. */
+/* Until rank r reached the mark: a short spin (on a crowded machine,
+ * yields: base/yieldwait.h), then sleeps on its bell, checking w between
+ * them. */
 static int wait_mark(rt_hostreduce *h, int r, uint64_t want, const struct rt_hostreduce_wait *w)
 {
     int rc = reached(h, r, want);
     double t0 = rt_now(), spin = w->spin_s > 0.0 ? w->spin_s : HR_SPIN_S;
-    while (rc == 0 && rt_now() - t0 < spin)
-        for (int i = 0; i < 16 && (rc = reached(h, r, want)) == 0; i++)
-            rt_spin_pause();
+    if (h->crowded && rt_yield_allowed(&h->yields, t0))
+        for (int i = 0; i < RT_YIELD_TURNS && rc == 0; i++) {
+            bool go_on = rt_yield_turn(&h->yields);
+            rc = reached(h, r, want);
+            if (!go_on)
+                break;
+        }
+    else
+        while (rc == 0 && rt_now() - t0 < spin)
+            for (int i = 0; i < 16 && (rc = reached(h, r, want)) == 0; i++)
+                rt_spin_pause();
     if (rc != 0)
         return rc < 0 ? rc : RT_OK;
     struct hr_hdr *p = h->peers[r].h;

@@ -48,6 +48,9 @@ int rt_hostreduce_group(rt_hostreduce *h, uint64_t gen, int rank, int world,
                         const char *const *secrets);
 void rt_hostreduce_ungroup(rt_hostreduce *h);
 bool rt_hostreduce_grouped(const rt_hostreduce *h);
+/* Whether the group outnumbers the cores this process may use: its waits
+ * yield the core before they sleep (base/yieldwait.h). */
+bool rt_hostreduce_crowded(const rt_hostreduce *h);
 
 /* How a collective waits for its peers: a spin of spin_s, then sleeps,
  * calling check(arg) every few milliseconds of waiting; < 0 gives the collective up with that

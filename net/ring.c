@@ -41,14 +41,16 @@
 #include "tcplink.h"
 #include "transport.h"
 #include "wire.h"
+#include "yieldwait.h"
 
 #define RING_TAG 0x52494e47u /* "RING" */
 #define RING_DEAD 0xdeadbeefu
 #define ZC_MIN_BYTES (32u << 10) /* below this a copy is cheaper than a callback */
 /* How long a rank spins before it sleeps (on the doorbell, or in poll).
- * Never sched_yield: on a node where other processes keep the cores busy,
- * each yield hands them a whole time slice (a 4-process ring slowed
- * 20-fold). A ring over ZeroMQ only spins SPIN_RELAX turns (a few us).
+ * No sched_yield but on a crowded machine (below, with its back-off): on a
+ * node where other processes keep the cores busy, each yield hands them a
+ * whole time slice (a 4-process ring slowed 20-fold). A ring over ZeroMQ
+ * only spins SPIN_RELAX turns (a few us).
  *
  * Rings with shared-memory or raw TCP links adapt (spin_next): twice the
  * turns whenever spinning caught a chunk or nearly did, half whenever the
@@ -86,29 +88,13 @@
  * had waits that short too, and their longer spins held the cores the
  * neighbours needed: 600-700 us against 150-170. */
 #define SPIN_TCP_WAKE 60e-6
-/* A machine running more ranks than it has cores (crowded: four local
- * processes on two cores, or four workers' containers on one small VM):
- * the neighbour a rank waits for needs this core. It yields between looks
- * at its link (raw TCP, or its shared-memory segment), SPIN_YIELD turns,
- * before it sleeps:
- * a sleep's wake-up waits for the scheduler to preempt whoever took the
- * core. A yield comes back within 10 us nearly always among the ranks
- * alone (1 in 100 after 1-4 ms: a neighbour sent meanwhile); beside busy
- * processes that are not ranks most take 1-8 ms, a time slice each (two
- * busy loops beside a 4-rank ring: 4 KiB p50 487 us sleeping, 5.9 ms
- * yielding every time). So: where more than YIELD_SLOW_SHARE of the
- * recent yields took longer than YIELD_SLOW (a moving average), none for
- * YIELD_OFF seconds. (Ending a wait's yields at its first slow one lost
- * most of the gain at 4 MiB: there the slow ones are the neighbours'
- * sends.) The ring alone, 4 ranks on 2 cores, 3 interleaved runs over
- * raw TCP: 4 KiB p50 158-195 -> 71-86 us, busbw at 1 MiB 0.97-1.05 ->
- * 1.55-2.02 GB/s, at 4 MiB 0.88-1.07 -> 1.06-1.14; over shared memory:
- * 4 KiB p50 110 -> 12-15 us, busbw at 4-8 MiB 2.1-2.3 -> 3.2-3.4; beside
- * the two busy loops as without yields. */
-#define SPIN_YIELD 100
-#define YIELD_SLOW 1e-3
-#define YIELD_SLOW_SHARE 0.25
-#define YIELD_OFF 1.0
+/* A crowded machine (more of the ring's ranks on it than this process has
+ * cores): waits yield between looks at the left link, raw TCP or shared
+ * memory, before they sleep (base/yieldwait.h). The ring alone, 4 ranks on
+ * 2 cores, 3 interleaved runs over raw TCP: 4 KiB p50 158-195 -> 71-86
+ * us, busbw at 1 MiB 0.97-1.05 -> 1.55-2.02 GB/s, at 4 MiB 0.88-1.07 ->
+ * 1.06-1.14; over shared memory: 4 KiB p50 110 -> 12-15 us, busbw at 4-8
+ * MiB 2.1-2.3 -> 3.2-3.4; beside two busy loops as without yields. */
 #define IDLE_EVERY 0.05
 
 struct rt_ring {
@@ -153,8 +139,7 @@ struct rt_ring {
     bool quota;              /* under a CPU quota below its cores: no long spins */
     bool crowded;            /* more ranks on this machine than this process has cores */
     bool tcp_wake;           /* not crowded: SPIN_TCP_WAKE may apply */
-    double yield_off_until;  /* yields were slow (YIELD_SLOW): none before this time */
-    double yield_slow;       /* moving share of the recent yields that were slow */
+    struct rt_yield_gauge yields; /* crowded waits' yields (base/yieldwait.h) */
     char left_key[RT_KEY_LEN + 1]; /* CURVE: the only key chunks may come from ("": plain) */
 };
 
@@ -257,19 +242,14 @@ static int setup_tcp(rt_ring *r, const struct rt_ring_config *c, double timeout_
 static bool under_quota(void);
 
 /* Whether this machine runs more of the ring's ranks than this process may
- * use cores (its affinity, or its CPU quota where lower): ranks on one
- * machine share its kernel's boot id (rt_membership_same_machine). */
+ * use cores: ranks on one machine share its kernel's boot id
+ * (rt_membership_same_machine). */
 static bool crowded(const struct rt_membership *ms, int rank)
 {
     int local = 0;
     for (int j = 0; j < ms->n; j++)
         local += rt_membership_same_machine(ms, rank, j);
-    cpu_set_t set;
-    double cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    double q = rt_cpu_quota();
-    if (q > 0.0 && q < cores)
-        cores = q;
-    return local > cores;
+    return rt_crowded(local, rt_cpu_quota());
 }
 
 rt_ring *rt_ring_new(const struct rt_ring_config *c)
@@ -1005,24 +985,6 @@ static bool contended(rt_ring *r)
     return r->busy > 0.5;
 }
 
-/* One turn of a crowded rank's wait: hand the core to a runnable task (a
- * neighbour it waits for, as like as not). False, and no yields for
- * YIELD_OFF seconds, once more than YIELD_SLOW_SHARE of the recent yields
- * (a moving average) gave the core back only after YIELD_SLOW. */
-static bool yield_turn(rt_ring *r)
-{
-    double t0 = rt_now();
-    sched_yield();
-    double t1 = rt_now();
-    const bool slow = t1 - t0 > YIELD_SLOW;
-    r->yield_slow += ((slow ? 1.0 : 0.0) - r->yield_slow) / 8.0;
-    if (r->yield_slow <= YIELD_SLOW_SHARE)
-        return true;
-    r->yield_off_until = t1 + YIELD_OFF;
-    r->yield_slow = 0.0;
-    return false;
-}
-
 static int run_plan(rt_ring *r, struct plan *p)
 {
     if (r->broken)
@@ -1041,11 +1003,11 @@ static int run_plan(rt_ring *r, struct plan *p)
     /* (raw TCP: a syscall a turn already yields the core often enough) */
     if (adapt && (r->spin < lo || r->spin > hi || (r->left_shm && contended(r))))
         r->spin = lo;
-    /* crowded: yield between looks at the left link (SPIN_YIELD) */
-    const bool yielding = r->crowded && (r->rx || r->left_shm) && now >= r->yield_off_until;
+    /* crowded: yield between looks at the left link (base/yieldwait.h) */
+    const bool yielding = r->crowded && (r->rx || r->left_shm) && rt_yield_allowed(&r->yields, now);
     if (yielding)
         adapt = false;
-    int spins = 0, spin_max = yielding ? SPIN_YIELD : adapt ? r->spin : SPIN_RELAX;
+    int spins = 0, spin_max = yielding ? RT_YIELD_TURNS : adapt ? r->spin : SPIN_RELAX;
     int rc = RT_OK;
     while (ns < p->nsend || nr < p->nrecv || tx_busy(r)) {
         if (r->lost_at > 0) {
@@ -1082,7 +1044,7 @@ static int run_plan(rt_ring *r, struct plan *p)
         if (++spins == 1 && adapt)
             stall_at = rt_now();
         if (spins < spin_max) {
-            if (yielding && !yield_turn(r))
+            if (yielding && !rt_yield_turn(&r->yields))
                 spins = spin_max - 1; /* slow: sleep this time, and stop yielding a while */
             else if (!yielding)
                 rt_spin_pause();

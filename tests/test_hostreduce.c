@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 #include "hostreduce.h"
 #include "shm.h"
 #include "status.h"
+#include "yieldwait.h"
 
 #define N_FLOATS 20000
 
@@ -199,6 +201,60 @@ static int give_up_later(void *arg)
     return ++checks >= 3 ? rt_error(RT_ERR_REGROUP, "the members change") : RT_OK;
 }
 
+/* More ranks than cores (pinned to one): the group is crowded, its waits
+ * yield before they sleep, and the sums stay exact; unpinned, crowded
+ * exactly when the ranks outnumber the cores. */
+static void test_crowded(void **state)
+{
+    (void)state;
+    char a[17], b[17];
+    rt_hostreduce *me = first_of_two(0x3c3c0000u, a, b, 64), *peer = rt_hostreduce_new(b, 64);
+    if (!me)
+        skip();
+    assert_non_null(peer);
+    const char *secs[] = {a, b};
+    cpu_set_t all, one;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    assert_int_equal(rt_hostreduce_group(me, 1, 0, 2, secs), RT_OK);
+    assert_true(rt_hostreduce_crowded(me));
+    run_world(3); /* forked ranks inherit the one core */
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    assert_int_equal(rt_hostreduce_group(me, 2, 0, 2, secs), RT_OK);
+    assert_true(rt_hostreduce_crowded(me) == (CPU_COUNT(&all) < 2));
+    rt_hostreduce_destroy(&peer);
+    rt_hostreduce_destroy(&me);
+}
+
+/* The crowded waits' back-off (base/yieldwait.h): yields that come back
+ * within 1 ms never stop them; once more than a quarter of the recent ones
+ * (a moving average, 1/8 a yield) took longer, none for a second, and the
+ * average starts again from zero. */
+static void test_yield_gauge(void **state)
+{
+    (void)state;
+    struct rt_yield_gauge g = {0};
+    for (int i = 0; i < 1000; i++)
+        assert_true(rt_yield_note(&g, 0.9e-3, 10.0));
+    assert_true(rt_yield_allowed(&g, 10.0));
+    assert_true(rt_yield_note(&g, 2e-3, 10.0));  /* 1/8 */
+    assert_true(rt_yield_note(&g, 2e-3, 10.0));  /* 0.23 */
+    assert_false(rt_yield_note(&g, 2e-3, 10.0)); /* 0.33: off */
+    assert_false(rt_yield_allowed(&g, 10.5));
+    assert_true(rt_yield_allowed(&g, 11.0));
+    assert_true(rt_yield_note(&g, 2e-3, 11.0)); /* from zero again */
+    /* one slow yield in eight fast ones, over and over: never off */
+    struct rt_yield_gauge h = {0};
+    for (int i = 0; i < 900; i++)
+        assert_true(rt_yield_note(&h, i % 9 ? 1e-5 : 3e-3, 20.0));
+    assert_true(rt_yield_turn(&h)); /* a real yield, on a quiet core */
+}
+
 /* A peer whose segment is there but who never sums: the check gives the
  * sum up; without one, the timeout does, naming the rank. */
 static void test_absent_peer(void **state)
@@ -348,6 +404,8 @@ int main(void)
         cmocka_unit_test(test_two),
         cmocka_unit_test(test_three),
         cmocka_unit_test(test_four),
+        cmocka_unit_test(test_crowded),
+        cmocka_unit_test(test_yield_gauge),
         cmocka_unit_test(test_absent_peer),
         cmocka_unit_test(test_apply_undone),
         cmocka_unit_test(test_not_a_peer),
