@@ -985,6 +985,23 @@ static bool contended(rt_ring *r)
     return r->busy > 0.5;
 }
 
+/* After a plan's last chunk: the caller may reuse the buffer on return, so
+ * libzmq must be done with it; then the next collective's number. */
+static int plan_done(rt_ring *r)
+{
+    double t0 = rt_now();
+    int rc;
+    while (atomic_load_explicit(&r->released, memory_order_acquire) < r->zc_issued) {
+        if (rt_now() - t0 > 1.0 && r->idle && (rc = r->idle(r->idle_arg)) < 0)
+            return rc;
+        usleep(10);
+    }
+    if ((r->left_shm || r->rx) && rt_now() - r->last_drain > IDLE_EVERY)
+        drain_inbox(r);
+    r->op++;
+    return RT_OK;
+}
+
 static int run_plan(rt_ring *r, struct plan *p)
 {
     if (r->broken)
@@ -1004,7 +1021,8 @@ static int run_plan(rt_ring *r, struct plan *p)
     if (adapt && (r->spin < lo || r->spin > hi || (r->left_shm && contended(r))))
         r->spin = lo;
     /* crowded: yield between looks at the left link (base/yieldwait.h) */
-    const bool yielding = r->crowded && (r->rx || r->left_shm) && rt_yield_allowed(&r->yields, now);
+    const bool yielding =
+        r->crowded && (r->rx || r->left_shm) && rt_yield_allowed(&r->yields, now);
     if (yielding)
         adapt = false;
     int spins = 0, spin_max = yielding ? RT_YIELD_TURNS : adapt ? r->spin : SPIN_RELAX;
@@ -1072,16 +1090,8 @@ static int run_plan(rt_ring *r, struct plan *p)
         if ((rc = wait_links(r, guard_ok, want_bell, seen)) < 0)
             goto fail;
     }
-    /* The caller may reuse the buffer on return: libzmq must be done with it. */
-    now = rt_now();
-    while (atomic_load_explicit(&r->released, memory_order_acquire) < r->zc_issued) {
-        if (rt_now() - now > 1.0 && r->idle && (rc = r->idle(r->idle_arg)) < 0)
-            goto fail;
-        usleep(10);
-    }
-    if ((r->left_shm || r->rx) && rt_now() - r->last_drain > IDLE_EVERY)
-        drain_inbox(r);
-    r->op++;
+    if ((rc = plan_done(r)) < 0)
+        goto fail;
     return RT_OK;
 
 fail:

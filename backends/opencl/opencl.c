@@ -915,7 +915,8 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
         (size_t)ldc, &o->queue, NULL);
     if (t0 != 0.0) {
         char name[48];
-        snprintf(name, sizeof name, "[sgemm %c%c %dx%dx%d]", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k);
+        snprintf(name, sizeof name, "[sgemm %c%c %dx%dx%d]", ta ? 'T' : 'N', tb ? 'T' : 'N', m,
+                 n, k);
         ocl_prof_end(d, t0, name);
     }
     return ocl_blast_status(st, "CLBlast SGEMM");

@@ -180,7 +180,8 @@ float8 rt_bias_act_lin8(float8 y, float b, int kind, float alpha)
 
 float16 rt_bias_act_lin16(float16 y, float b, int kind, float alpha)
 {
-    return (float16)(rt_bias_act_lin8(y.lo, b, kind, alpha), rt_bias_act_lin8(y.hi, b, kind, alpha));
+    return (float16)(rt_bias_act_lin8(y.lo, b, kind, alpha),
+                     rt_bias_act_lin8(y.hi, b, kind, alpha));
 }
 
 /* y[ni][k][oy][ox] = sum_{ch,i,j} w[k][ch][i][j] * xp[ni][ch][oy+i][ox+j]
