@@ -2,7 +2,8 @@
 # The opencl backend trains like the cpu backend: lenet, one epoch on 10,000
 # Fashion-MNIST images, the same seed and batch order; the test accuracies
 # must agree within 1 point (over seeds 1-8 they differ by 0.56 points at
-# most, from float rounding); a bad RAGTAG_OPENCL_VECTOR is refused. Skipped,
+# most, from float rounding); a bad RAGTAG_OPENCL_VECTOR is refused; the
+# RAGTAG_OPENCL_PROFILE=1 profile names every kernel it timed. Skipped,
 # saying why, when the opencl backend is absent (module not built, no OpenCL
 # ICD, no device).
 set -u
@@ -46,3 +47,20 @@ if RAGTAG_OPENCL_VECTOR=12 "$RAGTAG" train "$top_srcdir/examples/lenet.cfg" --da
   cat "$tmp/v.err"; echo "FAIL: RAGTAG_OPENCL_VECTOR=12 was not refused by name"; exit 1
 fi
 echo "RAGTAG_OPENCL_VECTOR=12 refused: $(tail -n 1 "$tmp/v.err")"
+
+# RAGTAG_OPENCL_PROFILE=1: every kernel timed by its event (the count on
+# the summary line is the sum of the kernels' calls), the spans of whole
+# ops, the device's waits between kernels
+RAGTAG_OPENCL_PROFILE=1 "$RAGTAG" train "$top_srcdir/examples/lenet.cfg" --data fashion-mnist \
+  --limit 640 --val 0 --epochs 1 --progress off --backend opencl >/dev/null 2>"$tmp/p.err" ||
+  { cat "$tmp/p.err"; echo "FAIL: training with RAGTAG_OPENCL_PROFILE=1 failed"; exit 1; }
+summary='s/^ *\([0-9][0-9]*\) kernels: .* ms running, .* ms from one.s end to the next.*/\1/p'
+kernels=$(sed -n "$summary" "$tmp/p.err")
+calls=$(awk '$1 ~ /^rt_/ { n += $3 } END { print n + 0 }' "$tmp/p.err")
+if [ -z "$kernels" ] || [ "$kernels" != "$calls" ] || [ "$calls" -lt 100 ] ||
+   ! grep -q '^ *\[conv2d_fwd\] ' "$tmp/p.err" || ! grep -q '^ *rt_conv_direct' "$tmp/p.err"; then
+  cat "$tmp/p.err"
+  echo "FAIL: the profile lacks its kernels, spans or summary (kernels '$kernels', calls $calls)"
+  exit 1
+fi
+echo "profile: $kernels kernels, each timed; $(grep ' kernels: ' "$tmp/p.err" | sed 's/^ *//')"
