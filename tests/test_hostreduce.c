@@ -13,7 +13,6 @@
 
 #include <fcntl.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -213,18 +212,12 @@ static void test_crowded(void **state)
         skip();
     assert_non_null(peer);
     const char *secs[] = {a, b};
-    cpu_set_t all, one;
-    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
-    int first = 0;
-    while (!CPU_ISSET(first, &all))
-        first++;
-    CPU_ZERO(&one);
-    CPU_SET(first, &one);
-    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    cpu_set_t all;
+    tu_pin_one_core(&all);
     assert_int_equal(rt_hostreduce_group(me, 1, 0, 2, secs), RT_OK);
     assert_true(rt_hostreduce_crowded(me));
     run_world(3); /* forked ranks inherit the one core */
-    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    tu_unpin(&all);
     assert_int_equal(rt_hostreduce_group(me, 2, 0, 2, secs), RT_OK);
     assert_true(rt_hostreduce_crowded(me) == (CPU_COUNT(&all) < 2));
     rt_hostreduce_destroy(&peer);

@@ -12,7 +12,6 @@
 
 #include "testutil.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -266,19 +265,13 @@ static void run_crowded(int n, enum rt_localring_links links, bool want)
 static void test_crowded(void **state)
 {
     (void)state;
-    cpu_set_t all, one;
-    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
-    int first = 0;
-    while (!CPU_ISSET(first, &all))
-        first++;
-    CPU_ZERO(&one);
-    CPU_SET(first, &one);
-    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    cpu_set_t all;
+    tu_pin_one_core(&all);
     run_crowded(1, RT_LINKS_TCP, false);
     run_crowded(2, RT_LINKS_TCP, true);
     run_crowded(4, RT_LINKS_TCP, true);
     run_crowded(3, RT_LINKS_SHM, true);
-    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    tu_unpin(&all);
     /* unpinned: crowded exactly when the ranks outnumber the cores */
     const int cores = CPU_COUNT(&all);
     if (cores < 8)

@@ -3,6 +3,7 @@
 #define RT_TESTUTIL_H
 
 #include <math.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,6 +45,26 @@ static inline double tu_max_rel_err(const float *a, const float *b, size_t n, do
 }
 
 /* path and everything under it (links not followed). */
+/* Pin this process (and what it forks) to the first core it may use; *all
+ * gets the cores it had, for tu_unpin. A machine with more of a
+ * collective's processes than cores ("crowded") on any machine. */
+static inline void tu_pin_one_core(cpu_set_t *all)
+{
+    assert_int_equal(sched_getaffinity(0, sizeof *all, all), 0);
+    int first = 0;
+    while (!CPU_ISSET(first, all))
+        first++;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+}
+
+static inline void tu_unpin(const cpu_set_t *all)
+{
+    assert_int_equal(sched_setaffinity(0, sizeof *all, all), 0);
+}
+
 static inline void tu_rm_tree(const char *path)
 {
     struct stat st;
