@@ -1021,8 +1021,7 @@ static int run_plan(rt_ring *r, struct plan *p)
     if (adapt && (r->spin < lo || r->spin > hi || (r->left_shm && contended(r))))
         r->spin = lo;
     /* crowded: yield between looks at the left link (base/yieldwait.h) */
-    const bool yielding =
-        r->crowded && (r->rx || r->left_shm) && rt_yield_allowed(&r->yields, now);
+    bool yielding = r->crowded && (r->rx || r->left_shm) && rt_yield_allowed(&r->yields, now);
     if (yielding)
         adapt = false;
     int spins = 0, spin_max = yielding ? RT_YIELD_TURNS : adapt ? r->spin : SPIN_RELAX;
@@ -1062,10 +1061,14 @@ static int run_plan(rt_ring *r, struct plan *p)
         if (++spins == 1 && adapt)
             stall_at = rt_now();
         if (spins < spin_max) {
-            if (yielding && !rt_yield_turn(&r->yields))
-                spins = spin_max - 1; /* slow: sleep this time, and stop yielding a while */
-            else if (!yielding)
+            if (!yielding) {
                 rt_spin_pause();
+            } else if (!rt_yield_turn(&r->yields)) {
+                /* backing off: the least spin for the rest, and this wait sleeps */
+                yielding = false;
+                spin_max = lo;
+                spins = lo - 1;
+            }
             continue;
         }
         now = rt_now();
