@@ -35,10 +35,15 @@ bool rt_yield_turn(struct rt_yield_gauge *g)
     return rt_yield_note(g, t1 - t0, t1);
 }
 
-bool rt_crowded(int procs, double quota)
+int rt_affinity_cores(void)
 {
     cpu_set_t set;
-    double cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+}
+
+bool rt_crowded(int procs, double quota)
+{
+    double cores = rt_affinity_cores();
     if (quota > 0.0 && quota < cores)
         cores = quota;
     return procs > cores;

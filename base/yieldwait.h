@@ -33,6 +33,8 @@ bool rt_yield_turn(struct rt_yield_gauge *g);
 /* rt_yield_turn's bookkeeping: a yield that took `took` seconds, ending at
  * `now`. */
 bool rt_yield_note(struct rt_yield_gauge *g, double took, double now);
+/* The cores this process may run on (its affinity; 1 when unknown). */
+int rt_affinity_cores(void);
 /* Whether `procs` processes of one collective on this machine outnumber
  * the cores this process may use (its affinity, or its CPU quota `quota`
  * where lower; 0: none). */

@@ -27,7 +27,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sched.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -926,9 +925,7 @@ static int send_some(rt_ring *r, struct plan *p, size_t *ns, size_t nr, bool *pr
 static bool under_quota(void)
 {
     double q = rt_cpu_quota();
-    cpu_set_t set;
-    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    return q > 0.0 && q < (double)cores;
+    return q > 0.0 && q < (double)rt_affinity_cores();
 }
 
 /* The spin bounds of this ring's links (see SPIN_RELAX), by the link a

@@ -16,7 +16,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -47,6 +46,7 @@
 #include "transport.h"
 #include "wire.h"
 #include "worker_sec.h"
+#include "yieldwait.h"
 
 #define WORKER_MAX_FRAME ((int64_t)1 << 30) /* weights when resuming */
 #define MAX_MODEL_TEXT (512u << 10)
@@ -1104,8 +1104,7 @@ static float *w_shared_floats(void *ctx, size_t n)
 #define HOST_SUM_SPIN_SHORT 20e-6
 static double hs_spin(const struct worker *w)
 {
-    cpu_set_t set;
-    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int cores = rt_affinity_cores();
     long threads = 0;
     for (int r = 0; r < w->world; r++)
         threads += w->ms.m[r].threads > 0 ? w->ms.m[r].threads : 1;
