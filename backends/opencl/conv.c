@@ -295,10 +295,11 @@ static size_t reach_bwf(const struct rt_conv_shape *s)
  * planes of h*w) instead of a packed copy: their loads past a plane's end
  * land in the next image, whose values only reach discarded lanes (forward)
  * or meet zeros of the packed dy (filter gradient). The batch's last image
- * has no next one: the filter gradient packs it (what lies after it need
- * not be finite); the forward reads it in place too where its loads stay
- * inside the buffer's memory (opencl.c allocates every buffer with spare
- * bytes for this), whatever they find there. */
+ * has no next one: both read it in place too where their loads stay inside
+ * the buffer's memory (opencl.c allocates every buffer with spare bytes for
+ * this), the forward whatever they find there, the filter gradient keeping
+ * zeros in those lanes (what lies there need not be finite); otherwise
+ * they pack it. */
 static bool direct_in_place(rt_dev *d, const struct rt_conv_shape *s, struct pack *xp)
 {
     if (s->pad_h != 0 || s->pad_w != 0 || s->n < 2)
@@ -312,11 +313,12 @@ static bool direct_in_place(rt_dev *d, const struct rt_conv_shape *s, struct pac
     return true;
 }
 
-/* Whether the forward may read the batch's last image of x in place. */
-static bool fwd_tail_in_place(rt_dev *d, const struct rt_conv_shape *s, rt_view x)
+/* Whether loads reaching `reach` floats past the start of the batch's last
+ * image of x stay inside x's memory object (its spare bytes included). */
+static bool tail_readable(rt_dev *d, const struct rt_conv_shape *s, rt_view x, size_t reach)
 {
     const size_t last = x.off + (size_t)(s->n - 1) * s->c * s->h * s->w;
-    return last + reach_fwd(d, s) <= ocl_buf_readable(d, x.buf) / sizeof(float);
+    return last + reach <= ocl_buf_readable(d, x.buf) / sizeof(float);
 }
 
 static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w, rt_view y,
@@ -324,7 +326,7 @@ static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_vi
 {
     const struct pack p = pack_fwd(s);
     struct pack in;
-    const bool in_place = direct_in_place(d, s, &in), all = in_place && fwd_tail_in_place(d, s, x);
+    const bool in_place = direct_in_place(d, s, &in), all = in_place && tail_readable(d, s, x, reach_fwd(d, s));
     const int chunk = all ? s->n : direct_chunk(d, s);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     rt_view wt = ws, xp = rt_view_at(ws, wpack_size(s->k, s->c, s->r, s->s));
@@ -368,9 +370,10 @@ static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy,
 }
 
 /* One launch of the filter-gradient kernel: the partials of `groups`
- * groups of `per` images (nb in all) into part. */
+ * groups of `per` images (nb in all) into part; x's values from xlim
+ * floats on are never used (conv.cl). */
 static int run_bwdf(rt_dev *d, const struct rt_conv_shape *s, int nb, int per, int groups,
-                    struct pack p, int dps, rt_view xp, rt_view dyp, rt_view part)
+                    struct pack p, int dps, size_t xlim, rt_view xp, rt_view dyp, rt_view part)
 {
     /* window columns a work-item (SJ) by the vector width; channels a
      * work-item: the kernels' KT in conv.cl */
@@ -381,10 +384,25 @@ static int run_bwdf(rt_dev *d, const struct rt_conv_shape *s, int nb, int per, i
     const enum ocl_kernel kern = kerns[ocl(d)->conv_v == 16][sj];
     const int kt = sj == 1 ? 3 : 2, nkb = (s->k + kt - 1) / kt;
     size_t items = (size_t)nkb * s->c * s->r * groups;
-    return ocl_run_n(d, kern, items, "liiiiiiiiiivvv", items, per, nb, s->c, s->k, s->r, s->s,
-                     p.wp, p.ps, dps, nkb, xp, dyp, part);
+    return ocl_run_n(d, kern, items, "liiiiiiiiiilvvv", items, per, nb, s->c, s->k, s->r, s->s,
+                     p.wp, p.ps, dps, nkb, (uint64_t)xlim, xp, dyp, part);
 }
 
+/* Groups of about equal size for nb images: *per images each. */
+static int split_groups(rt_dev *d, int nb, int *per)
+{
+    if (nb <= 0) {
+        *per = 1;
+        return 0;
+    }
+    const int g0 = bwdf_groups(d, nb);
+    *per = (nb + g0 - 1) / g0;
+    return (nb + *per - 1) / *per;
+}
+
+/* In place, the images of a chunk read x where it lies, all but the
+ * batch's last unless the loads past it stay in the buffer's memory (the
+ * kernel keeps zeros in their lanes); the others are packed. */
 static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
                              rt_view dw, rt_view ws)
 {
@@ -392,34 +410,32 @@ static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x
     const struct pack p = pack_fwd(s);
     struct pack in;
     const bool in_place = direct_in_place(d, s, &in);
+    const bool tail = in_place && tail_readable(d, s, x, reach_bwf(s));
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     const size_t nw = (size_t)s->k * conv_crs(s);
     for (int i0 = 0; i0 < s->n; i0 += chunk) {
         const int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
-        /* in place: all but the batch's last image read x itself */
-        const int direct = in_place && i0 + nb == s->n ? nb - 1 : 0;
-        int groups = 0, per = 1;
-        if (direct > 0) {
-            const int g0 = bwdf_groups(d, direct);
-            per = (direct + g0 - 1) / g0;
-            groups = (direct + per - 1) / per;
-        }
+        const int direct = !in_place ? 0 : i0 + nb < s->n || tail ? nb : nb - 1;
         const int packed = nb - direct;
-        const int pg0 = direct > 0 ? 1 : bwdf_groups(d, packed);
-        const int pper = (packed + pg0 - 1) / pg0, pgroups = (packed + pper - 1) / pper;
+        int per, pper = 1, pgroups = packed > 0; /* beside images in place: one group */
+        const int groups = split_groups(d, direct, &per);
+        if (direct == 0)
+            pgroups = split_groups(d, packed, &pper);
         rt_view dyp = ws, xp = rt_view_at(dyp, (size_t)nb * s->k * dps);
         rt_view part = rt_view_at(xp, (size_t)packed * s->c * p.ps);
         struct pack dp = {p.wp, s->oh, dps};
         RT_TRY(run_pack(d, (size_t)nb * s->k, s->oh, s->ow, 0, 0, dp, rt_view_at(dy, i0 * ys),
                         dyp));
         if (direct > 0)
-            RT_TRY(run_bwdf(d, s, direct, per, groups, in, dps, rt_view_at(x, i0 * xs), dyp,
-                            part));
-        RT_TRY(run_pack(d, (size_t)packed * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
-                        rt_view_at(x, (i0 + direct) * xs), xp));
-        RT_TRY(run_bwdf(d, s, packed, pper, pgroups, p, dps, xp,
-                        rt_view_at(dyp, (size_t)direct * s->k * dps),
-                        rt_view_at(part, (size_t)groups * nw)));
+            RT_TRY(run_bwdf(d, s, direct, per, groups, in, dps, (size_t)(s->n - i0) * xs,
+                            rt_view_at(x, i0 * xs), dyp, part));
+        if (packed > 0) {
+            RT_TRY(run_pack(d, (size_t)packed * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
+                            rt_view_at(x, (i0 + direct) * xs), xp));
+            RT_TRY(run_bwdf(d, s, packed, pper, pgroups, p, dps, (size_t)packed * s->c * p.ps,
+                            xp, rt_view_at(dyp, (size_t)direct * s->k * dps),
+                            rt_view_at(part, (size_t)groups * nw)));
+        }
         RT_TRY(ocl_run_n(d, OCL_K_conv_bwdf_sum, nw, "liivv", nw, groups + pgroups,
                          i0 > 0 ? 1 : 0, part, dw));
     }

@@ -255,17 +255,34 @@ RT_CONV_DIRECT(rt_conv_direct4, 4, 8)
 RT_CONV_DIRECT(rt_conv_direct6_v16, 6, 16)
 RT_CONV_DIRECT(rt_conv_direct4_v16, 4, 16)
 
+/* The lanes' own indices, 0 .. V-1. */
+#define RT_IOTA8 ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
+#define RT_IOTA16 ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+
 /* Partial filter gradients of one group of images, by flat dot products:
  * part[g][k][ch][i][j] = sum over images ni of group g, and q < dps, of
  * dyp[ni][k][q] * xp[ni][ch][i*wp + j + q], where dyp holds dy in rows of
- * wp (zeros past ow and past oh*wp: those lanes add nothing). One work-item:
+ * wp (zeros past ow and past oh*wp: those lanes add nothing). Values of xp
+ * from xlim floats on (past the batch's last image, read in place) may be
+ * anything, even NaN: the loads that reach them keep zeros there instead,
+ * so every lane's product is that of a zero-padded copy. One work-item:
  * KT channels x SJ window columns of one (ch, i), for every j0 = 0, SJ, ..
  * (KT x SJ accumulators and SJ x vectors: at most 15 registers)
  * (columns past s computed on a duplicate and not stored). Work-item order:
  * channel block fastest, then ch, i, group. */
+/* acc[q][j] += dy's row q (at p) times xv[j], in RT_CONV_BWDF's loop */
+#define RT_BWDF_MADS(KT, SJ, V)                                                                    \
+    _Pragma("unroll")                                                                              \
+    for (int q = 0; q < KT; q++) {                                                                 \
+        const float##V dv = vload##V(0, dr + dq[q] + p);                                           \
+        _Pragma("unroll")                                                                          \
+        for (int j = 0; j < SJ; j++)                                                               \
+            acc[q][j] = RT_MAD(dv, xv[j], acc[q][j]);                                              \
+    }
+
 #define RT_CONV_BWDF(NAME, SJ, KT, V)                                                              \
     kernel void NAME(ulong items, int per, int n, int c, int k, int r, int s, int wp, int ps,      \
-                     int dps, int nkb, global const float *xp, ulong xpo,                          \
+                     int dps, int nkb, ulong xlim, global const float *xp, ulong xpo,              \
                      global const float *dyp, ulong dyo, global float *part, ulong po)             \
     {                                                                                              \
         RT_ELEM(t, items);                                                                         \
@@ -291,19 +308,27 @@ RT_CONV_DIRECT(rt_conv_direct4_v16, 4, 16)
                 for (int j = 0; j < SJ; j++)                                                       \
                     acc[q][j] = (float##V)0.0f;                                                    \
             for (int ni = n0; ni < n1; ni++) {                                                     \
-                global const float *xr = xp + xpo + ((ulong)ni * c + ch) * ps;                     \
+                const ulong xo = ((ulong)ni * c + ch) * ps;                                        \
+                global const float *xr = xp + xpo + xo;                                            \
                 global const float *dr = dyp + dyo + (ulong)ni * k * dps;                          \
-                for (int p = 0; p < dps; p += V) {                                                 \
-                    float##V xv[SJ];                                                               \
-                    _Pragma("unroll")                                                              \
-                    for (int j = 0; j < SJ; j++)                                                   \
-                        xv[j] = vload##V(0, xr + jj[j] + p);                                       \
-                    _Pragma("unroll")                                                              \
-                    for (int q = 0; q < KT; q++) {                                                 \
-                        const float##V dv = vload##V(0, dr + dq[q] + p);                           \
+                /* loads at xr + lim and on keep zeros (jj rises with j) */                        \
+                const long lim = (long)xlim - (long)xo;                                            \
+                if (jj[SJ - 1] + dps <= lim) {                                                     \
+                    for (int p = 0; p < dps; p += V) {                                             \
+                        float##V xv[SJ];                                                           \
                         _Pragma("unroll")                                                          \
                         for (int j = 0; j < SJ; j++)                                               \
-                            acc[q][j] = RT_MAD(dv, xv[j], acc[q][j]);                              \
+                            xv[j] = vload##V(0, xr + jj[j] + p);                                   \
+                        RT_BWDF_MADS(KT, SJ, V);                                                   \
+                    }                                                                              \
+                } else {                                                                           \
+                    for (int p = 0; p < dps; p += V) {                                             \
+                        float##V xv[SJ];                                                           \
+                        _Pragma("unroll")                                                          \
+                        for (int j = 0; j < SJ; j++)                                               \
+                            xv[j] = select((float##V)0.0f, vload##V(0, xr + jj[j] + p),            \
+                                           RT_IOTA##V + (jj[j] + p) < (int##V)(int)lim);           \
+                        RT_BWDF_MADS(KT, SJ, V);                                                   \
                     }                                                                              \
                 }                                                                                  \
             }                                                                                      \
