@@ -382,7 +382,8 @@ static int run_bwdf(rt_dev *d, const struct rt_conv_shape *s, int nb, int per, i
         {OCL_K_conv_bwdf5_v16, OCL_K_conv_bwdf3_v16, OCL_K_conv_bwdf4_v16}};
     const int sj = s->s % 5 == 0 ? 0 : s->s % 3 == 0 ? 1 : 2;
     const enum ocl_kernel kern = kerns[ocl(d)->conv_v == 16][sj];
-    const int kt = sj == 1 ? 3 : 2, nkb = (s->k + kt - 1) / kt;
+    static const int kts[2][3] = {{2, 3, 2}, {4, 6, 4}};
+    const int kt = kts[ocl(d)->conv_v == 16][sj], nkb = (s->k + kt - 1) / kt;
     size_t items = (size_t)nkb * s->c * s->r * groups;
     return ocl_run_n(d, kern, items, "liiiiiiiiiilvvv", items, per, nb, s->c, s->k, s->r, s->s,
                      p.wp, p.ps, dps, nkb, (uint64_t)xlim, xp, dyp, part);

@@ -259,17 +259,6 @@ RT_CONV_DIRECT(rt_conv_direct4_v16, 4, 16)
 #define RT_IOTA8 ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
 #define RT_IOTA16 ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
-/* Partial filter gradients of one group of images, by flat dot products:
- * part[g][k][ch][i][j] = sum over images ni of group g, and q < dps, of
- * dyp[ni][k][q] * xp[ni][ch][i*wp + j + q], where dyp holds dy in rows of
- * wp (zeros past ow and past oh*wp: those lanes add nothing). Values of xp
- * from xlim floats on (past the batch's last image, read in place) may be
- * anything, even NaN: the loads that reach them keep zeros there instead,
- * so every lane's product is that of a zero-padded copy. One work-item:
- * KT channels x SJ window columns of one (ch, i), for every j0 = 0, SJ, ..
- * (KT x SJ accumulators and SJ x vectors: at most 15 registers)
- * (columns past s computed on a duplicate and not stored). Work-item order:
- * channel block fastest, then ch, i, group. */
 /* acc[q][j] += dy's row q (at p) times xv[j], in RT_CONV_BWDF's loop */
 #define RT_BWDF_MADS(KT, SJ, V)                                                                    \
     _Pragma("unroll")                                                                              \
@@ -280,6 +269,20 @@ RT_CONV_DIRECT(rt_conv_direct4_v16, 4, 16)
             acc[q][j] = RT_MAD(dv, xv[j], acc[q][j]);                                              \
     }
 
+/* Partial filter gradients of one group of images, by flat dot products:
+ * part[g][k][ch][i][j] = sum over images ni of group g, and q < dps, of
+ * dyp[ni][k][q] * xp[ni][ch][i*wp + j + q], where dyp holds dy in rows of
+ * wp (zeros past ow and past oh*wp: those lanes add nothing). Values of xp
+ * from xlim floats on (past the batch's last image, read in place) may be
+ * anything, even NaN: the loads that reach them keep zeros there instead,
+ * so every lane's product is that of a zero-padded copy. One work-item:
+ * KT channels x SJ window columns of one (ch, i), for every j0 = 0, SJ, ..
+ * (KT x SJ accumulators, SJ x vectors and one of dy fit AVX2's 16
+ * registers in vectors of 8, and AVX-512's 32 in vectors of 16 with twice
+ * the channels, so that each x load feeds twice the products: the loads,
+ * not the FMAs, bound this loop; columns past s computed on a duplicate
+ * and not stored). Work-item order: channel block fastest, then ch, i,
+ * group. */
 #define RT_CONV_BWDF(NAME, SJ, KT, V)                                                              \
     kernel void NAME(ulong items, int per, int n, int c, int k, int r, int s, int wp, int ps,      \
                      int dps, int nkb, ulong xlim, global const float *xp, ulong xpo,              \
@@ -346,9 +349,9 @@ RT_CONV_DIRECT(rt_conv_direct4_v16, 4, 16)
 RT_CONV_BWDF(rt_conv_bwdf3, 3, 3, 8)
 RT_CONV_BWDF(rt_conv_bwdf5, 5, 2, 8)
 RT_CONV_BWDF(rt_conv_bwdf4, 4, 2, 8)
-RT_CONV_BWDF(rt_conv_bwdf3_v16, 3, 3, 16)
-RT_CONV_BWDF(rt_conv_bwdf5_v16, 5, 2, 16)
-RT_CONV_BWDF(rt_conv_bwdf4_v16, 4, 2, 16)
+RT_CONV_BWDF(rt_conv_bwdf3_v16, 3, 6, 16)
+RT_CONV_BWDF(rt_conv_bwdf5_v16, 5, 4, 16)
+RT_CONV_BWDF(rt_conv_bwdf4_v16, 4, 4, 16)
 
 /* Element kernel: dw[e] (+)= the sum of the groups' partials, in group
  * order (a fixed order: a run repeats exactly). */
