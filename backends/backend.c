@@ -600,6 +600,21 @@ int rt_op_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x,
     return d->ops->conv2d_bwd_filter(d, s, x, dy, dw, ws);
 }
 
+int rt_op_dense_fwd(rt_dev *d, int n, int in, int units, rt_view x, rt_view w, rt_view b,
+                    enum rt_act kind, float alpha, rt_view y)
+{
+    RT_ASSERT(n >= 0 && in >= 0 && units >= 0);
+    if (n == 0 || units == 0)
+        return RT_OK;
+    if (in > 0) {
+        CHECK(x, zu(n) * zu(in));
+        CHECK(w, zu(units) * zu(in));
+    }
+    CHECK(b, zu(units));
+    CHECK(y, zu(n) * zu(units));
+    return d->ops->dense_fwd(d, n, in, units, x, w, b, kind, alpha, y);
+}
+
 int rt_op_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w,
                               rt_view b, enum rt_act kind, float alpha, rt_view y, rt_view ws)
 {

@@ -27,6 +27,9 @@
  *                 g (n k oh ow floats) is scratch: a backend may keep g
  *                 there or never form it (the cpu backend's Winograd path
  *                 applies f' while it transforms dy); ws as the others'.
+ *  dense_fwd      y[n,units] = act(x[n,in] * w[units,in]^T + b): gemm (0, 1,
+ *                 alpha 1, beta 0) then bias_act_fwd (hw 1) fused, the same
+ *                 values (a launch fewer where launches cost).
  *  bias_add       y[n,c,i] += b[c] for i < hw.
  *  bias_grad      db[c] = sum_{n,i} dy[n,c,i].
  *  bias_act_fwd   y = act(y + b[c]) in place: bias_add then act_fwd.
@@ -86,8 +89,9 @@
  * 3: the fused ops conv2d_fwd_bias_act, bias_act_fwd, act_bias_bwd
  * 4: conv2d_bwd_act
  * 5: batch norm applies the activation in rt_bn_shape (act, alpha); bn_bwd
- *    takes the activation's output y; add_act_fwd */
-#define RT_BACKEND_ABI_VERSION 5
+ *    takes the activation's output y; add_act_fwd
+ * 6: dense_fwd */
+#define RT_BACKEND_ABI_VERSION 6
 
 typedef struct rt_dev rt_dev; /* an opened device context */
 typedef struct rt_buf rt_buf; /* a block of device memory */

@@ -596,6 +596,57 @@ static void test_bias_act_fwd(void **state)
     }
 }
 
+/* The device's dense_fwd has the bits of its own gemm then bias_act_fwd
+ * (backend.h: "the same values"), whichever way it fuses them. */
+static void dense_same_as_unfused(struct trial *t, int n, int in, int units, enum rt_act k,
+                                  struct arg *x, struct arg *w, struct arg *b, struct arg *y)
+{
+    rt_dev *d = t->col->d;
+    const size_t yn = (size_t)n * units;
+    rt_buf *y2 = rt_buf_new(d, (yn ? yn : 1) * sizeof(float));
+    float *h[2] = {malloc((yn ? yn : 1) * sizeof(float)), malloc((yn ? yn : 1) * sizeof(float))};
+    assert_non_null(y2);
+    assert_non_null(h[0]);
+    assert_non_null(h[1]);
+    assert_int_equal(rt_op_gemm(d, 0, 1, n, units, in, 1.0f, view(x, 1), in, view(w, 1), in,
+                                0.0f, rt_buf_view(y2), units),
+                     0);
+    assert_int_equal(rt_op_bias_act_fwd(d, k, 0.1f, n, units, 1, view(b, 1), rt_buf_view(y2)), 0);
+    assert_int_equal(rt_download(d, h[0], view(y, 1), yn * sizeof(float)), 0);
+    assert_int_equal(rt_download(d, h[1], rt_buf_view(y2), yn * sizeof(float)), 0);
+    for (size_t i = 0; i < yn; i++)
+        if (memcmp(&h[0][i], &h[1][i], sizeof(float)) != 0)
+            fail_msg("%s: dense_fwd [%s]: y[%zu] = %.9g, but gemm then bias_act_fwd gave %.9g",
+                     t->col->label, t->shape, i, h[0][i], h[1][i]);
+    free(h[0]);
+    free(h[1]);
+    rt_buf_destroy(&y2);
+}
+
+/* dense_fwd: y = act(x w^T + b), against the reference and against the
+ * device's own gemm then bias_act_fwd; the lenet layers' shapes, no inputs
+ * (y = act(b)), no images, and random ones. */
+static void test_dense_fwd(void **state)
+{
+    static const int fixed[][3] = {{64, 400, 120}, {64, 84, 10}, {5, 0, 7}, {0, 9, 4}};
+    for (int i = 0; i < 5 + 2 * TRIALS; i++) {
+        const int n = i < 4 ? fixed[i][0] : irand(1, 70);
+        const int in = i < 4 ? fixed[i][1] : irand(1, 90), units = i < 4 ? fixed[i][2] : irand(1, 70);
+        const enum rt_act k = (enum rt_act)(i % 5);
+        struct trial t;
+        trial_begin(&t, COL(state), "dense_fwd", 1e-4, in > 1 ? sqrt((double)in) / 2 : 1.0);
+        trial_shape(&t, "%s n %d in %d units %d", act_names[k], n, in, units);
+        struct arg *x = arg_rand(&t, "x", IN, (size_t)n * in, -1, 1);
+        struct arg *w = arg_rand(&t, "w", IN, (size_t)units * in, -1, 1);
+        struct arg *b = arg_rand(&t, "b", IN, (size_t)units, -1, 1);
+        struct arg *y = arg_out(&t, "y", (size_t)n * units);
+        RUN(&t, rt_op_dense_fwd(D, n, in, units, V(x), V(w), V(b), k, 0.1f, V(y)));
+        if (t.rc[1] == RT_OK)
+            dense_same_as_unfused(&t, n, in, units, k, x, w, b, y);
+        trial_check(&t);
+    }
+}
+
 /* act_bias_bwd: dx from y alone, db = sum dx; also with dx aliasing dy. y is
  * an activation's output: relu's has zeros, sigmoid's lies in (0, 1). */
 static void test_act_bias_bwd(void **state)

@@ -70,6 +70,15 @@ int cpu_check_act(enum rt_act kind)
     return RT_OK;
 }
 
+/* OpenBLAS's GEMM, then the bias and activation on its rows. */
+int cpu_dense_fwd(rt_dev *d, int n, int in, int units, rt_view x, rt_view w, rt_view b,
+                  enum rt_act kind, float alpha, rt_view y)
+{
+    RT_TRY(cpu_check_act(kind));
+    RT_TRY(cpu_gemm(d, 0, 1, n, units, in, 1.0f, x, in, w, in, 0.0f, y, units));
+    return cpu_bias_act_fwd(d, kind, alpha, n, units, 1, b, y);
+}
+
 int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw,
                      rt_view bv, rt_view yv)
 {

@@ -41,6 +41,16 @@ int cu_bias_grad(rt_dev *d, int n, int c, int hw, rt_view dy, rt_view db)
     CU_LAUNCH(d, "bias_grad", rtcu_bias_grad(cu(d)->stream, n, c, hw, p, cu_f(db)));
 }
 
+/* cuBLAS's GEMM, then bias_act_fwd. */
+int cu_dense_fwd(rt_dev *d, int n, int in, int units, rt_view x, rt_view w, rt_view b,
+                 enum rt_act kind, float alpha, rt_view y)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "cuda: unknown activation %d", (int)kind);
+    RT_TRY(cu_gemm(d, 0, 1, n, units, in, 1.0f, x, in, w, in, 0.0f, y, units));
+    return cu_bias_act_fwd(d, kind, alpha, n, units, 1, b, y);
+}
+
 /* bias_add then act_fwd: the same kernels, so the same values. */
 int cu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw, rt_view b,
                     rt_view y)

@@ -871,6 +871,37 @@ static bool ocl_own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, int l
     return ocl(d)->sh->is_cpu;
 }
 
+/* The own GEMM, C = alpha op(A) op(B) + beta C, then (kind >= 0, only
+ * with B transposed) act(C + bias[j]) as rt_bias_act_lin. */
+static int own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_view a,
+                    int lda, rt_view b, int ldb, float beta, rt_view c, int ldc, rt_view bias,
+                    int kind, float act_alpha)
+{
+    double t0 = ocl_prof_begin(d);
+    int rc;
+    /* neighbouring work-items share rows of A (column block fastest),
+     * so B streams once per row block, or share B (row block fastest),
+     * so A streams once per column block: the smaller traffic wins */
+    const int tr = tb ? 3 : OCL_GEMM_ROWS, tc = tb ? 3 : 16; /* the kernels' tiles */
+    const double nrb = (double)((m + tr - 1) / tr), ncb = (double)((n + tc - 1) / tc);
+    const int rowfast = (double)m * k * ncb < (double)k * n * nrb;
+    const size_t items = (size_t)nrb * (size_t)ncb;
+    if (!tb) /* op(A)[i][kk] = A[i*sai + kk*sak] */
+        rc = ocl_run_n(d, OCL_K_gemm_rows, items, "iiifiivvifvii", m, n, k, (double)alpha,
+                       ta ? 1 : lda, ta ? lda : 1, a, b, ldb, (double)beta, c, ldc, rowfast);
+    else
+        rc = ocl_run_n(d, OCL_K_gemm_dots, items, "iiifvivifviivif", m, n, k, (double)alpha, a,
+                       lda, b, ldb, (double)beta, c, ldc, rowfast, bias, kind,
+                       (double)act_alpha);
+    if (t0 != 0.0) {
+        char name[64];
+        snprintf(name, sizeof name, "[own sgemm %c%c %dx%dx%d%s]", ta ? 'T' : 'N', tb ? 'T' : 'N',
+                 m, n, k, kind >= 0 ? " bias act" : "");
+        ocl_prof_end(d, t0, name);
+    }
+    return rc;
+}
+
 int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_view a, int lda,
               rt_view b, int ldb, float beta, rt_view c, int ldc)
 {
@@ -881,31 +912,11 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
             return RT_OK;
         return ocl_run_n(d, OCL_K_scale_block, (size_t)m, "iiifv", m, n, ldc, (double)beta, c);
     }
+    if (ocl_own_gemm(d, ta, tb, m, n, k, lda, ldb, ldc))
+        return own_gemm(d, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                        (rt_view){NULL, 0}, -1, 0.0f);
     struct ocl_dev *o = ocl(d);
     double t0 = ocl_prof_begin(d);
-    if (ocl_own_gemm(d, ta, tb, m, n, k, lda, ldb, ldc)) {
-        int rc;
-        /* neighbouring work-items share rows of A (column block fastest),
-         * so B streams once per row block, or share B (row block fastest),
-         * so A streams once per column block: the smaller traffic wins */
-        const int tr = tb ? 3 : OCL_GEMM_ROWS, tc = tb ? 3 : 16; /* the kernels' tiles */
-        const double nrb = (double)((m + tr - 1) / tr), ncb = (double)((n + tc - 1) / tc);
-        const int rowfast = (double)m * k * ncb < (double)k * n * nrb;
-        const size_t items = (size_t)nrb * (size_t)ncb;
-        if (!tb) /* op(A)[i][kk] = A[i*sai + kk*sak] */
-            rc = ocl_run_n(d, OCL_K_gemm_rows, items, "iiifiivvifvii", m, n, k, (double)alpha,
-                           ta ? 1 : lda, ta ? lda : 1, a, b, ldb, (double)beta, c, ldc, rowfast);
-        else
-            rc = ocl_run_n(d, OCL_K_gemm_dots, items, "iiifvivifvii", m, n, k, (double)alpha, a,
-                           lda, b, ldb, (double)beta, c, ldc, rowfast);
-        if (t0 != 0.0) {
-            char name[48];
-            snprintf(name, sizeof name, "[own sgemm %c%c %dx%dx%d]", ta ? 'T' : 'N', tb ? 'T' : 'N',
-                     m, n, k);
-            ocl_prof_end(d, t0, name);
-        }
-        return rc;
-    }
     /* CLBlast does not read C when beta == 0 (NaNs vanish), as the
      * contract asks; tests/test_backend_ops.c checks it. */
     CLBlastStatusCode st = CLBlastSgemm(
@@ -920,6 +931,20 @@ int ocl_sgemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_
         ocl_prof_end(d, t0, name);
     }
     return ocl_blast_status(st, "CLBlast SGEMM");
+}
+
+/* One launch where the own GEMM runs and the activation is piecewise
+ * linear; otherwise the GEMM, then bias_act_fwd. */
+int ocl_dense_fwd(rt_dev *d, int n, int in, int units, rt_view x, rt_view w, rt_view b,
+                  enum rt_act kind, float alpha, rt_view y)
+{
+    if (kind < RT_ACT_IDENTITY || kind > RT_ACT_TANH)
+        return rt_error(RT_ERR_UNSUPPORTED, "opencl: unknown activation %d", (int)kind);
+    if (in > 0 && kind <= RT_ACT_LEAKY && ocl_own_gemm(d, false, true, n, units, in, in, in, units))
+        return own_gemm(d, false, true, n, units, in, 1.0f, x, in, w, in, 0.0f, y, units, b,
+                        (int)kind, alpha);
+    RT_TRY(ocl_sgemm(d, false, true, n, units, in, 1.0f, x, in, w, in, 0.0f, y, units));
+    return ocl_bias_act_fwd(d, kind, alpha, n, units, 1, b, y);
 }
 
 int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,

@@ -38,11 +38,9 @@ static int dense_setup(struct rt_layer *l, struct rt_layer_setup *su)
 static int dense_forward(struct rt_layer *l, const struct rt_pass *p)
 {
     struct dense *d = l->priv;
-    /* y[n, units] = x[n, in] * W[units, in]^T, then act(y + b) in place */
-    RT_TRY(rt_op_gemm(p->dev, 0, 1, p->n, d->units, d->in, 1.0f, p->x[0], d->in,
-                      rt_view_at(p->params, d->w), d->in, 0.0f, p->y, d->units));
-    return rt_op_bias_act_fwd(p->dev, d->act, d->alpha, p->n, d->units, 1,
-                              rt_view_at(p->params, d->b), p->y);
+    /* y[n, units] = act(x[n, in] * W[units, in]^T + b) */
+    return rt_op_dense_fwd(p->dev, p->n, d->in, d->units, p->x[0], rt_view_at(p->params, d->w),
+                           rt_view_at(p->params, d->b), d->act, d->alpha, p->y);
 }
 
 /* dW[units, in] = g[n, units]^T * x[n, in] */

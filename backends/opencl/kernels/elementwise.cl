@@ -327,10 +327,13 @@ kernel void rt_gemm_rows(int m, int n, int k, float alpha, int sai, int sak,
 
 /* A not transposed, B transposed: dot products along k. One work-item:
  * 3 x 3 entries of C, 9 vector accumulators and 6 loads. Work-item order
- * as in rt_gemm_rows. */
+ * as in rt_gemm_rows. Where kind >= 0, C's entry (i, j) then gets column
+ * j's bias and the activation, as rt_bias_act_lin would give it (the
+ * dense layer's forward in one launch). */
 kernel void rt_gemm_dots(int m, int n, int k, float alpha, global const float *a, ulong ao,
                          int lda, global const float *b, ulong bo, int ldb, float beta,
-                         global float *c, ulong co, int ldc, int rowfast)
+                         global float *c, ulong co, int ldc, int rowfast,
+                         global const float *bias, ulong biaso, int kind, float act_alpha)
 {
     const int ncb = (n + 2) / 3, nrb = (m + 2) / 3;
     const ulong t = get_global_id(0);
@@ -380,7 +383,14 @@ kernel void rt_gemm_dots(int m, int n, int k, float alpha, global const float *a
         if (i < m && j < n) {
             global float *cp = c + co + (ulong)i * ldc + j;
             const float v = alpha * (h2.x + h2.y);
-            *cp = beta != 0.0f ? v + beta * *cp : v;
+            float o = beta != 0.0f ? v + beta * *cp : v;
+            if (kind >= 0) {
+                const float t = o + bias[biaso + j];
+                const float neg =
+                    kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? act_alpha * t : t;
+                o = t > 0.0f ? t : neg;
+            }
+            *cp = o;
         }
     }
 }
