@@ -237,19 +237,40 @@ size_t ocl_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
     return fixed + (size_t)direct_chunk(d, s) * per;
 }
 
-/* planes of h x w from src into packed planes at dst */
-static int run_pack(rt_dev *d, size_t planes, int h, int w, int top, int left, struct pack p,
-                    rt_view src, rt_view dst)
-{
-    return ocl_run_n(d, OCL_K_conv_pack, planes, "liiiiiiivv", planes, h, w, top, left, p.pr,
-                     p.wp, p.ps, src, dst);
-}
+/* planes of h x w from src into packed planes at dst, shifted to (top, left) */
+struct plane_job {
+    size_t planes;
+    int h, w, top, left;
+    struct pack p;
+    rt_view src, dst;
+};
 
-static int run_wpack(rt_dev *d, int ko, int ci, int r, int s, int flip, rt_view w, rt_view wt)
+/* the direct kernel's filters w' (ko x ci x r x s; flip: the backward-data
+ * pass's) from w into wt */
+struct filter_job {
+    int ko, ci, r, s, flip;
+    rt_view w, wt;
+};
+
+static const struct plane_job no_planes = {0, 0, 0, 0, 0, {0, 0, 0}, {NULL, 0}, {NULL, 0}};
+
+/* Up to two plane jobs and a filter job (NULL: none) in one launch. */
+static int run_packs(rt_dev *d, const struct plane_job *a, const struct plane_job *b,
+                     const struct filter_job *f)
 {
-    size_t n = wpack_size(ko, ci, r, s);
-    return ocl_run_n(d, OCL_K_conv_wpack, n, "liiiiiivv", n, ko, ci, r, s, flip, direct_kt(ko), w,
-                     wt);
+    if (!a)
+        a = &no_planes;
+    if (!b)
+        b = &no_planes;
+    const struct filter_job none = {1, 0, 1, 1, 0, {NULL, 0}, {NULL, 0}};
+    if (!f)
+        f = &none;
+    const size_t wblocks = (size_t)(f->ko + direct_kt(f->ko) - 1) / direct_kt(f->ko) * f->ci;
+    return ocl_run_n(d, OCL_K_conv_pack, a->planes + b->planes + wblocks,
+                     "liiiiiiivvliiiiiiivvliiiiiivv", a->planes, a->h, a->w, a->top, a->left,
+                     a->p.pr, a->p.wp, a->p.ps, a->src, a->dst, b->planes, b->h, b->w, b->top,
+                     b->left, b->p.pr, b->p.wp, b->p.ps, b->src, b->dst, wblocks, f->ko, f->ci,
+                     f->r, f->s, f->flip, direct_kt(f->ko), f->w, f->wt);
 }
 
 /* Channel bias and a piecewise-linear activation the direct kernel applies
@@ -326,16 +347,21 @@ static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_vi
 {
     const struct pack p = pack_fwd(s);
     struct pack in;
-    const bool in_place = direct_in_place(d, s, &in), all = in_place && tail_readable(d, s, x, reach_fwd(d, s));
+    const bool in_place = direct_in_place(d, s, &in);
+    const bool all = in_place && tail_readable(d, s, x, reach_fwd(d, s));
     const int chunk = all ? s->n : direct_chunk(d, s);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     rt_view wt = ws, xp = rt_view_at(ws, wpack_size(s->k, s->c, s->r, s->s));
-    RT_TRY(run_wpack(d, s->k, s->c, s->r, s->s, 0, w, wt));
+    const struct filter_job filters = {s->k, s->c, s->r, s->s, 0, w, wt};
+    const struct filter_job *unpacked = &filters; /* packed with the first planes */
     for (int i0 = 0; i0 < s->n; i0 += chunk) {
         int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
         if (in_place && i0 + nb == s->n) {
             /* every image straight from x, or all but the batch's last */
             const int direct = all ? nb : nb - 1;
+            if (unpacked)
+                RT_TRY(run_packs(d, NULL, NULL, unpacked));
+            unpacked = NULL;
             RT_TRY(run_direct(d, direct, s->c, s->k, s->r, s->s, in, s->oh, s->ow,
                               rt_view_at(x, i0 * xs), wt, rt_view_at(y, i0 * ys), e));
             if (all)
@@ -343,8 +369,10 @@ static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_vi
             i0 += nb - 1;
             nb = 1;
         }
-        RT_TRY(run_pack(d, (size_t)nb * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
-                        rt_view_at(x, i0 * xs), xp));
+        const struct plane_job xj = {(size_t)nb * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
+                                     rt_view_at(x, i0 * xs), xp};
+        RT_TRY(run_packs(d, &xj, NULL, unpacked));
+        unpacked = NULL;
         RT_TRY(run_direct(d, nb, s->c, s->k, s->r, s->s, p, s->oh, s->ow, xp, wt,
                           rt_view_at(y, i0 * ys), e));
     }
@@ -358,11 +386,12 @@ static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy,
     const struct pack p = pack_bwd(s);
     const size_t xs = (size_t)s->c * s->h * s->w, ys = (size_t)s->k * conv_ohw(s);
     rt_view wt = ws, dyp = rt_view_at(ws, wpack_size(s->c, s->k, s->r, s->s));
-    RT_TRY(run_wpack(d, s->c, s->k, s->r, s->s, 1, w, wt));
+    const struct filter_job filters = {s->c, s->k, s->r, s->s, 1, w, wt};
     for (int i0 = 0; i0 < s->n; i0 += chunk) {
         const int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
-        RT_TRY(run_pack(d, (size_t)nb * s->k, s->oh, s->ow, s->r - 1 - s->pad_h,
-                        s->s - 1 - s->pad_w, p, rt_view_at(dy, i0 * ys), dyp));
+        const struct plane_job dyj = {(size_t)nb * s->k, s->oh, s->ow, s->r - 1 - s->pad_h,
+                                      s->s - 1 - s->pad_w, p, rt_view_at(dy, i0 * ys), dyp};
+        RT_TRY(run_packs(d, &dyj, NULL, i0 == 0 ? &filters : NULL));
         RT_TRY(run_direct(d, nb, s->k, s->c, s->r, s->s, p, s->h, s->w, dyp, wt,
                           rt_view_at(dx, i0 * xs), &no_epilogue));
     }
@@ -424,15 +453,16 @@ static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x
             pgroups = split_groups(d, packed, &pper);
         rt_view dyp = ws, xp = rt_view_at(dyp, (size_t)nb * s->k * dps);
         rt_view part = rt_view_at(xp, (size_t)packed * s->c * p.ps);
-        struct pack dp = {p.wp, s->oh, dps};
-        RT_TRY(run_pack(d, (size_t)nb * s->k, s->oh, s->ow, 0, 0, dp, rt_view_at(dy, i0 * ys),
-                        dyp));
+        const struct pack dp = {p.wp, s->oh, dps};
+        const struct plane_job dyj = {(size_t)nb * s->k, s->oh, s->ow, 0, 0, dp,
+                                      rt_view_at(dy, i0 * ys), dyp};
+        const struct plane_job xj = {(size_t)packed * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
+                                     rt_view_at(x, (i0 + direct) * xs), xp};
+        RT_TRY(run_packs(d, &dyj, &xj, NULL));
         if (direct > 0)
             RT_TRY(run_bwdf(d, s, direct, per, groups, in, dps, (size_t)(s->n - i0) * xs,
                             rt_view_at(x, i0 * xs), dyp, part));
         if (packed > 0) {
-            RT_TRY(run_pack(d, (size_t)packed * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
-                            rt_view_at(x, (i0 + direct) * xs), xp));
             RT_TRY(run_bwdf(d, s, packed, pper, pgroups, p, dps, (size_t)packed * s->c * p.ps,
                             xp, rt_view_at(dyp, (size_t)direct * s->k * dps),
                             rt_view_at(part, (size_t)groups * nw)));

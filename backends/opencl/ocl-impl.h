@@ -43,7 +43,7 @@
     X(act_bwd, E) X(dropout_fwd, E) X(sgd_step, E) X(adam_step, E) X(sumsq_part, G)         \
     X(bias_add, R) X(bias_grad, G) X(pool_fwd, R) X(pool_bwd, R) X(pool_bwd_tile, R)         \
     X(softmax_xent_fwd, R) X(softmax_xent_bwd, R) X(bn_fwd_train, G) X(bn_fwd_infer, R) X(bn_bwd, G) X(im2col, R) \
-    X(col2im, R) X(nkp_to_knp, R) X(knp_to_nkp, R) X(conv_pack, T) X(conv_wpack, E)         \
+    X(col2im, R) X(nkp_to_knp, R) X(knp_to_nkp, R) X(conv_pack, T)                           \
     X(conv_direct6, T) X(conv_direct4, T) X(conv_bwdf3, T) X(conv_bwdf5, T) X(conv_bwdf4, T)   \
     X(conv_direct6_v16, T) X(conv_direct4_v16, T) X(conv_bwdf3_v16, T)                       \
     X(conv_bwdf5_v16, T) X(conv_bwdf4_v16, T) X(conv_bwdf_sum, E)                             \

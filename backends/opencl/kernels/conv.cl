@@ -120,16 +120,13 @@ float rt_hsum8(float8 a)
 
 float rt_hsum16(float16 a) { return rt_hsum8(a.lo + a.hi); }
 
-/* Plane kernel: packed plane `p`, dst[p*ps + 0..ps), is src plane p (h x w)
- * shifted to (top, left) in rows of wp, zeros around it and in the tail
- * [pr*wp, ps). A work-item a plane, not a row: rows of 20-40 floats were
- * too little work for a work-item on a CPU device. */
-kernel void rt_conv_pack(ulong planes, int h, int w, int top, int left, int pr, int wp, int ps,
-                         global const float *src, ulong so, global float *dst, ulong dso)
+/* Packed plane p, dst[p*ps + 0..ps), is src plane p (h x w) shifted to
+ * (top, left) in rows of wp, zeros around it and in the tail [pr*wp, ps). */
+void rt_pack_plane(ulong p, int h, int w, int top, int left, int pr, int wp, int ps,
+                   global const float *src, global float *dst)
 {
-    RT_ELEM(p, planes);
-    global float *d = dst + dso + p * ps;
-    global const float *sp = src + so + p * h * w;
+    global float *d = dst + p * ps;
+    global const float *sp = src + p * h * w;
     const float8 z = (float8)0.0f;
     /* ps is a multiple of 16 floats: zeros everywhere, then the rows */
     for (int j = 0; j < ps; j += 8)
@@ -146,27 +143,48 @@ kernel void rt_conv_pack(ulong planes, int h, int w, int top, int left, int pr, 
     }
 }
 
-/* Element kernel: the direct kernel's weights, wt[kb][ch][i][j][q] =
- * w'[kb*kt + q][ch][i][j] (zero for channels past ko; kt: the channels of
- * a work-item of the direct kernel that reads them), where
- * w' = w (flip 0) or w with k and c swapped and the window flipped (flip 1,
- * the backward-data convolution). ko, ci: output and input channels of w'. */
-kernel void rt_conv_wpack(ulong n, int ko, int ci, int r, int s, int flip, int kt,
-                          global const float *w, ulong wo, global float *wt, ulong wto)
+/* The direct kernel's weights of output channels kb*kt .. kb*kt+kt-1 and
+ * input channel ch: wt[kb][ch][i][j][q] = w'[kb*kt + q][ch][i][j] (zero for
+ * channels past ko), where w' = w (flip 0) or w with k and c swapped and
+ * the window flipped (flip 1, the backward-data convolution). ko, ci:
+ * output and input channels of w'. */
+void rt_pack_filters(int kb, int ch, int ko, int ci, int r, int s, int flip, int kt,
+                     global const float *w, global float *wt)
 {
-    RT_ELEM(e, n);
-    const int q = (int)(e % kt);
-    ulong u = e / kt;
-    const int j = (int)(u % s);
-    u /= s;
-    const int i = (int)(u % r);
-    u /= r;
-    const int ch = (int)(u % ci), kk = (int)(u / ci) * kt + q;
-    float v = 0.0f;
-    if (kk < ko)
-        v = flip ? w[wo + (((ulong)ch * ko + kk) * r + (r - 1 - i)) * s + (s - 1 - j)]
-                 : w[wo + (((ulong)kk * ci + ch) * r + i) * s + j];
-    wt[wto + e] = v;
+    global float *o = wt + ((ulong)kb * ci + ch) * r * s * kt;
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < s; j++)
+            for (int q = 0; q < kt; q++) {
+                const int kk = kb * kt + q;
+                float v = 0.0f;
+                if (kk < ko)
+                    v = flip ? w[(((ulong)ch * ko + kk) * r + (r - 1 - i)) * s + (s - 1 - j)]
+                             : w[(((ulong)kk * ci + ch) * r + i) * s + j];
+                *o++ = v;
+            }
+}
+
+/* Everything a direct convolution packs, in one launch (on PoCL each
+ * launch costs tens of microseconds of waiting): `planes` packed planes
+ * (rt_pack_plane) of one tensor, then `planes2` of another (their own
+ * geometry), then `wblocks` = nkb * ci blocks of filters (rt_pack_filters).
+ * Any of the three may be empty. A work-item a plane or a block: rows of
+ * 20-40 floats were too little work for a work-item on a CPU device. */
+kernel void rt_conv_pack(ulong planes, int h, int w, int top, int left, int pr, int wp, int ps,
+                         global const float *src, ulong so, global float *dst, ulong dso,
+                         ulong planes2, int h2, int w2, int top2, int left2, int pr2, int wp2,
+                         int ps2, global const float *src2, ulong so2, global float *dst2,
+                         ulong dso2, ulong wblocks, int ko, int ci, int r, int s, int flip,
+                         int kt, global const float *wf, ulong wfo, global float *wt, ulong wto)
+{
+    RT_ELEM(p, planes + planes2 + wblocks);
+    if (p < planes)
+        rt_pack_plane(p, h, w, top, left, pr, wp, ps, src + so, dst + dso);
+    else if (p < planes + planes2)
+        rt_pack_plane(p - planes, h2, w2, top2, left2, pr2, wp2, ps2, src2 + so2, dst2 + dso2);
+    else
+        rt_pack_filters((int)((p - planes - planes2) / ci), (int)((p - planes - planes2) % ci),
+                        ko, ci, r, s, flip, kt, wf + wfo, wt + wto);
 }
 
 /* rt_bias_act_lin's values, a vector at a time: t = y + b, then relu,
@@ -186,7 +204,7 @@ float16 rt_bias_act_lin16(float16 y, float b, int kind, float alpha)
 
 /* y[ni][k][oy][ox] = sum_{ch,i,j} w[k][ch][i][j] * xp[ni][ch][oy+i][ox+j]
  * (stride 1; xp packed, planes of pr x wp at stride ps; wt from
- * rt_conv_wpack with the same KT), then, where kind >= 0, channel k's bias
+ * rt_pack_filters with the same KT), then, where kind >= 0, channel k's bias
  * b[k] and the activation as rt_bias_act_lin (one pass fewer, one launch
  * fewer; the same values). One work-item: output rows oy, oy+1,
  * columns ox..ox+V-1, channels k0..k0+KT-1: 2 KT vector accumulators (KT 6:
