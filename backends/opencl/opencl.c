@@ -877,17 +877,18 @@ static int own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alph
                     int lda, rt_view b, int ldb, float beta, rt_view c, int ldc, rt_view bias,
                     int kind, float act_alpha)
 {
+    const bool v16 = ocl(d)->conv_v == 16;
     double t0 = ocl_prof_begin(d);
     int rc;
     /* neighbouring work-items share rows of A (column block fastest),
      * so B streams once per row block, or share B (row block fastest),
      * so A streams once per column block: the smaller traffic wins */
-    const int tr = tb ? 3 : OCL_GEMM_ROWS, tc = tb ? 3 : 16; /* the kernels' tiles */
+    const int tr = tb ? 3 : OCL_GEMM_ROWS, tc = tb ? 3 : v16 ? 32 : 16; /* the kernels' tiles */
     const double nrb = (double)((m + tr - 1) / tr), ncb = (double)((n + tc - 1) / tc);
     const int rowfast = (double)m * k * ncb < (double)k * n * nrb;
     const size_t items = (size_t)nrb * (size_t)ncb;
     if (!tb) /* op(A)[i][kk] = A[i*sai + kk*sak] */
-        rc = ocl_run_n(d, OCL_K_gemm_rows, items, "iiifiivvifvii", m, n, k, (double)alpha,
+        rc = ocl_run_n(d, v16 ? OCL_K_gemm_rows_v16 : OCL_K_gemm_rows, items, "iiifiivvifvii", m, n, k, (double)alpha,
                        ta ? 1 : lda, ta ? lda : 1, a, b, ldb, (double)beta, c, ldc, rowfast);
     else
         rc = ocl_run_n(d, OCL_K_gemm_dots, items, "iiifvivifviivif", m, n, k, (double)alpha, a,

@@ -252,8 +252,8 @@ void rt_vstore_part16(float16 v, int n, global float *p)
     }
 }
 
-/* C row = alpha*acc (+ beta*C), its first nv (0..8) lanes. */
-void rt_gemm_put(float8 acc, int nv, float alpha, float beta, global float *c)
+/* C row = alpha*acc (+ beta*C), its first nv (0..8, or 0..16) lanes. */
+void rt_gemm_put8(float8 acc, int nv, float alpha, float beta, global float *c)
 {
     float8 v = alpha * acc;
     if (beta != 0.0f)
@@ -261,69 +261,87 @@ void rt_gemm_put(float8 acc, int nv, float alpha, float beta, global float *c)
     rt_vstore_part8(v, nv, c);
 }
 
-/* The own GEMM's tiles are float8 vectors that fit AVX2's 16 registers
- * with their operands (float16 tiles of 32 registers were spilled). */
+void rt_gemm_put16(float16 acc, int nv, float alpha, float beta, global float *c)
+{
+    float16 v = alpha * acc;
+    if (beta != 0.0f)
+        v += beta * rt_vload_part(nv, c);
+    rt_vstore_part16(v, nv, c);
+}
+
+/* The first n floats at p (zeros after), as a vector of 8 or 16. */
+float8 rt_gemm_part8(int n, global const float *p) { return rt_vload_part(n, p).lo; }
+float16 rt_gemm_part16(int n, global const float *p) { return rt_vload_part(n, p); }
+
 #define RT_GM 6 /* rows per work-item of rt_gemm_rows */
 
 /* op(B) not transposed: vectors along C's rows. One work-item: RT_GM rows x
- * 16 columns, 12 vector accumulators. op(A)[i][kk] = A[i*sai + kk*sak].
- * Work-items: column block fastest, then row block, or the other way
- * round (rowfast): neighbours then share a panel of B rather than rows of
- * A (the host picks whichever streams less). */
-kernel void rt_gemm_rows(int m, int n, int k, float alpha, int sai, int sak,
-                         global const float *a, ulong ao, global const float *b, ulong bo,
-                         int ldb, float beta, global float *c, ulong co, int ldc, int rowfast)
-{
-    const int ncb = (n + 15) / 16, nrb = (m + RT_GM - 1) / RT_GM;
-    const ulong t = get_global_id(0);
-    if (t >= (ulong)ncb * nrb)
-        return;
-    const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 16;
-    const int i0 = (int)(rowfast ? t % nrb : t / ncb) * RT_GM;
-    a += ao;
-    b += bo + j0;
-    int ro[RT_GM];
-#pragma unroll
-    for (int r = 0; r < RT_GM; r++)
-        ro[r] = min(i0 + r, m - 1) * sai;
-    float8 p[RT_GM], q[RT_GM];
-#pragma unroll
-    for (int r = 0; r < RT_GM; r++)
-        p[r] = q[r] = (float8)0.0f;
-    const int nv = min(n - j0, 16);
-    if (nv == 16) {
-        for (int kk = 0; kk < k; kk++) {
-            global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;
-            const float8 b0 = vload8(0, bk), b1 = vload8(0, bk + 8);
-#pragma unroll
-            for (int r = 0; r < RT_GM; r++) {
-                const float8 av = (float8)ak[ro[r]];
-                p[r] = RT_MAD(av, b0, p[r]);
-                q[r] = RT_MAD(av, b1, q[r]);
-            }
-        }
-    } else {
-        for (int kk = 0; kk < k; kk++) {
-            global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;
-            const float8 b0 = rt_vload_part(nv, bk).lo, b1 = rt_vload_part(nv - 8, bk + 8).lo;
-#pragma unroll
-            for (int r = 0; r < RT_GM; r++) {
-                const float8 av = (float8)ak[ro[r]];
-                p[r] = RT_MAD(av, b0, p[r]);
-                q[r] = RT_MAD(av, b1, q[r]);
-            }
-        }
+ * 2 V columns, 2 RT_GM vector accumulators; vectors of 8 fit AVX2's 16
+ * registers with their operands, and of 16 (_v16) AVX-512's 32, where
+ * each load of B and broadcast of A feeds twice the lanes (float16 tiles
+ * on AVX2 were spilled). op(A)[i][kk] = A[i*sai + kk*sak]. Work-items:
+ * column block fastest, then row block, or the other way round (rowfast):
+ * neighbours then share a panel of B rather than rows of A (the host picks
+ * whichever streams less). */
+#define RT_GEMM_ROWS(NAME, V)                                                               \
+    kernel void NAME(int m, int n, int k, float alpha, int sai, int sak,                    \
+                     global const float *a, ulong ao, global const float *b, ulong bo,     \
+                     int ldb, float beta, global float *c, ulong co, int ldc, int rowfast) \
+    {                                                                                       \
+        const int ncb = (n + 2 * V - 1) / (2 * V), nrb = (m + RT_GM - 1) / RT_GM;          \
+        const ulong t = get_global_id(0);                                                   \
+        if (t >= (ulong)ncb * nrb)                                                          \
+            return;                                                                         \
+        const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 2 * V;                          \
+        const int i0 = (int)(rowfast ? t % nrb : t / ncb) * RT_GM;                          \
+        a += ao;                                                                            \
+        b += bo + j0;                                                                       \
+        int ro[RT_GM];                                                                      \
+        _Pragma("unroll")                                                                   \
+        for (int r = 0; r < RT_GM; r++)                                                     \
+            ro[r] = min(i0 + r, m - 1) * sai;                                               \
+        float##V p[RT_GM], q[RT_GM];                                                        \
+        _Pragma("unroll")                                                                   \
+        for (int r = 0; r < RT_GM; r++)                                                     \
+            p[r] = q[r] = (float##V)0.0f;                                                   \
+        const int nv = min(n - j0, 2 * V);                                                  \
+        if (nv == 2 * V) {                                                                  \
+            for (int kk = 0; kk < k; kk++) {                                                \
+                global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;           \
+                const float##V b0 = vload##V(0, bk), b1 = vload##V(0, bk + V);              \
+                _Pragma("unroll")                                                           \
+                for (int r = 0; r < RT_GM; r++) {                                           \
+                    const float##V av = (float##V)ak[ro[r]];                                \
+                    p[r] = RT_MAD(av, b0, p[r]);                                            \
+                    q[r] = RT_MAD(av, b1, q[r]);                                            \
+                }                                                                           \
+            }                                                                               \
+        } else {                                                                            \
+            for (int kk = 0; kk < k; kk++) {                                                \
+                global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;           \
+                const float##V b0 = rt_gemm_part##V(nv, bk);                                \
+                const float##V b1 = rt_gemm_part##V(nv - V, bk + V);                        \
+                _Pragma("unroll")                                                           \
+                for (int r = 0; r < RT_GM; r++) {                                           \
+                    const float##V av = (float##V)ak[ro[r]];                                \
+                    p[r] = RT_MAD(av, b0, p[r]);                                            \
+                    q[r] = RT_MAD(av, b1, q[r]);                                            \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+        _Pragma("unroll")                                                                   \
+        for (int r = 0; r < RT_GM; r++) {                                                   \
+            if (i0 + r < m) {                                                               \
+                global float *cr = c + co + (ulong)(i0 + r) * ldc + j0;                     \
+                rt_gemm_put##V(p[r], min(nv, V), alpha, beta, cr);                          \
+                if (nv > V)                                                                 \
+                    rt_gemm_put##V(q[r], nv - V, alpha, beta, cr + V);                      \
+            }                                                                               \
+        }                                                                                   \
     }
-#pragma unroll
-    for (int r = 0; r < RT_GM; r++) {
-        if (i0 + r < m) {
-            global float *cr = c + co + (ulong)(i0 + r) * ldc + j0;
-            rt_gemm_put(p[r], min(nv, 8), alpha, beta, cr);
-            if (nv > 8)
-                rt_gemm_put(q[r], nv - 8, alpha, beta, cr + 8);
-        }
-    }
-}
+
+RT_GEMM_ROWS(rt_gemm_rows, 8)
+RT_GEMM_ROWS(rt_gemm_rows_v16, 16)
 
 /* A not transposed, B transposed: dot products along k. One work-item:
  * 3 x 3 entries of C, 9 vector accumulators and 6 loads. Work-item order
