@@ -891,7 +891,7 @@ static int own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alph
         rc = ocl_run_n(d, v16 ? OCL_K_gemm_rows_v16 : OCL_K_gemm_rows, items, "iiifiivvifvii", m, n, k, (double)alpha,
                        ta ? 1 : lda, ta ? lda : 1, a, b, ldb, (double)beta, c, ldc, rowfast);
     else
-        rc = ocl_run_n(d, OCL_K_gemm_dots, items, "iiifvivifviivif", m, n, k, (double)alpha, a,
+        rc = ocl_run_n(d, v16 ? OCL_K_gemm_dots_v16 : OCL_K_gemm_dots, items, "iiifvivifviivif", m, n, k, (double)alpha, a,
                        lda, b, ldb, (double)beta, c, ldc, rowfast, bias, kind,
                        (double)act_alpha);
     if (t0 != 0.0) {

@@ -110,16 +110,6 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
  *   bwd-filter  dw = sum over images of pack(dy) (.) shifted pack(x),
  *               as flat dot products over the packed planes. */
 
-/* The sum of a vector's lanes, in a fixed order. */
-float rt_hsum8(float8 a)
-{
-    const float4 h4 = a.lo + a.hi;
-    const float2 h2 = h4.lo + h4.hi;
-    return h2.x + h2.y;
-}
-
-float rt_hsum16(float16 a) { return rt_hsum8(a.lo + a.hi); }
-
 /* Packed plane p, dst[p*ps + 0..ps), is src plane p (h x w) shifted to
  * (top, left) in rows of wp, zeros around it and in the tail [pr*wp, ps). */
 void rt_pack_plane(ulong p, int h, int w, int top, int left, int pr, int wp, int ps,

@@ -207,6 +207,16 @@ kernel void rt_sumsq_part(ulong n, global const float *x, ulong xo, global acc_t
  * (duplicate) indices and not stored; tails along the vector are loaded
  * lane by lane, never past the matrix. */
 
+/* The sum of a vector's lanes, in a fixed order. */
+float rt_hsum8(float8 a)
+{
+    const float4 h4 = a.lo + a.hi;
+    const float2 h2 = h4.lo + h4.hi;
+    return h2.x + h2.y;
+}
+
+float rt_hsum16(float16 a) { return rt_hsum8(a.lo + a.hi); }
+
 /* The first n (0..16) floats at p, zeros after. */
 float16 rt_vload_part(int n, global const float *p)
 {
@@ -343,72 +353,89 @@ float16 rt_gemm_part16(int n, global const float *p) { return rt_vload_part(n, p
 RT_GEMM_ROWS(rt_gemm_rows, 8)
 RT_GEMM_ROWS(rt_gemm_rows_v16, 16)
 
-/* A not transposed, B transposed: dot products along k. One work-item:
- * 3 x 3 entries of C, 9 vector accumulators and 6 loads. Work-item order
- * as in rt_gemm_rows. Where kind >= 0, C's entry (i, j) then gets column
- * j's bias and the activation, as rt_bias_act_lin would give it (the
- * dense layer's forward in one launch). */
-kernel void rt_gemm_dots(int m, int n, int k, float alpha, global const float *a, ulong ao,
-                         int lda, global const float *b, ulong bo, int ldb, float beta,
-                         global float *c, ulong co, int ldc, int rowfast,
-                         global const float *bias, ulong biaso, int kind, float act_alpha)
-{
-    const int ncb = (n + 2) / 3, nrb = (m + 2) / 3;
-    const ulong t = get_global_id(0);
-    if (t >= (ulong)ncb * nrb)
-        return;
-    const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 3;
-    const int i0 = (int)(rowfast ? t % nrb : t / ncb) * 3;
-    global const float *a0 = a + ao + (ulong)min(i0, m - 1) * lda;
-    global const float *a1 = a + ao + (ulong)min(i0 + 1, m - 1) * lda;
-    global const float *a2 = a + ao + (ulong)min(i0 + 2, m - 1) * lda;
-    global const float *b0 = b + bo + (ulong)min(j0, n - 1) * ldb;
-    global const float *b1 = b + bo + (ulong)min(j0 + 1, n - 1) * ldb;
-    global const float *b2 = b + bo + (ulong)min(j0 + 2, n - 1) * ldb;
-    float8 s[9];
-#pragma unroll
-    for (int e = 0; e < 9; e++)
-        s[e] = (float8)0.0f;
-    int kk = 0;
-#define RT_DOTS_STEP(LOAD)                                                                  \
+/* One step of RT_GEMM_DOTS along k: 6 loads of type T (LOAD), 9 FMAs into
+ * the accumulators s[e] or their low halves (SUB .lo). */
+#define RT_DOTS_STEP(T, LOAD, SUB)                                                          \
     {                                                                                       \
-        const float8 x0 = LOAD(a0), x1 = LOAD(a1), x2 = LOAD(a2);                           \
-        const float8 y0 = LOAD(b0), y1 = LOAD(b1), y2 = LOAD(b2);                           \
-        s[0] = RT_MAD(x0, y0, s[0]);                                                        \
-        s[1] = RT_MAD(x0, y1, s[1]);                                                        \
-        s[2] = RT_MAD(x0, y2, s[2]);                                                        \
-        s[3] = RT_MAD(x1, y0, s[3]);                                                        \
-        s[4] = RT_MAD(x1, y1, s[4]);                                                        \
-        s[5] = RT_MAD(x1, y2, s[5]);                                                        \
-        s[6] = RT_MAD(x2, y0, s[6]);                                                        \
-        s[7] = RT_MAD(x2, y1, s[7]);                                                        \
-        s[8] = RT_MAD(x2, y2, s[8]);                                                        \
+        const T x0 = LOAD(a0), x1 = LOAD(a1), x2 = LOAD(a2);                                \
+        const T y0 = LOAD(b0), y1 = LOAD(b1), y2 = LOAD(b2);                                \
+        s[0] SUB = RT_MAD(x0, y0, s[0] SUB);                                                \
+        s[1] SUB = RT_MAD(x0, y1, s[1] SUB);                                                \
+        s[2] SUB = RT_MAD(x0, y2, s[2] SUB);                                                \
+        s[3] SUB = RT_MAD(x1, y0, s[3] SUB);                                                \
+        s[4] SUB = RT_MAD(x1, y1, s[4] SUB);                                                \
+        s[5] SUB = RT_MAD(x1, y2, s[5] SUB);                                                \
+        s[6] SUB = RT_MAD(x2, y0, s[6] SUB);                                                \
+        s[7] SUB = RT_MAD(x2, y1, s[7] SUB);                                                \
+        s[8] SUB = RT_MAD(x2, y2, s[8] SUB);                                                \
     }
-#define RT_LOAD_FULL(p) vload8(0, (p) + kk)
-#define RT_LOAD_TAIL(p) rt_vload_part(k - kk, (p) + kk).lo
-    for (; kk + 8 <= k; kk += 8)
-        RT_DOTS_STEP(RT_LOAD_FULL)
-    if (kk < k)
-        RT_DOTS_STEP(RT_LOAD_TAIL)
-#undef RT_LOAD_FULL
-#undef RT_LOAD_TAIL
-#undef RT_DOTS_STEP
-#pragma unroll
-    for (int e = 0; e < 9; e++) {
-        const int i = i0 + e / 3, j = j0 + e % 3;
-        const float4 h4 = s[e].lo + s[e].hi;
-        const float2 h2 = h4.lo + h4.hi;
-        if (i < m && j < n) {
-            global float *cp = c + co + (ulong)i * ldc + j;
-            const float v = alpha * (h2.x + h2.y);
-            float o = beta != 0.0f ? v + beta * *cp : v;
-            if (kind >= 0) {
-                const float t = o + bias[biaso + j];
-                const float neg =
-                    kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? act_alpha * t : t;
-                o = t > 0.0f ? t : neg;
-            }
-            *cp = o;
-        }
+#define RT_DOTS_LOAD8(p) vload8(0, (p) + kk)
+#define RT_DOTS_LOAD16(p) vload16(0, (p) + kk)
+#define RT_DOTS_TAIL8(p) rt_vload_part(k - kk, (p) + kk).lo
+#define RT_DOTS_LO8
+#define RT_DOTS_LO16 .lo
+
+/* C's entry (i, j) from its dot product: alpha*dot (+ beta*C), then, where
+ * kind >= 0, column j's bias and the activation as rt_bias_act_lin gives
+ * them (the dense layer's forward in one launch). */
+void rt_dots_put(float dot, float alpha, float beta, global float *cp, global const float *bias,
+                 ulong bj, int kind, float act_alpha)
+{
+    const float v = alpha * dot;
+    float o = beta != 0.0f ? v + beta * *cp : v;
+    if (kind >= 0) {
+        const float t = o + bias[bj];
+        const float neg = kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? act_alpha * t : t;
+        o = t > 0.0f ? t : neg;
     }
+    *cp = o;
 }
+
+/* A not transposed, B transposed: dot products along k. One work-item:
+ * 3 x 3 entries of C, 9 vector accumulators and 6 loads, in vectors of 8,
+ * or of 16 (_v16: AVX-512) with a last step of 8 into their low halves;
+ * the lanes summed in rt_hsum's fixed order. Work-item order as in
+ * rt_gemm_rows. Where kind >= 0, rt_dots_put applies the bias and the
+ * activation. */
+#define RT_GEMM_DOTS(NAME, V)                                                               \
+    kernel void NAME(int m, int n, int k, float alpha, global const float *a, ulong ao,    \
+                     int lda, global const float *b, ulong bo, int ldb, float beta,        \
+                     global float *c, ulong co, int ldc, int rowfast,                      \
+                     global const float *bias, ulong biaso, int kind, float act_alpha)     \
+    {                                                                                       \
+        const int ncb = (n + 2) / 3, nrb = (m + 2) / 3;                                     \
+        const ulong t = get_global_id(0);                                                   \
+        if (t >= (ulong)ncb * nrb)                                                          \
+            return;                                                                         \
+        const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 3;                              \
+        const int i0 = (int)(rowfast ? t % nrb : t / ncb) * 3;                              \
+        global const float *a0 = a + ao + (ulong)min(i0, m - 1) * lda;                      \
+        global const float *a1 = a + ao + (ulong)min(i0 + 1, m - 1) * lda;                  \
+        global const float *a2 = a + ao + (ulong)min(i0 + 2, m - 1) * lda;                  \
+        global const float *b0 = b + bo + (ulong)min(j0, n - 1) * ldb;                      \
+        global const float *b1 = b + bo + (ulong)min(j0 + 1, n - 1) * ldb;                  \
+        global const float *b2 = b + bo + (ulong)min(j0 + 2, n - 1) * ldb;                  \
+        float##V s[9];                                                                      \
+        _Pragma("unroll")                                                                   \
+        for (int e = 0; e < 9; e++)                                                         \
+            s[e] = (float##V)0.0f;                                                          \
+        int kk = 0;                                                                         \
+        for (; kk + V <= k; kk += V)                                                        \
+            RT_DOTS_STEP(float##V, RT_DOTS_LOAD##V, )                                       \
+        if (V == 16 && kk + 8 <= k) {                                                       \
+            RT_DOTS_STEP(float8, RT_DOTS_LOAD8, RT_DOTS_LO##V)                              \
+            kk += 8;                                                                        \
+        }                                                                                   \
+        if (kk < k)                                                                         \
+            RT_DOTS_STEP(float8, RT_DOTS_TAIL8, RT_DOTS_LO##V)                              \
+        _Pragma("unroll")                                                                   \
+        for (int e = 0; e < 9; e++) {                                                       \
+            const int i = i0 + e / 3, j = j0 + e % 3;                                       \
+            if (i < m && j < n)                                                             \
+                rt_dots_put(rt_hsum##V(s[e]), alpha, beta, c + co + (ulong)i * ldc + j,    \
+                            bias, biaso + j, kind, act_alpha);                              \
+        }                                                                                   \
+    }
+
+RT_GEMM_DOTS(rt_gemm_dots, 8)
+RT_GEMM_DOTS(rt_gemm_dots_v16, 16)
