@@ -90,35 +90,42 @@ struct gemm_ctx {
     rt_dev *d;
     int m, n, k;
     bool tb; /* C = A B^T, B held n x k (a dense layer's forward) */
+    bool ta; /* C = A^T B, A held k x m (a dense layer's weight gradient) */
     rt_buf *a, *b, *c;
 };
 
 static void run_gemm(void *p)
 {
     struct gemm_ctx *g = p;
-    rt_op_gemm(g->d, 0, g->tb, g->m, g->n, g->k, 1.0f, rt_buf_view(g->a), g->k,
+    rt_op_gemm(g->d, g->ta, g->tb, g->m, g->n, g->k, 1.0f, rt_buf_view(g->a), g->ta ? g->m : g->k,
                rt_buf_view(g->b), g->tb ? g->k : g->n, 0.0f, rt_buf_view(g->c), g->n);
     rt_sync(g->d);
 }
 
 static void bench_gemm(rt_dev *d, int threads)
 {
-    /* m, n, k, B transposed: square; a conv's; seedcnn's dense backward
-     * (data) and forward, for a whole batch and a worker's half */
+    /* m, n, k, 1: B transposed, 2: A transposed: square; a conv's;
+     * seedcnn's dense backward (data) and forward, for a whole batch and a
+     * worker's half; lenet's 400 -> 120 layer forward, data and weight
+     * gradients, and its 120 -> 84 layer's */
     static const int sizes[][4] = {{128, 128, 128, 0},  {256, 256, 256, 0},
                                    {512, 512, 512, 0},  {1024, 1024, 1024, 0},
                                    {32, 576, 288, 0},   {64, 4608, 225, 0},
                                    {32, 4608, 225, 0},  {64, 225, 4608, 1},
-                                   {32, 225, 4608, 1}};
+                                   {32, 225, 4608, 1},  {64, 120, 400, 1},
+                                   {64, 400, 120, 0},   {120, 400, 64, 2},
+                                   {64, 84, 120, 1},    {64, 120, 84, 0},
+                                   {84, 120, 64, 2},    {64, 120, 400, 0},
+                                   {64, 84, 120, 0}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        struct gemm_ctx g = {d, sizes[i][0], sizes[i][1], sizes[i][2], sizes[i][3], NULL, NULL,
-                             NULL};
+        struct gemm_ctx g = {d, sizes[i][0], sizes[i][1], sizes[i][2], sizes[i][3] & 1,
+                             (sizes[i][3] & 2) != 0, NULL, NULL, NULL};
         g.a = buf_rand(d, (size_t)g.m * g.k, 1);
         g.b = buf_rand(d, (size_t)g.k * g.n, 2);
         g.c = buf_rand(d, (size_t)g.m * g.n, 3);
         double t = time_per_call(run_gemm, &g);
         printf("  sgemm    %4dx%4dx%4d%s  threads %d  %9.1f us  %7.1f GFLOP/s\n", g.m, g.n, g.k,
-               g.tb ? " B^T" : "    ", threads, t * 1e6, 2.0 * g.m * g.n * g.k / t * 1e-9);
+               g.tb ? " B^T" : g.ta ? " A^T" : "    ", threads, t * 1e6, 2.0 * g.m * g.n * g.k / t * 1e-9);
         rt_buf_destroy(&g.a);
         rt_buf_destroy(&g.b);
         rt_buf_destroy(&g.c);
