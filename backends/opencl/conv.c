@@ -415,7 +415,7 @@ static int run_bwdf(rt_dev *d, const struct rt_conv_shape *s, int nb, int per, i
     const int kt = kts[ocl(d)->conv_v == 16][sj], nkb = (s->k + kt - 1) / kt;
     size_t items = (size_t)nkb * s->c * s->r * groups;
     return ocl_run_n(d, kern, items, "liiiiiiiiiilvvv", items, per, nb, s->c, s->k, s->r, s->s,
-                     p.wp, p.ps, dps, nkb, (uint64_t)xlim, xp, dyp, part);
+                     p.wp, p.ps, dps, nkb, xlim, xp, dyp, part);
 }
 
 /* Groups of about equal size for nb images: *per images each. */

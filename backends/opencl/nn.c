@@ -163,19 +163,48 @@ static int softmax_flag_check(rt_dev *d, rt_view labels, int c)
 int ocl_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view logits, rt_view labels, rt_view probs,
                          rt_view losses)
 {
+    RT_TRY(ocl_late_check(d));
     RT_TRY(softmax_flag_reset(d));
     RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_fwd, (size_t)n, "iivvvvm", n, c, logits, labels, probs,
                      losses, ocl(d)->flag));
     return softmax_flag_check(d, labels, c);
 }
 
+/* The check does not wait: waiting there, mid-step, left the device idle
+ * for a round trip to the host every training step, and the trainer has
+ * checked the labels on the host before the forward anyway. Its flag comes
+ * back with the next download or sync (ocl_late_check), which reports a
+ * bad label (backend.h allows a device backend that). */
 int ocl_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels, float scale,
                          rt_view dlogits)
 {
+    struct ocl_dev *o = ocl(d);
+    RT_TRY(ocl_late_check(d));
     RT_TRY(softmax_flag_reset(d));
     RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_bwd, (size_t)n, "iifvvvm", n, c, (double)scale,
-                     probs, labels, dlogits, ocl(d)->flag));
-    return softmax_flag_check(d, labels, c);
+                     probs, labels, dlogits, o->flag));
+    o->late_flag = INT_MAX;
+    o->late_c = c;
+    cl_int err = clEnqueueReadBuffer(o->queue, o->flag, CL_FALSE, 0, sizeof o->late_flag,
+                                     &o->late_flag, 0, NULL, &o->late_ev);
+    if (err != CL_SUCCESS)
+        o->late_ev = NULL;
+    return ocl_status(err, "softmax: queueing the label check");
+}
+
+int ocl_late_check(rt_dev *d)
+{
+    struct ocl_dev *o = ocl(d);
+    if (!o->late_ev)
+        return RT_OK;
+    cl_int err = clWaitForEvents(1, &o->late_ev);
+    clReleaseEvent(o->late_ev);
+    o->late_ev = NULL;
+    RT_TRY(ocl_status(err, "softmax: reading the label check"));
+    if (o->late_flag == INT_MAX)
+        return RT_OK;
+    return rt_error(RT_ERR_ARG, "softmax_xent_bwd: the label of sample %d is outside [0, %d)",
+                    (int)o->late_flag, o->late_c);
 }
 
 /* ---- batch norm ---------------------------------------------------------------------- */

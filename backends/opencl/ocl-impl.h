@@ -96,6 +96,9 @@ struct ocl_dev {
     size_t wg[OCL_K_COUNT]; /* work-group size used for each kernel */
     cl_mem partial;         /* OCL_SUMSQ_GROUPS partial sums of sumsq */
     cl_mem flag;            /* one int: first bad label found by softmax */
+    cl_event late_ev;       /* the backward softmax's flag on its way back, or NULL */
+    cl_int late_flag;       /* where it lands (ocl_late_check) */
+    int late_c;             /* that op's classes, for the message */
     cl_mem dummy;           /* stands in for absent views (no momentum) */
     struct ocl_prof *prof;  /* RAGTAG_OPENCL_PROFILE=1: time per kernel, else NULL */
     int conv_v;             /* floats per vector of the direct convolutions: 8 or 16 */
@@ -111,6 +114,11 @@ static inline cl_mem ocl_mem(rt_view v) { return (cl_mem)v.buf->handle; }
  * RT_ERR_DEVICE (RT_ERR_NOMEM for allocation failures) with the CL error's
  * name and `what` in the detail message. */
 int ocl_status(cl_int err, const char *what);
+
+/* The label check softmax_xent_bwd left queued (nn.c): waits for it and
+ * reports a bad label; RT_OK when none is pending. Every download and
+ * sync calls it first. */
+int ocl_late_check(rt_dev *d);
 
 /* Set kernel k's arguments and enqueue it. `fmt` has one letter per value:
  *   v  rt_view   -> a global pointer and its element offset (two arguments)

@@ -548,6 +548,10 @@ static size_t ocl_pick_wg(struct ocl_dev *o, enum ocl_kernel k)
 
 static void ocl_dev_free(struct ocl_dev *o)
 {
+    if (o->late_ev) {
+        clWaitForEvents(1, &o->late_ev);
+        clReleaseEvent(o->late_ev);
+    }
     for (int i = 0; i < OCL_K_COUNT; i++)
         if (o->k[i])
             clReleaseKernel(o->k[i]);
@@ -799,6 +803,7 @@ static int ocl_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes)
 static int ocl_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
 {
     struct ocl_dev *o = ocl(d);
+    RT_TRY(ocl_late_check(d));
     cl_int err = clEnqueueReadBuffer(o->queue, ocl_mem(src), CL_TRUE, src.off * 4, bytes, dst, 0,
                                      NULL, NULL);
     if (err == CL_SUCCESS)
@@ -831,9 +836,10 @@ static int ocl_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 }
 
 /* Errors of enqueued work (a lost device, an allocation that failed when
- * first touched) surface here. */
+ * first touched, a bad label of softmax_xent_bwd) surface here. */
 static int ocl_sync(rt_dev *d)
 {
+    RT_TRY(ocl_late_check(d));
     cl_int err = clFinish(ocl(d)->queue);
     if (err == CL_SUCCESS)
         ocl(d)->staged = 0;
