@@ -53,9 +53,9 @@
  *                 labels is an int32 view.
  *  softmax_xent_bwd dlogits = scale * (probs - onehot(labels)).
  *                 A label outside [0, c) is RT_ERR_ARG for both (never an
- *                 index past a row); a device backend may report the
- *                 backward's at its next download or sync instead (the
- *                 trainer checks labels on the host before the forward).
+ *                 index past a row); a device backend may report it at
+ *                 its next download or sync instead (the trainer checks
+ *                 labels on the host before the forward).
  *  bn_fwd_train   per channel c over n*hw values: mean, biased var;
  *                 y = gamma*(x-mean)*invstd + beta, invstd = 1/sqrt(var+eps);
  *                 saves mean, invstd; run_mean = (1-mom)*run_mean + mom*mean,

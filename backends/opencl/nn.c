@@ -144,47 +144,18 @@ static int softmax_flag_reset(rt_dev *d)
     return ocl_status(err, "softmax: resetting the label check");
 }
 
-/* Waits for the kernel: the caller reads the losses next anyway. */
-static int softmax_flag_check(rt_dev *d, rt_view labels, int c)
+/* Queues the read of the flag the kernel just set; the next download or
+ * sync waits for it (ocl_late_check) and reports a bad label there.
+ * Waiting here instead cost a round trip to the host twice a training
+ * step (the backward's in the middle of it), and the trainer has checked
+ * the labels on the host before the forward anyway (backend.h allows a
+ * device backend to report a bad label late). */
+static int softmax_flag_later(rt_dev *d, const char *op, int c)
 {
     struct ocl_dev *o = ocl(d);
-    cl_int bad = INT_MAX, lab = 0;
-    cl_int err = clEnqueueReadBuffer(o->queue, o->flag, CL_TRUE, 0, sizeof bad, &bad, 0, NULL, NULL);
-    RT_TRY(ocl_status(err, "softmax: reading the label check"));
-    if (bad == INT_MAX)
-        return RT_OK;
-    err = clEnqueueReadBuffer(o->queue, ocl_mem(labels), CL_TRUE, (labels.off + (size_t)bad) * 4,
-                              sizeof lab, &lab, 0, NULL, NULL);
-    RT_TRY(ocl_status(err, "softmax: reading a bad label"));
-    return rt_error(RT_ERR_ARG, "softmax: label %d of sample %d is outside [0, %d)", (int)lab,
-                    (int)bad, c);
-}
-
-int ocl_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view logits, rt_view labels, rt_view probs,
-                         rt_view losses)
-{
-    RT_TRY(ocl_late_check(d));
-    RT_TRY(softmax_flag_reset(d));
-    RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_fwd, (size_t)n, "iivvvvm", n, c, logits, labels, probs,
-                     losses, ocl(d)->flag));
-    return softmax_flag_check(d, labels, c);
-}
-
-/* The check does not wait: waiting there, mid-step, left the device idle
- * for a round trip to the host every training step, and the trainer has
- * checked the labels on the host before the forward anyway. Its flag comes
- * back with the next download or sync (ocl_late_check), which reports a
- * bad label (backend.h allows a device backend that). */
-int ocl_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels, float scale,
-                         rt_view dlogits)
-{
-    struct ocl_dev *o = ocl(d);
-    RT_TRY(ocl_late_check(d));
-    RT_TRY(softmax_flag_reset(d));
-    RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_bwd, (size_t)n, "iifvvvm", n, c, (double)scale,
-                     probs, labels, dlogits, o->flag));
     o->late_flag = INT_MAX;
     o->late_c = c;
+    o->late_op = op;
     cl_int err = clEnqueueReadBuffer(o->queue, o->flag, CL_FALSE, 0, sizeof o->late_flag,
                                      &o->late_flag, 0, NULL, &o->late_ev);
     if (err != CL_SUCCESS)
@@ -203,8 +174,28 @@ int ocl_late_check(rt_dev *d)
     RT_TRY(ocl_status(err, "softmax: reading the label check"));
     if (o->late_flag == INT_MAX)
         return RT_OK;
-    return rt_error(RT_ERR_ARG, "softmax_xent_bwd: the label of sample %d is outside [0, %d)",
+    return rt_error(RT_ERR_ARG, "%s: the label of sample %d is outside [0, %d)", o->late_op,
                     (int)o->late_flag, o->late_c);
+}
+
+int ocl_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view logits, rt_view labels, rt_view probs,
+                         rt_view losses)
+{
+    RT_TRY(ocl_late_check(d));
+    RT_TRY(softmax_flag_reset(d));
+    RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_fwd, (size_t)n, "iivvvvm", n, c, logits, labels, probs,
+                     losses, ocl(d)->flag));
+    return softmax_flag_later(d, "softmax_xent_fwd", c);
+}
+
+int ocl_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels, float scale,
+                         rt_view dlogits)
+{
+    RT_TRY(ocl_late_check(d));
+    RT_TRY(softmax_flag_reset(d));
+    RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_bwd, (size_t)n, "iifvvvm", n, c, (double)scale,
+                     probs, labels, dlogits, ocl(d)->flag));
+    return softmax_flag_later(d, "softmax_xent_bwd", c);
 }
 
 /* ---- batch norm ---------------------------------------------------------------------- */

@@ -99,6 +99,7 @@ struct ocl_dev {
     cl_event late_ev;       /* the backward softmax's flag on its way back, or NULL */
     cl_int late_flag;       /* where it lands (ocl_late_check) */
     int late_c;             /* that op's classes, for the message */
+    const char *late_op;    /* and its name */
     cl_mem dummy;           /* stands in for absent views (no momentum) */
     struct ocl_prof *prof;  /* RAGTAG_OPENCL_PROFILE=1: time per kernel, else NULL */
     int conv_v;             /* floats per vector of the direct convolutions: 8 or 16 */
@@ -115,9 +116,9 @@ static inline cl_mem ocl_mem(rt_view v) { return (cl_mem)v.buf->handle; }
  * name and `what` in the detail message. */
 int ocl_status(cl_int err, const char *what);
 
-/* The label check softmax_xent_bwd left queued (nn.c): waits for it and
+/* The label check a softmax op left queued (nn.c): waits for it and
  * reports a bad label; RT_OK when none is pending. Every download and
- * sync calls it first. */
+ * sync calls it (a download after its own read: one wait for both). */
 int ocl_late_check(rt_dev *d);
 
 /* Set kernel k's arguments and enqueue it. `fmt` has one letter per value:

@@ -803,12 +803,14 @@ static int ocl_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes)
 static int ocl_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
 {
     struct ocl_dev *o = ocl(d);
-    RT_TRY(ocl_late_check(d));
     cl_int err = clEnqueueReadBuffer(o->queue, ocl_mem(src), CL_TRUE, src.off * 4, bytes, dst, 0,
                                      NULL, NULL);
     if (err == CL_SUCCESS)
         o->staged = 0; /* an in-order queue: every earlier write is done */
-    return ocl_status(err, "downloading");
+    /* (a softmax's label check queued before this read is back too) */
+    const int late = ocl_late_check(d);
+    RT_TRY(ocl_status(err, "downloading"));
+    return late;
 }
 
 /* memmove semantics. OpenCL refuses overlapping copies within one buffer,
@@ -839,11 +841,12 @@ static int ocl_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
  * first touched, a bad label of softmax_xent_bwd) surface here. */
 static int ocl_sync(rt_dev *d)
 {
-    RT_TRY(ocl_late_check(d));
     cl_int err = clFinish(ocl(d)->queue);
     if (err == CL_SUCCESS)
         ocl(d)->staged = 0;
-    return ocl_status(err, "finishing queued work");
+    const int late = ocl_late_check(d);
+    RT_TRY(ocl_status(err, "finishing queued work"));
+    return late;
 }
 
 /* ---- GEMM --------------------------------------------------------------------------- */
