@@ -285,6 +285,20 @@ float16 rt_gemm_part16(int n, global const float *p) { return rt_vload_part(n, p
 
 #define RT_GM 6 /* rows per work-item of rt_gemm_rows */
 
+/* RT_GEMM_ROWS's loop along k: B's two vectors of row kk (loaded as B0 and
+ * B1, from bk), each times RT_GM broadcasts of A. */
+#define RT_ROWS_LOOP(V, B0, B1)                                                             \
+    for (int kk = 0; kk < k; kk++) {                                                        \
+        global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;                   \
+        const float##V b0 = B0, b1 = B1;                                                    \
+        _Pragma("unroll")                                                                   \
+        for (int r = 0; r < RT_GM; r++) {                                                   \
+            const float##V av = (float##V)ak[ro[r]];                                        \
+            p[r] = RT_MAD(av, b0, p[r]);                                                    \
+            q[r] = RT_MAD(av, b1, q[r]);                                                    \
+        }                                                                                   \
+    }
+
 /* op(B) not transposed: vectors along C's rows. One work-item: RT_GM rows x
  * 2 V columns, 2 RT_GM vector accumulators; vectors of 8 fit AVX2's 16
  * registers with their operands, and of 16 (_v16) AVX-512's 32, where
@@ -315,30 +329,10 @@ float16 rt_gemm_part16(int n, global const float *p) { return rt_vload_part(n, p
         for (int r = 0; r < RT_GM; r++)                                                     \
             p[r] = q[r] = (float##V)0.0f;                                                   \
         const int nv = min(n - j0, 2 * V);                                                  \
-        if (nv == 2 * V) {                                                                  \
-            for (int kk = 0; kk < k; kk++) {                                                \
-                global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;           \
-                const float##V b0 = vload##V(0, bk), b1 = vload##V(0, bk + V);              \
-                _Pragma("unroll")                                                           \
-                for (int r = 0; r < RT_GM; r++) {                                           \
-                    const float##V av = (float##V)ak[ro[r]];                                \
-                    p[r] = RT_MAD(av, b0, p[r]);                                            \
-                    q[r] = RT_MAD(av, b1, q[r]);                                            \
-                }                                                                           \
-            }                                                                               \
-        } else {                                                                            \
-            for (int kk = 0; kk < k; kk++) {                                                \
-                global const float *ak = a + kk * sak, *bk = b + (ulong)kk * ldb;           \
-                const float##V b0 = rt_gemm_part##V(nv, bk);                                \
-                const float##V b1 = rt_gemm_part##V(nv - V, bk + V);                        \
-                _Pragma("unroll")                                                           \
-                for (int r = 0; r < RT_GM; r++) {                                           \
-                    const float##V av = (float##V)ak[ro[r]];                                \
-                    p[r] = RT_MAD(av, b0, p[r]);                                            \
-                    q[r] = RT_MAD(av, b1, q[r]);                                            \
-                }                                                                           \
-            }                                                                               \
-        }                                                                                   \
+        if (nv == 2 * V)                                                                    \
+            RT_ROWS_LOOP(V, vload##V(0, bk), vload##V(0, bk + V))                           \
+        else                                                                                \
+            RT_ROWS_LOOP(V, rt_gemm_part##V(nv, bk), rt_gemm_part##V(nv - V, bk + V))       \
         _Pragma("unroll")                                                                   \
         for (int r = 0; r < RT_GM; r++) {                                                   \
             if (i0 + r < m) {                                                               \
