@@ -125,7 +125,8 @@ static void bench_gemm(rt_dev *d, int threads)
         g.c = buf_rand(d, (size_t)g.m * g.n, 3);
         double t = time_per_call(run_gemm, &g);
         printf("  sgemm    %4dx%4dx%4d%s  threads %d  %9.1f us  %7.1f GFLOP/s\n", g.m, g.n, g.k,
-               g.tb ? " B^T" : g.ta ? " A^T" : "    ", threads, t * 1e6, 2.0 * g.m * g.n * g.k / t * 1e-9);
+               g.tb ? " B^T" : g.ta ? " A^T" : "    ", threads, t * 1e6,
+               2.0 * g.m * g.n * g.k / t * 1e-9);
         rt_buf_destroy(&g.a);
         rt_buf_destroy(&g.b);
         rt_buf_destroy(&g.c);

@@ -631,7 +631,8 @@ static void test_dense_fwd(void **state)
     static const int fixed[][3] = {{64, 400, 120}, {64, 84, 10}, {5, 0, 7}, {0, 9, 4}};
     for (int i = 0; i < 5 + 2 * TRIALS; i++) {
         const int n = i < 4 ? fixed[i][0] : irand(1, 70);
-        const int in = i < 4 ? fixed[i][1] : irand(1, 90), units = i < 4 ? fixed[i][2] : irand(1, 70);
+        const int in = i < 4 ? fixed[i][1] : irand(1, 90);
+        const int units = i < 4 ? fixed[i][2] : irand(1, 70);
         const enum rt_act k = (enum rt_act)(i % 5);
         struct trial t;
         trial_begin(&t, COL(state), "dense_fwd", 1e-4, in > 1 ? sqrt((double)in) / 2 : 1.0);

@@ -47,7 +47,8 @@
     X(conv_direct6, T) X(conv_direct4, T) X(conv_bwdf3, T) X(conv_bwdf5, T) X(conv_bwdf4, T)   \
     X(conv_direct6_v16, T) X(conv_direct4_v16, T) X(conv_bwdf3_v16, T)                       \
     X(conv_bwdf5_v16, T) X(conv_bwdf4_v16, T) X(conv_bwdf_sum, E)                             \
-    X(gemm_rows, T) X(gemm_rows_v16, T) X(gemm_dots, T) X(gemm_dots_v16, T) X(act_fwd_lin, E) X(act_bwd_lin, E) X(bias_grad_cpu, S)    \
+    X(gemm_rows, T) X(gemm_rows_v16, T) X(gemm_dots, T) X(gemm_dots_v16, T)                  \
+    X(act_fwd_lin, E) X(act_bwd_lin, E) X(bias_grad_cpu, S)                                  \
     X(bias_act_lin, R) X(act_bias_grad_cpu, S)                                               \
     X(maxpool2_fwd, S) X(maxpool2_bwd, S) X(add_act, E)
 
@@ -96,7 +97,7 @@ struct ocl_dev {
     size_t wg[OCL_K_COUNT]; /* work-group size used for each kernel */
     cl_mem partial;         /* OCL_SUMSQ_GROUPS partial sums of sumsq */
     cl_mem flag;            /* one int: first bad label found by softmax */
-    cl_event late_ev;       /* the backward softmax's flag on its way back, or NULL */
+    cl_event late_ev;       /* a softmax op's flag on its way back, or NULL */
     cl_int late_flag;       /* where it lands (ocl_late_check) */
     int late_c;             /* that op's classes, for the message */
     const char *late_op;    /* and its name */

@@ -838,7 +838,7 @@ static int ocl_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 }
 
 /* Errors of enqueued work (a lost device, an allocation that failed when
- * first touched, a bad label of softmax_xent_bwd) surface here. */
+ * first touched, a bad label a softmax op found) surface here. */
 static int ocl_sync(rt_dev *d)
 {
     cl_int err = clFinish(ocl(d)->queue);
@@ -897,12 +897,13 @@ static int own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alph
     const int rowfast = (double)m * k * ncb < (double)k * n * nrb;
     const size_t items = (size_t)nrb * (size_t)ncb;
     if (!tb) /* op(A)[i][kk] = A[i*sai + kk*sak] */
-        rc = ocl_run_n(d, v16 ? OCL_K_gemm_rows_v16 : OCL_K_gemm_rows, items, "iiifiivvifvii", m, n, k, (double)alpha,
-                       ta ? 1 : lda, ta ? lda : 1, a, b, ldb, (double)beta, c, ldc, rowfast);
+        rc = ocl_run_n(d, v16 ? OCL_K_gemm_rows_v16 : OCL_K_gemm_rows, items, "iiifiivvifvii", m,
+                       n, k, (double)alpha, ta ? 1 : lda, ta ? lda : 1, a, b, ldb, (double)beta,
+                       c, ldc, rowfast);
     else
-        rc = ocl_run_n(d, v16 ? OCL_K_gemm_dots_v16 : OCL_K_gemm_dots, items, "iiifvivifviivif", m, n, k, (double)alpha, a,
-                       lda, b, ldb, (double)beta, c, ldc, rowfast, bias, kind,
-                       (double)act_alpha);
+        rc = ocl_run_n(d, v16 ? OCL_K_gemm_dots_v16 : OCL_K_gemm_dots, items, "iiifvivifviivif", m,
+                       n, k, (double)alpha, a, lda, b, ldb, (double)beta, c, ldc, rowfast, bias,
+                       kind, (double)act_alpha);
     if (t0 != 0.0) {
         char name[64];
         snprintf(name, sizeof name, "[own sgemm %c%c %dx%dx%d%s]", ta ? 'T' : 'N', tb ? 'T' : 'N',

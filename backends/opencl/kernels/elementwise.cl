@@ -201,8 +201,8 @@ kernel void rt_sumsq_part(ulong n, global const float *x, ulong xo, global acc_t
 /* ---- GEMM for CPU devices --------------------------------------------------------------
  * CLBlast's kernels are shaped for GPUs; on PoCL they reach 5-17 GFLOP/s at
  * a dense layer's shapes (64 rows). These two hold a register tile of
- * float16 vectors per work-item instead (backends/opencl/opencl.c picks
- * them on CPU devices). C = alpha*op(A)*op(B) + beta*C, row-major; beta == 0
+ * vectors per work-item instead, float8 or, on AVX-512, float16 (_v16;
+ * backends/opencl/opencl.c picks them on CPU devices). C = alpha*op(A)*op(B) + beta*C, row-major; beta == 0
  * does not read C. Rows and columns past the edges are computed on clamped
  * (duplicate) indices and not stored; tails along the vector are loaded
  * lane by lane, never past the matrix. */
