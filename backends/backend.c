@@ -615,6 +615,26 @@ int rt_op_dense_fwd(rt_dev *d, int n, int in, int units, rt_view x, rt_view w, r
     return d->ops->dense_fwd(d, n, in, units, x, w, b, kind, alpha, y);
 }
 
+int rt_op_dense_bwd(rt_dev *d, int n, int in, int units, rt_view g, rt_view x, rt_view w,
+                    rt_view dw, rt_view dx)
+{
+    RT_ASSERT(n >= 0 && in >= 0 && units >= 0);
+    if (in == 0 || (!dw.buf && !dx.buf))
+        return RT_OK;
+    if (dw.buf)
+        CHECK(dw, zu(units) * zu(in));
+    if (dx.buf)
+        CHECK(dx, zu(n) * zu(in));
+    if (n > 0 && units > 0) {
+        CHECK(g, zu(n) * zu(units));
+        if (dw.buf)
+            CHECK(x, zu(n) * zu(in));
+        if (dx.buf)
+            CHECK(w, zu(units) * zu(in));
+    }
+    return d->ops->dense_bwd(d, n, in, units, g, x, w, dw, dx);
+}
+
 int rt_op_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view w,
                               rt_view b, enum rt_act kind, float alpha, rt_view y, rt_view ws)
 {

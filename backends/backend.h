@@ -30,6 +30,12 @@
  *  dense_fwd      y[n,units] = act(x[n,in] * w[units,in]^T + b): gemm (0, 1,
  *                 alpha 1, beta 0) then bias_act_fwd (hw 1) fused, the same
  *                 values (a launch fewer where launches cost).
+ *  dense_bwd      dw[units,in] = g[n,units]^T * x[n,in] and dx[n,in] =
+ *                 g * w[units,in]: gemm (1, 0) and gemm (0, 0), alpha 1,
+ *                 beta 0, the same values; g is dy through the activation
+ *                 (act_bias_bwd). dw or dx may be absent (buf NULL). The
+ *                 two are independent: a backend may run them side by side
+ *                 (the cpu backend, each on its own threads).
  *  bias_add       y[n,c,i] += b[c] for i < hw.
  *  bias_grad      db[c] = sum_{n,i} dy[n,c,i].
  *  bias_act_fwd   y = act(y + b[c]) in place: bias_add then act_fwd.
@@ -94,8 +100,9 @@
  * 4: conv2d_bwd_act
  * 5: batch norm applies the activation in rt_bn_shape (act, alpha); bn_bwd
  *    takes the activation's output y; add_act_fwd
- * 6: dense_fwd */
-#define RT_BACKEND_ABI_VERSION 6
+ * 6: dense_fwd
+ * 7: dense_bwd */
+#define RT_BACKEND_ABI_VERSION 7
 
 typedef struct rt_dev rt_dev; /* an opened device context */
 typedef struct rt_buf rt_buf; /* a block of device memory */

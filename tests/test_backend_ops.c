@@ -648,6 +648,75 @@ static void test_dense_fwd(void **state)
     }
 }
 
+/* The device's dense_bwd has the bits of its own gemm (1, 0) and gemm
+ * (0, 0) (backend.h: "the same values"), whichever way it runs them; the
+ * reference too (all threads: the cpu backend runs the two side by side). */
+static void dense_bwd_same_as_gemms(struct trial *t, int n, int in, int units, struct arg *g,
+                                    struct arg *x, struct arg *w, struct arg *dw, struct arg *dx)
+{
+    const struct {
+        struct arg *out;
+        int ta, m, k;
+        struct arg *b;
+    } gemm[2] = {{dw, 1, units, n, x}, {dx, 0, n, units, w}};
+    for (int side = 0; side < 2; side++)
+        for (int i = 0; i < 2; i++) {
+            if (!gemm[i].out)
+                continue;
+            rt_dev *d = t->d[side];
+            const size_t cn = (size_t)gemm[i].m * in, words = cn ? cn : 1;
+            rt_buf *c = rt_buf_new(d, words * sizeof(float));
+            float *h[2] = {malloc(words * sizeof(float)), malloc(words * sizeof(float))};
+            assert_non_null(c);
+            assert_non_null(h[0]);
+            assert_non_null(h[1]);
+            assert_int_equal(rt_op_gemm(d, gemm[i].ta, 0, gemm[i].m, in, gemm[i].k, 1.0f,
+                                        view(g, side), units, view(gemm[i].b, side), in, 0.0f,
+                                        rt_buf_view(c), in),
+                             0);
+            assert_int_equal(rt_download(d, h[0], view(gemm[i].out, side), cn * sizeof(float)),
+                             0);
+            assert_int_equal(rt_download(d, h[1], rt_buf_view(c), cn * sizeof(float)), 0);
+            for (size_t j = 0; j < cn; j++)
+                if (memcmp(&h[0][j], &h[1][j], sizeof(float)) != 0)
+                    fail_msg("%s: dense_bwd [%s]: %s[%zu] = %.9g, but gemm (%d, 0) gave %.9g",
+                             side ? t->col->label : "reference", t->shape, gemm[i].out->name, j,
+                             h[0][j], gemm[i].ta, h[1][j]);
+            free(h[0]);
+            free(h[1]);
+            rt_buf_destroy(&c);
+        }
+}
+
+/* dense_bwd: dw = g^T x and dx = g w, both or either, against the reference
+ * and against the device's own two GEMMs; lenet's layers (64 x 400 -> 120,
+ * 64 x 120 -> 84), no images (dw = 0), no units (dx = 0), random shapes. */
+static void test_dense_bwd(void **state)
+{
+    static const int fixed[][3] = {{64, 400, 120}, {64, 120, 84}, {0, 9, 4}, {5, 7, 0}};
+    for (int i = 0; i < 6 + 2 * TRIALS; i++) {
+        const int n = i < 4 ? fixed[i][0] : irand(1, 70);
+        const int in = i < 4 ? fixed[i][1] : irand(1, 90);
+        const int units = i < 4 ? fixed[i][2] : irand(1, 70);
+        const bool want_dw = i % 3 != 2, want_dx = i % 3 != 1;
+        const int k = n > units ? n : units;
+        struct trial t;
+        trial_begin(&t, COL(state), "dense_bwd", 1e-4, k > 1 ? sqrt((double)k) / 2 : 1.0);
+        trial_shape(&t, "n %d in %d units %d%s%s", n, in, units, want_dw ? " dw" : "",
+                    want_dx ? " dx" : "");
+        struct arg *g = arg_rand(&t, "g", IN, (size_t)n * units, -1, 1);
+        struct arg *x = arg_rand(&t, "x", IN, (size_t)n * in, -1, 1);
+        struct arg *w = arg_rand(&t, "w", IN, (size_t)units * in, -1, 1);
+        struct arg *dw = want_dw ? arg_out(&t, "dw", (size_t)units * in) : NULL;
+        struct arg *dx = want_dx ? arg_out(&t, "dx", (size_t)n * in) : NULL;
+        RUN(&t, rt_op_dense_bwd(D, n, in, units, V(g), V(x), V(w), dw ? V(dw) : (rt_view){0},
+                                dx ? V(dx) : (rt_view){0}));
+        if (t.rc[1] == RT_OK)
+            dense_bwd_same_as_gemms(&t, n, in, units, g, x, w, dw, dx);
+        trial_check(&t);
+    }
+}
+
 /* act_bias_bwd: dx from y alone, db = sum dx; also with dx aliasing dy. y is
  * an activation's output: relu's has zeros, sigmoid's lies in (0, 1). */
 static void test_act_bias_bwd(void **state)

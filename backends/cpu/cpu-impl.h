@@ -96,6 +96,22 @@ static inline float *cpu_f_or_null(rt_view v)
  * region (the BLAS then runs on the calling thread only). */
 void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
                int lda, const float *b, int ldb, float beta, float *c, int ldc);
+/* cpu_sgemm's arguments as one call (cpu_sgemm_pair takes two). */
+struct cpu_sgemm_call {
+    bool ta, tb;
+    int m, n, k;
+    float alpha;
+    const float *a;
+    int lda;
+    const float *b;
+    int ldb;
+    float beta;
+    float *c;
+    int ldc;
+};
+void cpu_sgemm_call(int nt, const struct cpu_sgemm_call *g);
+/* Two independent GEMMs at once, each on its share of the nt threads. */
+void cpu_sgemm_pair(int nt, const struct cpu_sgemm_call *g0, const struct cpu_sgemm_call *g1);
 
 /* C = op(A) B on the calling thread, row-major, beta 0 (C is not read),
  * op(A) = A^T when ta: the convolutions' small GEMMs (Winograd's, and

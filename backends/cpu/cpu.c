@@ -442,52 +442,114 @@ static int split_at(int len, int t, int tn)
     return at < len ? at : len;
 }
 
-void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
-               int lda, const float *b, int ldb, float beta, float *c, int ldc)
-{
-    if (m <= 0 || n <= 0)
-        return;
-    if (k <= 0 || alpha == 0.0f) {
-        cpu_scale_block(m, n, beta, c, ldc);
-        return;
-    }
 #ifdef RT_HAVE_CBLAS
-    /* Split over our threads: along the longer side of C, in blocks that
-     * stay big enough for the BLAS kernels (16 rows / columns at least). */
-    const double work = (double)m * n * k;
+/* Thread t of tn's block of g's C, along its longer side (split_at), as a
+ * single-threaded call. */
+static void sgemm_block(const struct cpu_sgemm_call *g, int t, int tn)
+{
+    const bool by_rows = g->m >= g->n;
+    const int len = by_rows ? g->m : g->n;
+    const int lo = split_at(len, t, tn), hi = split_at(len, t + 1, tn);
+    if (hi <= lo)
+        return;
+    if (by_rows) /* rows lo..hi of op(A) and of C */
+        blas_part(g->ta, g->tb, hi - lo, g->n, g->k, g->alpha,
+                  g->a + (g->ta ? (size_t)lo : (size_t)lo * g->lda), g->lda, g->b, g->ldb,
+                  g->beta, g->c + (size_t)lo * g->ldc, g->ldc);
+    else /* columns lo..hi of op(B) and of C */
+        blas_part(g->ta, g->tb, g->m, hi - lo, g->k, g->alpha, g->a, g->lda,
+                  g->b + (g->tb ? (size_t)lo * g->ldb : (size_t)lo), g->ldb, g->beta, g->c + lo,
+                  g->ldc);
+}
+
+/* How many of nt threads g is split over: blocks that stay big enough for
+ * the BLAS kernels (16 rows / columns at least, 1e5 multiply-adds). */
+static int sgemm_parts(const struct cpu_sgemm_call *g, int nt)
+{
+    const double work = (double)g->m * g->n * g->k;
     int parts = nt;
-    while (parts > 1 && (work / parts < 1e5 || (m < 16 * parts && n < 16 * parts)))
+    while (parts > 1 && (work / parts < 1e5 || (g->m < 16 * parts && g->n < 16 * parts)))
         parts--;
+    return parts;
+}
+#endif
+
+/* Whether g is nothing but C = beta C (done here when it is). */
+static bool sgemm_trivial(const struct cpu_sgemm_call *g)
+{
+    if (g->m <= 0 || g->n <= 0)
+        return true;
+    if (g->k > 0 && g->alpha != 0.0f)
+        return false;
+    cpu_scale_block(g->m, g->n, g->beta, g->c, g->ldc);
+    return true;
+}
+
+void cpu_sgemm_call(int nt, const struct cpu_sgemm_call *g)
+{
+    if (sgemm_trivial(g))
+        return;
+#ifdef RT_HAVE_CBLAS
+    const int parts = sgemm_parts(g, nt);
     if (parts > 1 && cpu_blas_split_here()) {
-        const bool by_rows = m >= n;
         cpu_blas_before_parallel();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(parts)
 #endif
+        sgemm_block(g, cpu_thread_num(), cpu_num_threads());
+        return;
+    }
+    /* too small to split: on one thread, when we would have split it */
+    if (!small_fits(g->tb, g->n, g->k, g->alpha, g->beta))
+        cpu_blas_threads(cpu_blas_split_here() ? 1 : nt);
+    blas_part(g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->b, g->ldb, g->beta,
+              g->c, g->ldc);
+#else
+    cpu_scale_block(g->m, g->n, g->beta, g->c, g->ldc);
+    cpu_gemm_c(nt, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->b, g->ldb, g->c,
+               g->ldc);
+#endif
+}
+
+void cpu_sgemm(int nt, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    const struct cpu_sgemm_call g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+    cpu_sgemm_call(nt, &g);
+}
+
+/* Two independent GEMMs side by side: threads [0, h) split g0, [h, nt)
+ * split g1, in one parallel region, where one after the other each would
+ * be split over all nt. A dense layer's weight and data gradients at a
+ * batch of 64 split badly: each half of a 64-row GEMM is short, its C
+ * shares lines with the other half's, and the weight gradient reads g and
+ * x that the other core has just written. Each whole on one core, both
+ * run at their 1-thread speed at once (lenet, 2 threads: docs/backends.md). */
+void cpu_sgemm_pair(int nt, const struct cpu_sgemm_call *g0, const struct cpu_sgemm_call *g1)
+{
+    const bool done0 = sgemm_trivial(g0), done1 = sgemm_trivial(g1);
+#if defined(RT_HAVE_CBLAS) && defined(_OPENMP)
+    if (nt >= 2 && cpu_blas_split_here() && !done0 && !done1) {
+        cpu_blas_before_parallel();
+#pragma omp parallel num_threads(nt)
         {
-            const int t = cpu_thread_num(), tn = cpu_num_threads();
-            const int len = by_rows ? m : n;
-            const int lo = split_at(len, t, tn), hi = split_at(len, t + 1, tn);
-            if (hi > lo) {
-                if (by_rows) /* rows lo..hi of op(A) and of C */
-                    blas_part(ta, tb, hi - lo, n, k, alpha,
-                              a + (ta ? (size_t)lo : (size_t)lo * lda), lda, b, ldb, beta,
-                              c + (size_t)lo * ldc, ldc);
-                else /* columns lo..hi of op(B) and of C */
-                    blas_part(ta, tb, m, hi - lo, k, alpha, a, lda,
-                              b + (tb ? (size_t)lo * ldb : (size_t)lo), ldb, beta, c + lo, ldc);
+            const int t = cpu_thread_num(), tn = cpu_num_threads(), h = tn / 2;
+            if (tn < 2) { /* the runtime gave one thread */
+                sgemm_block(g0, 0, 1);
+                sgemm_block(g1, 0, 1);
+            } else if (t < h) {
+                sgemm_block(g0, t, h);
+            } else {
+                sgemm_block(g1, t - h, tn - h);
             }
         }
         return;
     }
-    /* too small to split: on one thread, when we would have split it */
-    if (!small_fits(tb, n, k, alpha, beta))
-        cpu_blas_threads(cpu_blas_split_here() ? 1 : nt);
-    blas_part(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-#else
-    cpu_scale_block(m, n, beta, c, ldc);
-    cpu_gemm_c(nt, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc);
 #endif
+    if (!done0)
+        cpu_sgemm_call(nt, g0);
+    if (!done1)
+        cpu_sgemm_call(nt, g1);
 }
 
 int cpu_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_view a,

@@ -79,6 +79,26 @@ int cpu_dense_fwd(rt_dev *d, int n, int in, int units, rt_view x, rt_view w, rt_
     return cpu_bias_act_fwd(d, kind, alpha, n, units, 1, b, y);
 }
 
+/* The weight and data gradients side by side (cpu_sgemm_pair). */
+int cpu_dense_bwd(rt_dev *d, int n, int in, int units, rt_view g, rt_view x, rt_view w,
+                  rt_view dw, rt_view dx)
+{
+    /* with n or units 0 the wrapper has not checked g, x and w */
+    const bool any = n > 0 && units > 0;
+    const float *gp = any ? cpu_f(g) : NULL;
+    const struct cpu_sgemm_call wg = {true,  false, units, in, n, 1.0f, gp,
+                                      units, any && dw.buf ? cpu_f(x) : NULL, in,
+                                      0.0f,  cpu_f_or_null(dw), in};
+    const struct cpu_sgemm_call dg = {false, false, n, in, units, 1.0f, gp,
+                                      units, any && dx.buf ? cpu_f(w) : NULL, in,
+                                      0.0f,  cpu_f_or_null(dx), in};
+    if (dw.buf && dx.buf)
+        cpu_sgemm_pair(cpu_nt(d), &wg, &dg);
+    else
+        cpu_sgemm_call(cpu_nt(d), dw.buf ? &wg : &dg);
+    return RT_OK;
+}
+
 int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw,
                      rt_view bv, rt_view yv)
 {

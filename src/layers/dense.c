@@ -43,18 +43,21 @@ static int dense_forward(struct rt_layer *l, const struct rt_pass *p)
                            rt_view_at(p->params, d->b), d->act, d->alpha, p->y);
 }
 
-/* dW[units, in] = g[n, units]^T * x[n, in] */
-static int weight_grad(const struct dense *d, const struct rt_pass *p, rt_view g)
+/* dW[units, in] = g[n, units]^T * x[n, in] (when dw.buf), dx[n, in] =
+ * g[n, units] * W[units, in] (when dx.buf): one op, so that a backend may
+ * run the two side by side */
+static int grads(const struct dense *d, const struct rt_pass *p, rt_view g, rt_view dw,
+                 rt_view dx)
 {
-    return rt_op_gemm(p->dev, 1, 0, d->units, d->in, p->n, 1.0f, g, d->units, p->x[0], d->in,
-                      0.0f, rt_view_at(p->grads, d->w), d->in);
+    return rt_op_dense_bwd(p->dev, p->n, d->in, d->units, g, p->x[0],
+                           rt_view_at(p->params, d->w), dw, dx);
 }
 
 static int dense_weight_grad(struct rt_layer *l, const struct rt_pass *p)
 {
     struct dense *d = l->priv;
     RT_ASSERT(d->g.buf && d->g_n == p->n);
-    return weight_grad(d, p, d->g);
+    return grads(d, p, d->g, rt_view_at(p->grads, d->w), (rt_view){0});
 }
 
 static int dense_backward(struct rt_layer *l, const struct rt_pass *p)
@@ -71,13 +74,9 @@ static int dense_backward(struct rt_layer *l, const struct rt_pass *p)
     if (p->defer_weights) { /* for dense_weight_grad, at the end of backward */
         d->g = g;
         d->g_n = p->n;
-    } else {
-        RT_TRY(weight_grad(d, p, g));
     }
-    if (p->need_dx[0]) /* dx[n, in] = g[n, units] * W[units, in] */
-        RT_TRY(rt_op_gemm(p->dev, 0, 0, p->n, d->in, d->units, 1.0f, g, d->units,
-                          rt_view_at(p->params, d->w), d->in, 0.0f, p->dx[0], d->in));
-    return RT_OK;
+    const rt_view dw = p->defer_weights ? (rt_view){0} : rt_view_at(p->grads, d->w);
+    return grads(d, p, g, dw, p->need_dx[0] ? p->dx[0] : (rt_view){0});
 }
 
 const struct rt_layer_ops rt_layer_dense = {
