@@ -9,6 +9,8 @@
 #                                   over ZeroMQ/TCP (as between hosts),
 #                                   OpenMPI over shared memory and over TCP, PyTorch's
 #                                   Gloo, and a plain TCP stream (bench/tcp_stream)
+#   bench/bench_dist.sh join        how long 2 and 4 local workers take to join the
+#                                   coordinator (the median of REPS runs)
 #   bench/bench_dist.sh security    the same over TCP with CurveZMQ and --insecure (and
 #                                   training with --link-security token)
 #   bench/bench_dist.sh train       images/s of lenet and seedcnn: 2 local workers x 1
@@ -268,9 +270,27 @@ security() {
   done
 }
 
+# How long local workers take to join: from the coordinator's "waiting up
+# to" line to its "[N/N]" line (each line stamped as it is read), N = 2 and
+# 4 workers, the median of REPS runs of one step. RAGTAG (default
+# $BUILD/src/ragtag) may name another build (before/after).
+join() {
+  ragtag=${RAGTAG:-$BUILD/src/ragtag}
+  for n in 2 4; do
+    for _ in $(seq "$REPS"); do
+      "$ragtag" train "$top/examples/lenet.cfg" --data fashion-mnist --val 0 --limit 64 \
+        --epochs 1 --batch 64 --threads 1 --workers $n --progress off 2>&1 >/dev/null |
+        while IFS= read -r line; do echo "$(date +%s.%N) $line"; done |
+        awk -v n=$n '/waiting up to/ { t0 = $1 } $0 ~ "\\[" n "/" n "\\]" { t1 = $1 }
+                     END { if (t0 && t1) printf "%.1f\n", (t1 - t0) * 1e3 }'
+    done | median | awk -v n=$n -v r="$REPS" '{ printf "%d local workers joined in %.1f ms (median of %d runs)\n", n, $1, r }'
+  done
+}
+
 case $mode in
   allreduce) allreduce ;;
   train) train ;;
   security) security ;;
-  *) echo "usage: $0 allreduce|train|security"; exit 2 ;;
+  join) join ;;
+  *) echo "usage: $0 allreduce|train|security|join"; exit 2 ;;
 esac

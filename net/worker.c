@@ -51,6 +51,7 @@
 #define WORKER_MAX_FRAME ((int64_t)1 << 30) /* weights when resuming */
 #define MAX_MODEL_TEXT (512u << 10)
 #define SELF_PAUSE 2.0 /* seconds a loop that runs every 100 ms never misses unless stopped */
+#define HELLO_RETRY_S 0.01 /* seconds until a hello the socket could not take is tried again */
 /* The run-ahead bound: a worker starts no step more than this many steps
  * after the newest one the coordinator acknowledged (it has read every
  * report sent before it). Acknowledgements come back within a heartbeat
@@ -221,7 +222,12 @@ static int wait_for(struct worker *w, const char *const *want, int nframes, doub
         if (worker_stop)
             return rt_error(RT_ERR_INTERRUPTED, "interrupted");
         zmq_pollitem_t it = {.socket = w->ctrl, .events = ZMQ_POLLIN};
-        zmq_poll(&it, 1, 100);
+        long ms = 100; /* or what is left of a shorter limit */
+        if (limit > 0) {
+            const double left_ms = (limit - (rt_now() - t0)) * 1e3;
+            ms = left_ms < 1.0 ? 1 : left_ms < 100.0 ? (long)left_ms : 100;
+        }
+        zmq_poll(&it, 1, ms);
         double now = rt_now();
         if (now - last_loop > SELF_PAUSE)
             w->last_seen = now; /* this process was stopped: the coordinator gets a fresh clock */
@@ -588,16 +594,22 @@ static int join(struct worker *w)
     w->hb = 1.0;
     w->peer_timeout = 30.0;
     double t0 = rt_now(), last_hello = -1e9;
+    bool hello_out = false; /* the last hello left (else: not connected yet) */
     say(w, "joining %s (ring inbox %s; links %s)", w->o->join, w->me.endpoint,
         w->sec.curve ? "CurveZMQ" : "INSECURE");
     for (;;) {
         double now = rt_now();
-        if (now - last_hello >= 1.0) {
+        /* one hello a second; one the socket could not take yet (EAGAIN:
+         * ZMQ_IMMEDIATE, the connection and its handshake take a few ms)
+         * is tried again in HELLO_RETRY_S, not a second later: every
+         * worker's join waited that second */
+        const double every = hello_out ? 1.0 : HELLO_RETRY_S;
+        if (now - last_hello >= every) {
             rt_wire_begin(&w->w, "", "hello", 1);
             rt_wire_put_key(&w->w, "member");
             rt_member_put(&w->w, &w->me);
             RT_TRY(rt_wire_end(&w->w));
-            zmq_send(w->ctrl, w->w.data, w->w.len, ZMQ_DONTWAIT); /* EAGAIN: not connected yet */
+            hello_out = zmq_send(w->ctrl, w->w.data, w->w.len, ZMQ_DONTWAIT) >= 0;
             last_hello = now;
         }
         double limit = w->o->connect_timeout > 0 ? w->o->connect_timeout - (now - t0) : 0;
@@ -608,7 +620,8 @@ static int join(struct worker *w)
                                               "the run has ended, or its coordinator is gone"
                                             : "");
         RT_TRY(rt_worker_sec_check(&w->sec, w->o->join));
-        int rc = wait_for(w, want, 1, limit > 0 && limit < 1.0 ? limit : 1.0);
+        const double wait = hello_out ? 1.0 : HELLO_RETRY_S;
+        int rc = wait_for(w, want, 1, limit > 0 && limit < wait ? limit : wait);
         if (rc == RT_ERR_TIMEOUT)
             continue;
         if (rc < 0)
