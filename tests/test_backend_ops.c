@@ -698,7 +698,9 @@ static void test_dense_bwd(void **state)
         const int n = i < 4 ? fixed[i][0] : irand(1, 70);
         const int in = i < 4 ? fixed[i][1] : irand(1, 90);
         const int units = i < 4 ? fixed[i][2] : irand(1, 70);
-        const bool want_dw = i % 3 != 2, want_dx = i % 3 != 1;
+        /* the fixed shapes both (no images: dw zeros; no units: dx
+         * zeros), random ones both or either */
+        const bool want_dw = i < 4 || i % 3 != 2, want_dx = i < 4 || i % 3 != 1;
         const int k = n > units ? n : units;
         struct trial t;
         trial_begin(&t, COL(state), "dense_bwd", 1e-4, k > 1 ? sqrt((double)k) / 2 : 1.0);
