@@ -378,6 +378,25 @@ enum conv_op { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER, CONV_FWD_BIAS_ACT };
 
 static const char *const act_names[] = {"identity", "relu", "leaky", "sigmoid", "tanh"};
 
+/* n floats at got and at want on d have the same bits, or the test fails
+ * naming the first that differs: "WHO: OP [SHAPE]: NAME[i] = a, but HOW
+ * gave b" (a fused op against the ops it fuses, on the same device). */
+static void expect_same_bits(rt_dev *d, rt_view got, rt_view want, size_t n, const char *who,
+                             const struct trial *t, const char *name, const char *how)
+{
+    float *h[2] = {malloc((n ? n : 1) * sizeof(float)), malloc((n ? n : 1) * sizeof(float))};
+    assert_non_null(h[0]);
+    assert_non_null(h[1]);
+    assert_int_equal(rt_download(d, h[0], got, n * sizeof(float)), 0);
+    assert_int_equal(rt_download(d, h[1], want, n * sizeof(float)), 0);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&h[0][i], &h[1][i], sizeof(float)) != 0)
+            fail_msg("%s: %s [%s]: %s[%zu] = %.9g, but %s gave %.9g", who, t->op, t->shape, name,
+                     i, h[0][i], how, h[1][i]);
+    free(h[0]);
+    free(h[1]);
+}
+
 /* The device's conv2d_fwd_bias_act has the bits of its conv2d_fwd, then
  * bias_act_fwd (backend.h: "the same values"), whichever way it fuses them. */
 static void same_as_unfused(struct trial *t, const struct rt_conv_shape *s, enum rt_act act,
@@ -387,24 +406,14 @@ static void same_as_unfused(struct trial *t, const struct rt_conv_shape *s, enum
     rt_dev *d = t->col->d;
     const size_t yn = (size_t)s->n * s->k * s->oh * s->ow;
     rt_buf *y2 = rt_buf_new(d, (yn ? yn : 1) * sizeof(float));
-    float *h[2] = {malloc((yn ? yn : 1) * sizeof(float)), malloc((yn ? yn : 1) * sizeof(float))};
     assert_non_null(y2);
-    assert_non_null(h[0]);
-    assert_non_null(h[1]);
     assert_int_equal(rt_op_conv2d_fwd(d, s, view(x, 1), view(w, 1), rt_buf_view(y2), view(ws, 1)),
                      0);
     assert_int_equal(rt_op_bias_act_fwd(d, act, 0.1f, s->n, s->k, s->oh * s->ow, view(b, 1),
                                         rt_buf_view(y2)),
                      0);
-    assert_int_equal(rt_download(d, h[0], view(y, 1), yn * sizeof(float)), 0);
-    assert_int_equal(rt_download(d, h[1], rt_buf_view(y2), yn * sizeof(float)), 0);
-    for (size_t i = 0; i < yn; i++)
-        if (memcmp(&h[0][i], &h[1][i], sizeof(float)) != 0)
-            fail_msg("%s: conv2d_fwd_bias_act [%s]: y[%zu] = %.9g, but conv2d_fwd then "
-                     "bias_act_fwd gave %.9g",
-                     t->col->label, t->shape, i, h[0][i], h[1][i]);
-    free(h[0]);
-    free(h[1]);
+    expect_same_bits(d, view(y, 1), rt_buf_view(y2), yn, t->col->label, t, "y",
+                     "conv2d_fwd then bias_act_fwd");
     rt_buf_destroy(&y2);
 }
 
@@ -604,22 +613,13 @@ static void dense_same_as_unfused(struct trial *t, int n, int in, int units, enu
     rt_dev *d = t->col->d;
     const size_t yn = (size_t)n * units;
     rt_buf *y2 = rt_buf_new(d, (yn ? yn : 1) * sizeof(float));
-    float *h[2] = {malloc((yn ? yn : 1) * sizeof(float)), malloc((yn ? yn : 1) * sizeof(float))};
     assert_non_null(y2);
-    assert_non_null(h[0]);
-    assert_non_null(h[1]);
     assert_int_equal(rt_op_gemm(d, 0, 1, n, units, in, 1.0f, view(x, 1), in, view(w, 1), in,
                                 0.0f, rt_buf_view(y2), units),
                      0);
     assert_int_equal(rt_op_bias_act_fwd(d, k, 0.1f, n, units, 1, view(b, 1), rt_buf_view(y2)), 0);
-    assert_int_equal(rt_download(d, h[0], view(y, 1), yn * sizeof(float)), 0);
-    assert_int_equal(rt_download(d, h[1], rt_buf_view(y2), yn * sizeof(float)), 0);
-    for (size_t i = 0; i < yn; i++)
-        if (memcmp(&h[0][i], &h[1][i], sizeof(float)) != 0)
-            fail_msg("%s: dense_fwd [%s]: y[%zu] = %.9g, but gemm then bias_act_fwd gave %.9g",
-                     t->col->label, t->shape, i, h[0][i], h[1][i]);
-    free(h[0]);
-    free(h[1]);
+    expect_same_bits(d, view(y, 1), rt_buf_view(y2), yn, t->col->label, t, "y",
+                     "gemm then bias_act_fwd");
     rt_buf_destroy(&y2);
 }
 
@@ -664,26 +664,16 @@ static void dense_bwd_same_as_gemms(struct trial *t, int n, int in, int units, s
             if (!gemm[i].out)
                 continue;
             rt_dev *d = t->d[side];
-            const size_t cn = (size_t)gemm[i].m * in, words = cn ? cn : 1;
-            rt_buf *c = rt_buf_new(d, words * sizeof(float));
-            float *h[2] = {malloc(words * sizeof(float)), malloc(words * sizeof(float))};
+            const size_t cn = (size_t)gemm[i].m * in;
+            rt_buf *c = rt_buf_new(d, (cn ? cn : 1) * sizeof(float));
             assert_non_null(c);
-            assert_non_null(h[0]);
-            assert_non_null(h[1]);
             assert_int_equal(rt_op_gemm(d, gemm[i].ta, 0, gemm[i].m, in, gemm[i].k, 1.0f,
                                         view(g, side), units, view(gemm[i].b, side), in, 0.0f,
                                         rt_buf_view(c), in),
                              0);
-            assert_int_equal(rt_download(d, h[0], view(gemm[i].out, side), cn * sizeof(float)),
-                             0);
-            assert_int_equal(rt_download(d, h[1], rt_buf_view(c), cn * sizeof(float)), 0);
-            for (size_t j = 0; j < cn; j++)
-                if (memcmp(&h[0][j], &h[1][j], sizeof(float)) != 0)
-                    fail_msg("%s: dense_bwd [%s]: %s[%zu] = %.9g, but gemm (%d, 0) gave %.9g",
-                             side ? t->col->label : "reference", t->shape, gemm[i].out->name, j,
-                             h[0][j], gemm[i].ta, h[1][j]);
-            free(h[0]);
-            free(h[1]);
+            expect_same_bits(d, view(gemm[i].out, side), rt_buf_view(c), cn,
+                             side ? t->col->label : "reference", t, gemm[i].out->name,
+                             gemm[i].ta ? "gemm (1, 0)" : "gemm (0, 0)");
             rt_buf_destroy(&c);
         }
 }
