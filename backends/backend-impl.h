@@ -43,6 +43,20 @@ struct rt_dev {
     size_t live_bytes; /* bytes of its buffers now (rt_dev_live_bytes) */
 };
 
+/* dense_bwd as the device's own two GEMMs, one after the other (backend.h:
+ * gemm (1, 0) for dw, gemm (0, 0) for dx; either may be absent): for a
+ * backend whose queue runs them in turn anyway. */
+static inline int rt_dense_bwd_by_gemm(rt_dev *d, int n, int in, int units, rt_view g,
+                                       rt_view x, rt_view w, rt_view dw, rt_view dx)
+{
+    int rc = 0;
+    if (dw.buf && units > 0)
+        rc = d->ops->gemm(d, 1, 0, units, in, n, 1.0f, g, units, x, in, 0.0f, dw, in);
+    if (rc == 0 && dx.buf && n > 0)
+        rc = d->ops->gemm(d, 0, 0, n, in, units, 1.0f, g, units, w, in, 0.0f, dx, in);
+    return rc;
+}
+
 /* Built-in backends. */
 extern const struct rt_backend_ops rt_cpu_backend;
 

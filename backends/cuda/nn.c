@@ -51,15 +51,11 @@ int cu_dense_fwd(rt_dev *d, int n, int in, int units, rt_view x, rt_view w, rt_v
     return cu_bias_act_fwd(d, kind, alpha, n, units, 1, b, y);
 }
 
-/* gemm (1, 0) then gemm (0, 0): the two are in one queue either way. */
+/* The two GEMMs in turn: one queue runs them so either way. */
 int cu_dense_bwd(rt_dev *d, int n, int in, int units, rt_view g, rt_view x, rt_view w,
                   rt_view dw, rt_view dx)
 {
-    if (dw.buf && units > 0)
-        RT_TRY(cu_gemm(d, 1, 0, units, in, n, 1.0f, g, units, x, in, 0.0f, dw, in));
-    if (dx.buf && n > 0)
-        RT_TRY(cu_gemm(d, 0, 0, n, in, units, 1.0f, g, units, w, in, 0.0f, dx, in));
-    return RT_OK;
+    return rt_dense_bwd_by_gemm(d, n, in, units, g, x, w, dw, dx);
 }
 
 /* bias_add then act_fwd: the same kernels, so the same values. */

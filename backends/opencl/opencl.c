@@ -964,15 +964,11 @@ int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_vie
     return ocl_sgemm(d, ta != 0, tb != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* gemm (1, 0) then gemm (0, 0): the two are in one queue either way. */
+/* The two GEMMs in turn: one queue runs them so either way. */
 int ocl_dense_bwd(rt_dev *d, int n, int in, int units, rt_view g, rt_view x, rt_view w,
                   rt_view dw, rt_view dx)
 {
-    if (dw.buf && units > 0)
-        RT_TRY(ocl_gemm(d, 1, 0, units, in, n, 1.0f, g, units, x, in, 0.0f, dw, in));
-    if (dx.buf && n > 0)
-        RT_TRY(ocl_gemm(d, 0, 0, n, in, units, 1.0f, g, units, w, in, 0.0f, dx, in));
-    return RT_OK;
+    return rt_dense_bwd_by_gemm(d, n, in, units, g, x, w, dw, dx);
 }
 
 /* ---- elementwise ----------------------------------------------------------------------- */
