@@ -433,6 +433,21 @@ static void test_conv(void **state)
         uint64_t seed = 1000;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             conv_case(d, &shapes[i], seed += 7);
+        /* the wide layouts without the AVX-512 rows kernel: the AVX2 one
+         * (OPENBLAS_CORETYPE=Haswell, test_blas_core.sh), or, where the
+         * BLAS has AVX-512 kernels, the runs copied out for a GEMM: the
+         * forward's and the data gradient's phases (conv_dgrad.c) */
+        const struct rt_conv_shape wide[] = {
+            conv_make(3, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0),  /* lenet conv2 */
+            conv_make(3, 16, 28, 28, 32, 3, 3, 2, 2, 1, 1), /* resnet8's 28 -> 14 */
+            conv_make(2, 3, 33, 31, 4, 3, 3, 2, 2, 0, 1),
+            conv_make(2, 2, 40, 40, 3, 3, 3, 3, 3, 1, 1),
+            conv_make(2, 3, 21, 36, 4, 3, 3, 1, 2, 2, 3),
+        };
+        cpu_gemm_small512_set(false);
+        for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+            conv_case(d, &wide[i], seed += 7);
+        cpu_gemm_small512_set(true);
         /* random shapes */
         rt_rng rng;
         rt_rng_seed(&rng, 42, 1);

@@ -6,6 +6,9 @@
  *   forward      col = im2col(x_n);      y_n   = W[k x crs] * col
  *   bwd-data     col = W^T * dy_n;       dx_n  = col2im(col)
  *   bwd-filter   col = im2col(x_n);      dW^T += col * dy_n^T
+ * On the wide layout (below) bwd-data runs by phases of dx instead, one
+ * GEMM a phase reading dy in place, each element of dx written once
+ * (conv_dgrad.c).
  * With a batch of at least as many images as threads, images are handed to
  * the threads one at a time, each thread with its own im2col buffer in the
  * workspace and a single-threaded GEMM: the GEMMs of a small network are
@@ -71,6 +74,8 @@ struct conv_layout {
     size_t part;   /* a partial dW^T, crs x k */
     size_t dyt;    /* dy transposed, len x k, for the BLAS-free filter gradient */
     size_t off_col, off_out, off_dyt, slice; /* offsets in one thread's slice */
+    size_t prep;           /* floats made once a call from the filters (conv_prep) */
+    struct cpu_dgrad dg;   /* the data gradient's phases (wide; conv_dgrad.c) */
 };
 
 /* Stride 1 without padding: x's planes are the padded ones. */
@@ -139,7 +144,8 @@ static struct conv_layout conv_layout(const struct rt_conv_shape *s)
      * ops: 3.94 -> 3.19 ms at 2 threads, 7.42 -> 5.93 at 1) */
     const size_t extra = (l.wq - (size_t)s->ow) * 2;
     l.wide = !conv_is_pointwise(s) && s->ow > 0 && extra <= (size_t)s->ow &&
-             (size_t)s->k < conv_crs(s);
+             (size_t)s->k < conv_crs(s) && l.sh <= CPU_DGRAD_MAX_STRIDE &&
+             l.sw <= CPU_DGRAD_MAX_STRIDE;
     if (l.wide) {
         l.len = (size_t)s->oh * l.wq;
         l.pad = (size_t)s->c * l.sh * l.sw * l.hq * l.wq + (size_t)s->s;
@@ -158,6 +164,13 @@ static struct conv_layout conv_layout(const struct rt_conv_shape *s)
     l.off_out = l.off_col + align16(l.col);
     l.off_dyt = l.off_out + align16(l.out);
     l.slice = l.off_dyt + align16(l.dyt);
+    if (l.wide) {
+        cpu_dgrad_plan(s, &l.dg);
+        if (l.dg.slice > l.slice)
+            l.slice = align16(l.dg.slice);
+        l.prep = l.dg.filt + l.dg.at > align16(conv_crs(s)) ? l.dg.filt + l.dg.at
+                                                            : align16(conv_crs(s));
+    }
     return l;
 }
 
@@ -246,15 +259,15 @@ static int conv_groups(int nt, const struct rt_conv_shape *s)
 static bool wino_ok(int nt, const struct rt_conv_shape *s);
 static size_t wino_workspace(int nt, const struct rt_conv_shape *s);
 
-/* Workspace: one slice per thread, then one partial dW^T per group (or the
- * Winograd path's, below). */
+/* Workspace: one slice per thread, then one partial dW^T per group, then
+ * what conv_prep makes (or the Winograd path's, below). */
 size_t cpu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
 {
     const int nt = cpu_nt(d);
     if (wino_ok(nt, s))
         return wino_workspace(nt, s);
     const struct conv_layout l = conv_layout(s);
-    return (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.part);
+    return (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.part) + l.prep;
 }
 
 /* The output columns [lo, hi) whose input column ow*sw - pw + q lies inside
@@ -366,27 +379,6 @@ static void phase_split_row(const float *x, int w, int pw, int sw, float *row, s
         row[(size_t)((pw + iw) % sw) * ps + (size_t)((pw + iw) / sw)] = x[iw];
 }
 
-/* The inverse: one row of dx from its phase rows. */
-CPU_CLONES
-static void phase_join_row(const float *row, size_t ps, int w, int pw, int sw, float *dx)
-{
-    if (sw == 2) {
-        const float *ev = row + (pw & 1) * ps + pw / 2,
-                    *od = row + !(pw & 1) * ps + (pw + 1) / 2;
-        const int m2 = w / 2;
-        CPU_SIMD
-        for (int m = 0; m < m2; m++) {
-            dx[2 * m] = ev[m];
-            dx[2 * m + 1] = od[m];
-        }
-        if (w & 1)
-            dx[w - 1] = ev[m2];
-        return;
-    }
-    for (int iw = 0; iw < w; iw++)
-        dx[iw] = row[(size_t)((pw + iw) % sw) * ps + (size_t)((pw + iw) / sw)];
-}
-
 /* xp = x_n zero-padded and split into its phase planes (conv_layout), then
  * s zeros of slack. Stride 1: the padded image itself, whose borders alone
  * are zeroed. */
@@ -422,32 +414,6 @@ static void pad_image(const struct rt_conv_shape *s, const struct conv_layout *l
     memset(xp + (size_t)s->c * l->hp * l->wp, 0, (size_t)s->s * sizeof(float));
 }
 
-/* dx_n = the inner h x w of the padded image held as phase planes in xp. */
-static void unpad_image(const struct rt_conv_shape *s, const struct conv_layout *l,
-                        const float *xp, float *dx)
-{
-    const size_t H = (size_t)s->h, W = (size_t)s->w, ps = l->hq * l->wq;
-    if (l->sh == 1 && l->sw == 1) { /* the padded image itself */
-        for (int c = 0; c < s->c; c++)
-            for (size_t h = 0; h < H; h++)
-                cpu_copy_row(dx + ((size_t)c * H + h) * W,
-                             xp + ((size_t)c * l->hq + h + (size_t)s->pad_h) * l->wq + s->pad_w,
-                             W);
-        return;
-    }
-    for (int c = 0; c < s->c; c++)
-        for (size_t h = 0; h < H; h++) {
-            const size_t ih = (size_t)s->pad_h + h;
-            const float *row = xp + phase_at(l, c, (int)(ih % (size_t)l->sh), 0) +
-                               ih / (size_t)l->sh * l->wq;
-            float *d = dx + ((size_t)c * H + h) * W;
-            if (l->sw == 1)
-                cpu_copy_row(d, row + s->pad_w, W);
-            else
-                phase_join_row(row, ps, s->w, s->pad_w, l->sw, d);
-        }
-}
-
 /* Wide im2col: row (c, r, q) = the run of len floats at wide_row_at. */
 static void im2col_wide(const struct rt_conv_shape *s, const struct conv_layout *l,
                         const float *xp, float *col)
@@ -472,24 +438,43 @@ static void conv_gemm(int nt, bool ta, int m, int n, int k, const float *a, int 
         cpu_sgemm(nt, ta, false, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
+/* What an image's pass reads that depends on the shape and filters alone,
+ * made once a call (thread t of tn its share; a barrier after it): on the
+ * wide layout, the forward's column rows' starts in the phase planes (the
+ * divisions cost 9% of a strided forward made per image), the data
+ * gradient's filters by phase and their row starts (conv_dgrad.c). */
+static void conv_prep(const struct rt_conv_shape *s, const struct conv_layout *l, bool bwd,
+                      const float *w, float *prep, int t, int tn)
+{
+    if (!l->wide)
+        return;
+    if (bwd) {
+        cpu_dgrad_filters(s, &l->dg, w, s->c * t / tn, s->c * (t + 1) / tn, prep,
+                          (int32_t *)(prep + l->dg.filt));
+        return;
+    }
+    RT_ASSERT(l->pad < INT32_MAX);
+    int32_t *at = (int32_t *)prep;
+    if (t == 0)
+        for (int c = 0, j = 0; c < s->c; c++)
+            for (int r = 0; r < s->r; r++)
+                for (int q = 0; q < s->s; q++)
+                    at[j++] = (int32_t)wide_row_at(l, c, r, q);
+}
+
 /* out = w col(xp) with col's rows read where they lie in xp (their
  * starts in at, crs of them); the same FMA chains as through col: the same
  * bits. False where the kernel does not run here. */
 static bool gemm_in_place(const struct rt_conv_shape *s, const struct conv_layout *l,
-                          const float *w, const float *xp, int32_t *at, float *out)
+                          const float *w, const float *xp, const int32_t *at, float *out)
 {
     const int crs = (int)conv_crs(s);
-    RT_ASSERT(l->pad < INT32_MAX);
-    for (int c = 0, j = 0; c < s->c; c++)
-        for (int r = 0; r < s->r; r++)
-            for (int q = 0; q < s->s; q++)
-                at[j++] = (int32_t)wide_row_at(l, c, r, q);
     return cpu_gemm_small_rows(s->k, (int)l->len, crs, w, crs, xp, at, out, (int)l->len);
 }
 
 static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
-                    const struct conv_epi *e, const float *x, const float *w, float *y,
-                    float *sl)
+                    const struct conv_epi *e, const float *x, const float *w,
+                    const float *prep, float *y, float *sl)
 {
     const int crs = (int)conv_crs(s), len = (int)l->len;
     float *col = sl + l->off_col;
@@ -506,7 +491,7 @@ static void fwd_one(int nt, const struct rt_conv_shape *s, const struct conv_lay
     }
     float *out = sl + l->off_out;
     pad_image(s, l, x, sl);
-    if (nt > 1 || !gemm_in_place(s, l, w, sl, (int32_t *)col, out)) {
+    if (nt > 1 || !gemm_in_place(s, l, w, sl, (const int32_t *)prep, out)) {
         im2col_wide(s, l, sl, col);
         conv_gemm(nt, false, s->k, len, crs, w, crs, col, len, out, len);
     }
@@ -526,28 +511,9 @@ static void widen_dy(const struct rt_conv_shape *s, const struct conv_layout *l,
     }
 }
 
-/* y += x over n floats: long rows through the BLAS's vector kernel when
- * there is one (lenet's conv1, rows of 896: 8% faster than inline); short
- * ones inline, where the call cost more than the adds (bwd-data of
- * resnet8's 14 -> 7 layer, 288 rows of 56 an image: 1,254 -> 1,158 us;
- * lenet's conv2, rows of 140: 465 -> 443). x + 1 * y is one rounding
- * either way: the same bits. */
-static void add_row(size_t n, const float *x, float *y)
-{
-#ifdef RT_HAVE_CBLAS
-    if (n >= 256) {
-        cblas_saxpy((int)n, 1.0f, x, 1, y, 1);
-        return;
-    }
-#endif
-    CPU_SIMD
-    for (size_t i = 0; i < n; i++)
-        y[i] += x[i];
-}
-
 static void bwd_data_one(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
-                         const struct conv_epi *e, const float *dy, const float *w, float *dx,
-                         float *sl)
+                         const struct conv_epi *e, const float *dy, const float *w,
+                         const float *prep, float *dx, float *sl)
 {
     (void)e;
     const int crs = (int)conv_crs(s), len = (int)l->len;
@@ -561,16 +527,8 @@ static void bwd_data_one(int nt, const struct rt_conv_shape *s, const struct con
         col2im(s, col, dx);
         return;
     }
-    float *dyw = sl + l->off_out, *dxp = sl;
-    widen_dy(s, l, dy, dyw);
-    conv_gemm(nt, true, crs, len, s->k, w, crs, dyw, len, col, len);
-    memset(dxp, 0, l->pad * sizeof(float));
-    for (int c = 0; c < s->c; c++)
-        for (int r = 0; r < s->r; r++)
-            for (int q = 0; q < s->s; q++)
-                add_row(l->len, col + (((size_t)c * s->r + r) * s->s + q) * l->len,
-                        dxp + wide_row_at(l, c, r, q));
-    unpad_image(s, l, dxp, dx);
+    /* wide: by phases, one image on this thread (conv_dgrad.c) */
+    cpu_dgrad_image(s, &l->dg, prep, (const int32_t *)(prep + l->dg.filt), dy, dx, sl);
 }
 
 /* acct (+)= col(x_n) * dy_n^T, i.e. dW transposed (crs x k); beta 0 for a
@@ -1442,7 +1400,7 @@ static void wino_bwd_act(int nt, const struct rt_conv_shape *s, const struct act
 /* fwd_one or bwd_data_one: one image's in (x or dy) to out (y or dx). */
 typedef void (*conv_one_fn)(int nt, const struct rt_conv_shape *s, const struct conv_layout *l,
                             const struct conv_epi *e, const float *in, const float *w,
-                            float *out, float *sl);
+                            const float *prep, float *out, float *sl);
 
 /* Forward and backward-data share their driver: Winograd where it applies,
  * else im2col + GEMM an image at a time, over the batch or inside the BLAS. */
@@ -1460,9 +1418,14 @@ static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd,
         wino_data(nt, s, bwd, e, in, w, out, ws);
         return RT_OK;
     }
+    float *prep = ws + (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.part);
+    const bool dgrad = bwd && l.wide; /* its slice's zeros, once a call */
     if (!conv_batch_parallel(nt, s)) {
+        conv_prep(s, &l, bwd, w, prep, 0, 1);
+        if (dgrad)
+            cpu_dgrad_begin(s, &l.dg, ws);
         for (int i = 0; i < s->n; i++)
-            one(nt, s, &l, e, in + i * is, w, out + i * os, ws);
+            one(nt, s, &l, e, in + i * is, w, prep, out + i * os, ws);
         return RT_OK;
     }
     cpu_blas_before_parallel();
@@ -1476,8 +1439,15 @@ static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd,
 #endif
     {
         const int t = cpu_thread_num();
+        float *sl = ws + (size_t)t * l.slice;
+        conv_prep(s, &l, bwd, w, prep, t, cpu_num_threads());
+        if (dgrad)
+            cpu_dgrad_begin(s, &l.dg, sl);
+#ifdef _OPENMP
+#pragma omp barrier /* prep is whole */
+#endif
         for (int i; (i = cpu_runs_next(&runs, t, nt)) >= 0;)
-            one(1, s, &l, e, in + i * is, w, out + i * os, ws + (size_t)t * l.slice);
+            one(1, s, &l, e, in + i * is, w, prep, out + i * os, sl);
     }
     return RT_OK;
 }

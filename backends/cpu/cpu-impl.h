@@ -132,6 +132,32 @@ void cpu_gemm_small_acc(bool ta, int m, int n, int k, const float *a, int lda, c
  * and calls a GEMM. */
 bool cpu_gemm_small_rows(int m, int n, int k, const float *a, int lda, const float *b,
                          const int32_t *at, float *c, int ldc);
+/* A convolution's data gradient, one image at a time, as sh x sw
+ * stride-1 convolutions over dy, one per phase of dx (conv_dgrad.c).
+ * cpu_dgrad_plan: the layout for a shape (strides up to
+ * CPU_DGRAD_MAX_STRIDE); per call, the rearranged filters (filt floats)
+ * and row starts (at int32s), made by cpu_dgrad_filters (channels [c0,
+ * c1); the row starts where c0 is 0); per thread, a slice of `slice`
+ * floats, zeroed by cpu_dgrad_begin once a call; then cpu_dgrad_image. */
+#define CPU_DGRAD_MAX_STRIDE 4
+struct cpu_dgrad {
+    int sh, sw;
+    int i0[CPU_DGRAD_MAX_STRIDE], ni[CPU_DGRAD_MAX_STRIDE]; /* phase a's rows in dx */
+    int j0[CPU_DGRAD_MAX_STRIDE], nj[CPU_DGRAD_MAX_STRIDE]; /* phase b's columns */
+    int nu[CPU_DGRAD_MAX_STRIDE], nv[CPU_DGRAD_MAX_STRIDE]; /* taps in each */
+    int top, pc, wd;      /* dyp: zero rows above, zeros between rows, row pitch */
+    size_t plane, ps;     /* dyp floats a filter; a phase's output floats a channel */
+    size_t filt_at[CPU_DGRAD_MAX_STRIDE * CPU_DGRAD_MAX_STRIDE];
+    size_t row_at[CPU_DGRAD_MAX_STRIDE * CPU_DGRAD_MAX_STRIDE];
+    size_t filt, at;      /* per call */
+    size_t off_out, off_col, slice; /* per thread: dyp, the phases' outputs, a copy of runs */
+};
+void cpu_dgrad_plan(const struct rt_conv_shape *s, struct cpu_dgrad *g);
+void cpu_dgrad_filters(const struct rt_conv_shape *s, const struct cpu_dgrad *g, const float *w,
+                       int c0, int c1, float *filt, int32_t *at);
+void cpu_dgrad_begin(const struct rt_conv_shape *s, const struct cpu_dgrad *g, float *slice);
+void cpu_dgrad_image(const struct rt_conv_shape *s, const struct cpu_dgrad *g, const float *filt,
+                     const int32_t *at, const float *dy, float *dx, float *slice);
 /* cpu_gemm_small_rows at AVX-512's width (gemm_small512.c), where the
  * BLAS runs AVX-512 kernels; the same bits as the AVX2 kernel. False,
  * nothing done, where it does not run. cpu_gemm_small512_set(false) turns
