@@ -27,6 +27,7 @@
 #include "cpu-impl.h"
 
 #include <stdint.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
 #define WGRAD_AVX2 1
@@ -277,13 +278,30 @@ static TGT void transpose_avx2(int k, size_t plane, const float *dy, size_t ls, 
 
 /* By positions: dy's rows kept in L1 across the x rows (24 KiB), and the
  * lanes in L2 (k * crs * 8 floats, 128 KiB). By filters: an image's dy in
- * L1 as well. Bigger layers stay with the BLAS: seedcnn's conv1 (32
- * filters of 26 x 26) by filters took 2.07 ms a batch with an element-wise
- * transpose against OpenBLAS's 1.24, and 1.02-3.10 with the 8 x 8 one
- * against 1.29-1.57 (alternated runs, this machine's noise). */
+ * three quarters of L1 as well (24 KiB of a 32 KiB L1, 36 of a 48 KiB
+ * one). Bigger layers stay with the BLAS: seedcnn's conv1 (32 filters of
+ * 26 x 26) by filters took 2.07 ms a batch with an element-wise transpose
+ * against OpenBLAS's 1.24, and 1.02-3.10 with the 8 x 8 one against
+ * 1.29-1.57 (alternated runs, this machine's noise). resnet8's 28 -> 14
+ * layer (32 filters of 14 x 14, 24.5 KiB) by filters on a 48 KiB L1:
+ * 1,033 -> 777 us at 2 threads (bench_ops, a Xeon). */
 #define WGRAD_L1 6144
 #define WGRAD_ACC 32768
-#define WGRAD_DYT 6144
+
+static size_t wgrad_dyt(void)
+{
+    static size_t floats; /* threads that race here store the same value */
+    size_t f = __atomic_load_n(&floats, __ATOMIC_RELAXED);
+    if (!f) {
+        long l1 = -1;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+        l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#endif
+        f = (size_t)(l1 >= 16384 ? l1 : 32768) / sizeof(float) * 3 / 4;
+        __atomic_store_n(&floats, f, __ATOMIC_RELAXED);
+    }
+    return f;
+}
 
 enum rt_wgrad cpu_wgrad_kind(int k, int crs, int oh, int ow)
 {
@@ -295,14 +313,14 @@ enum rt_wgrad cpu_wgrad_kind(int k, int crs, int oh, int ow)
      * thread) by filters; its conv2 (16) 372 -> 259, resnet8's c32s2 (32)
      * 899 -> 724 */
     if (cpu_wgrad512())
-        return kp <= WGRAD_DYT && 4 * (size_t)k >= 3 * (((size_t)k + 15) / 16 * 16)
+        return kp <= wgrad_dyt() && 4 * (size_t)k >= 3 * (((size_t)k + 15) / 16 * 16)
                    ? RT_WGRAD_FILTERS
                    : RT_WGRAD_NONE;
     if (!cpu_avx2_kernels())
         return RT_WGRAD_NONE;
     /* the lanes either kernel multiplies, wasted ones included */
     if (((size_t)k + 7) / 8 * 8 * ow < (size_t)k * ((ow + 7) / 8) * 8)
-        return kp <= WGRAD_DYT ? RT_WGRAD_FILTERS : RT_WGRAD_NONE;
+        return kp <= wgrad_dyt() ? RT_WGRAD_FILTERS : RT_WGRAD_NONE;
     return kp <= WGRAD_L1 && (size_t)k * crs * 8 <= WGRAD_ACC ? RT_WGRAD_POSITIONS
                                                               : RT_WGRAD_NONE;
 }
