@@ -48,6 +48,7 @@
     X(conv_direct6_v16, T) X(conv_direct4_v16, T) X(conv_bwdf3_v16, T)                       \
     X(conv_bwdf5_v16, T) X(conv_bwdf4_v16, T) X(conv_bwdf_sum, E)                             \
     X(gemm_rows, T) X(gemm_rows_v16, T) X(gemm_dots, T) X(gemm_dots_v16, T)                  \
+    X(gemm_rows_pair, T) X(gemm_rows_v16_pair, T)                                            \
     X(act_fwd_lin, E) X(act_bwd_lin, E) X(bias_grad_cpu, S)                                  \
     X(bias_act_lin, R) X(act_bias_grad_cpu, S)                                               \
     X(maxpool2_fwd, S) X(maxpool2_bwd, S) X(add_act, E)

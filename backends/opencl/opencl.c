@@ -880,6 +880,19 @@ static bool ocl_own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, int l
     return ocl(d)->sh->is_cpu;
 }
 
+/* The own GEMM's work-items, and which block runs fastest: neighbouring
+ * work-items share rows of A (column block fastest), so B streams once
+ * per row block, or share B (row block fastest), so A streams once per
+ * column block: the smaller traffic wins. */
+static size_t own_tiles(rt_dev *d, bool tb, int m, int n, int k, int *rowfast)
+{
+    const bool v16 = ocl(d)->conv_v == 16;
+    const int tr = tb ? 3 : OCL_GEMM_ROWS, tc = tb ? 3 : v16 ? 32 : 16; /* the kernels' tiles */
+    const double nrb = (double)((m + tr - 1) / tr), ncb = (double)((n + tc - 1) / tc);
+    *rowfast = (double)m * k * ncb < (double)k * n * nrb;
+    return (size_t)nrb * (size_t)ncb;
+}
+
 /* The own GEMM, C = alpha op(A) op(B) + beta C, then (kind >= 0, only
  * with B transposed) act(C + bias[j]) as rt_bias_act_lin. */
 static int own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alpha, rt_view a,
@@ -888,14 +901,8 @@ static int own_gemm(rt_dev *d, bool ta, bool tb, int m, int n, int k, float alph
 {
     const bool v16 = ocl(d)->conv_v == 16;
     double t0 = ocl_prof_begin(d);
-    int rc;
-    /* neighbouring work-items share rows of A (column block fastest),
-     * so B streams once per row block, or share B (row block fastest),
-     * so A streams once per column block: the smaller traffic wins */
-    const int tr = tb ? 3 : OCL_GEMM_ROWS, tc = tb ? 3 : v16 ? 32 : 16; /* the kernels' tiles */
-    const double nrb = (double)((m + tr - 1) / tr), ncb = (double)((n + tc - 1) / tc);
-    const int rowfast = (double)m * k * ncb < (double)k * n * nrb;
-    const size_t items = (size_t)nrb * (size_t)ncb;
+    int rc, rowfast;
+    const size_t items = own_tiles(d, tb, m, n, k, &rowfast);
     if (!tb) /* op(A)[i][kk] = A[i*sai + kk*sak] */
         rc = ocl_run_n(d, v16 ? OCL_K_gemm_rows_v16 : OCL_K_gemm_rows, items, "iiifiivvifvii", m,
                        n, k, (double)alpha, ta ? 1 : lda, ta ? lda : 1, a, b, ldb, (double)beta,
@@ -964,11 +971,35 @@ int ocl_gemm(rt_dev *d, int ta, int tb, int m, int n, int k, float alpha, rt_vie
     return ocl_sgemm(d, ta != 0, tb != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* The two GEMMs in turn: one queue runs them so either way. */
+/* Both gradients in one launch of the own rows kernel where it takes both
+ * (rt_gemm_rows_pair: each tile the bits of its own launch): dw = g^T x
+ * (units x in, inner n), dx = g w (n x in, inner units). On PoCL a launch
+ * cost about as much as one of lenet's small GEMMs (bench_ops opencl 2:
+ * 64 x 120 x 84 in 43 us, 30 of them around the kernel). Else the two
+ * GEMMs in turn. */
 int ocl_dense_bwd(rt_dev *d, int n, int in, int units, rt_view g, rt_view x, rt_view w,
                   rt_view dw, rt_view dx)
 {
-    return rt_dense_bwd_by_gemm(d, n, in, units, g, x, w, dw, dx);
+    if (!dw.buf || !dx.buf || n <= 0 || units <= 0 || in <= 0 ||
+        !ocl_own_gemm(d, true, false, units, in, n, units, in, in) ||
+        !ocl_own_gemm(d, false, false, n, in, units, units, in, in))
+        return rt_dense_bwd_by_gemm(d, n, in, units, g, x, w, dw, dx);
+    const bool v16 = ocl(d)->conv_v == 16;
+    double t0 = ocl_prof_begin(d);
+    int rw, rx;
+    const size_t iw = own_tiles(d, false, units, in, n, &rw);
+    const size_t ix = own_tiles(d, false, n, in, units, &rx);
+    int rc = ocl_run_n(d, v16 ? OCL_K_gemm_rows_v16_pair : OCL_K_gemm_rows_pair, iw + ix,
+                       "liiifiivvifviiiiifiivvifvii", iw,
+                       units, in, n, 1.0, 1, units, g, x, in, 0.0, dw, in, rw, /* g^T x */
+                       n, in, units, 1.0, units, 1, g, w, in, 0.0, dx, in, rx); /* g w */
+    if (t0 != 0.0) {
+        char name[96];
+        snprintf(name, sizeof name, "[own sgemm pair TN %dx%dx%d, NN %dx%dx%d]", units, in, n, n,
+                 in, units);
+        ocl_prof_end(d, t0, name);
+    }
+    return rc;
 }
 
 /* ---- elementwise ----------------------------------------------------------------------- */

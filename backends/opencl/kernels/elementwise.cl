@@ -306,20 +306,28 @@ float16 rt_gemm_part16(int n, global const float *p) { return rt_vload_part(n, p
  * on AVX2 were spilled). op(A)[i][kk] = A[i*sai + kk*sak]. Work-items:
  * column block fastest, then row block, or the other way round (rowfast):
  * neighbours then share a panel of B rather than rows of A (the host picks
- * whichever streams less). */
+ * whichever streams less). NAME: one GEMM; NAME_pair: two independent
+ * ones in one launch, work-items [0, items0) on the first (a dense
+ * layer's weight and data gradients: on a CPU device a launch costs as
+ * much as one of lenet's small GEMMs), each tile the bits of NAME's. */
+#define RT_GEMM_ROWS_ARGS(S)                                                                \
+    int m##S, int n##S, int k##S, float alpha##S, int sai##S, int sak##S,                  \
+        global const float *a##S, ulong ao##S, global const float *b##S, ulong bo##S,      \
+        int ldb##S, float beta##S, global float *c##S, ulong co##S, int ldc##S, int rowfast##S
+#define RT_GEMM_ROWS_PASS(S)                                                                \
+    m##S, n##S, k##S, alpha##S, sai##S, sak##S, a##S + ao##S, b##S + bo##S, ldb##S,          \
+        beta##S, c##S + co##S, ldc##S, rowfast##S
 #define RT_GEMM_ROWS(NAME, V)                                                               \
-    kernel void NAME(int m, int n, int k, float alpha, int sai, int sak,                    \
-                     global const float *a, ulong ao, global const float *b, ulong bo,     \
-                     int ldb, float beta, global float *c, ulong co, int ldc, int rowfast) \
+    inline void NAME##_tile(ulong t, int m, int n, int k, float alpha, int sai, int sak,    \
+                            global const float *a, global const float *b, int ldb,         \
+                            float beta, global float *c, int ldc, int rowfast)             \
     {                                                                                       \
         const int ncb = (n + 2 * V - 1) / (2 * V), nrb = (m + RT_GM - 1) / RT_GM;          \
-        const ulong t = get_global_id(0);                                                   \
         if (t >= (ulong)ncb * nrb)                                                          \
             return;                                                                         \
         const int j0 = (int)(rowfast ? t / nrb : t % ncb) * 2 * V;                          \
         const int i0 = (int)(rowfast ? t % nrb : t / ncb) * RT_GM;                          \
-        a += ao;                                                                            \
-        b += bo + j0;                                                                       \
+        b += j0;                                                                            \
         int ro[RT_GM];                                                                      \
         _Pragma("unroll")                                                                   \
         for (int r = 0; r < RT_GM; r++)                                                     \
@@ -336,14 +344,25 @@ float16 rt_gemm_part16(int n, global const float *p) { return rt_vload_part(n, p
         _Pragma("unroll")                                                                   \
         for (int r = 0; r < RT_GM; r++) {                                                   \
             if (i0 + r < m) {                                                               \
-                global float *cr = c + co + (ulong)(i0 + r) * ldc + j0;                     \
+                global float *cr = c + (ulong)(i0 + r) * ldc + j0;                          \
                 rt_gemm_put##V(p[r], min(nv, V), alpha, beta, cr);                          \
                 if (nv > V)                                                                 \
                     rt_gemm_put##V(q[r], nv - V, alpha, beta, cr + V);                      \
             }                                                                               \
         }                                                                                   \
+    }                                                                                       \
+    kernel void NAME(RT_GEMM_ROWS_ARGS(0))                                                  \
+    {                                                                                       \
+        NAME##_tile(get_global_id(0), RT_GEMM_ROWS_PASS(0));                                \
+    }                                                                                       \
+    kernel void NAME##_pair(ulong items0, RT_GEMM_ROWS_ARGS(0), RT_GEMM_ROWS_ARGS(1))       \
+    {                                                                                       \
+        const ulong t = get_global_id(0);                                                   \
+        if (t < items0)                                                                     \
+            NAME##_tile(t, RT_GEMM_ROWS_PASS(0));                                           \
+        else                                                                                \
+            NAME##_tile(t - items0, RT_GEMM_ROWS_PASS(1));                                  \
     }
-
 RT_GEMM_ROWS(rt_gemm_rows, 8)
 RT_GEMM_ROWS(rt_gemm_rows_v16, 16)
 
