@@ -408,6 +408,9 @@ static void test_conv(void **state)
         conv_make(2, 2, 40, 40, 3, 3, 3, 3, 3, 1, 1),   /* stride 3 */
         conv_make(2, 3, 30, 20, 4, 3, 3, 2, 1, 1, 1),   /* stride 2 in h only */
         conv_make(2, 3, 21, 36, 4, 3, 3, 1, 2, 2, 3),   /* stride 2 in w only, pad > stride */
+        conv_make(2, 4, 9, 9, 3, 2, 2, 3, 3, 0, 0),     /* stride > filter: phases without taps */
+        conv_make(2, 3, 17, 17, 4, 5, 5, 4, 4, 2, 2),   /* stride 4: 16 phases */
+        conv_make(2, 3, 17, 17, 4, 5, 5, 5, 5, 0, 0),   /* stride 5: past the phases' limit */
         /* the filters' gradient read in place (wgrad.c): by positions in
          * images one at a time, 25 column rows (pairs and one); by
          * positions with filters in blocks of 6 and 5; by filters, 16 and
@@ -443,6 +446,8 @@ static void test_conv(void **state)
             conv_make(2, 3, 33, 31, 4, 3, 3, 2, 2, 0, 1),
             conv_make(2, 2, 40, 40, 3, 3, 3, 3, 3, 1, 1),
             conv_make(2, 3, 21, 36, 4, 3, 3, 1, 2, 2, 3),
+            conv_make(2, 4, 9, 9, 3, 2, 2, 3, 3, 0, 0),
+            conv_make(2, 3, 17, 17, 4, 5, 5, 4, 4, 2, 2),
         };
         cpu_gemm_small512_set(false);
         for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
