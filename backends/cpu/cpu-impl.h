@@ -356,8 +356,11 @@ static inline void cpu_zero_row(float *d, size_t n)
 /* y[i] = act(x[i] + b[i * bstep]) over n floats (y may be x; bstep 0: one
  * bias for the row, 1: a bias per element): the same float operations as
  * bias_add then act_fwd, in one pass. kind must be valid (cpu_check_act).
- * Inline, so that each constant bstep gets its own vector loop. */
-static inline void cpu_bias_act(enum rt_act kind, float alpha, const float *b, int bstep,
+ * Always inline, so that each constant bstep gets its own vector loop, and
+ * each CPU_CLONES caller its ISA's: GCC had made one out-of-line copy for
+ * the default target (SSE2: 4 floats a vector), which every clone of
+ * conv.c's epilogues called (a seedcnn worker: 3.9% of its time there). */
+static inline __attribute__((always_inline)) void cpu_bias_act(enum rt_act kind, float alpha, const float *b, int bstep,
                                 const float *x, float *y, size_t n)
 {
     switch (kind) {

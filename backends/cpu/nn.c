@@ -99,6 +99,20 @@ int cpu_dense_bwd(rt_dev *d, int n, int in, int units, rt_view g, rt_view x, rt_
     return RT_OK;
 }
 
+/* One dense row (a bias per element) or one plane (one bias), in place,
+ * at this CPU's vector width. */
+CPU_CLONES
+static void bias_act_row(enum rt_act kind, float alpha, const float *b, float *y, size_t c)
+{
+    cpu_bias_act(kind, alpha, b, 1, y, y, c);
+}
+
+CPU_CLONES
+static void bias_act_plane(enum rt_act kind, float alpha, const float *b, float *y, size_t hw)
+{
+    cpu_bias_act(kind, alpha, b, 0, y, y, hw);
+}
+
 int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int hw,
                      rt_view bv, rt_view yv)
 {
@@ -113,18 +127,15 @@ int cpu_bias_act_fwd(rt_dev *d, enum rt_act kind, float alpha, int n, int c, int
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
 #endif
-        for (int i = 0; i < n; i++) {
-            float *yr = y + (size_t)i * c;
-            cpu_bias_act(kind, alpha, b, 1, yr, yr, (size_t)c);
-        }
+        for (int i = 0; i < n; i++)
+            bias_act_row(kind, alpha, b, y + (size_t)i * c, (size_t)c);
         return RT_OK;
     }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (total > CPU_PAR_MIN)
 #endif
     for (long p = 0; p < (long)n * c; p++)
-        cpu_bias_act(kind, alpha, b + p % c, 0, y + (size_t)p * hw, y + (size_t)p * hw,
-                     (size_t)hw);
+        bias_act_plane(kind, alpha, b + p % c, y + (size_t)p * hw, (size_t)hw);
     return RT_OK;
 }
 
