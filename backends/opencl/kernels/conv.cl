@@ -110,26 +110,43 @@ kernel void rt_knp_to_nkp(int nb, int k, int p, global const float *src, ulong s
  *   bwd-filter  dw = sum over images of pack(dy) (.) shifted pack(x),
  *               as flat dot products over the packed planes. */
 
+/* n zeros from d */
+void rt_zero_span(global float *d, int n)
+{
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        vstore8((float8)0.0f, 0, d + j);
+    for (; j < n; j++)
+        d[j] = 0.0f;
+}
+
 /* Packed plane p, dst[p*ps + 0..ps), is src plane p (h x w) shifted to
- * (top, left) in rows of wp, zeros around it and in the tail [pr*wp, ps). */
+ * (top, left) in rows of wp, zeros around it and in the tail [pr*wp, ps).
+ * Each float is written once: the zero rows above and below, then each
+ * image row between its margins' zeros (left + w <= wp: the direct
+ * kernels' packs). Zeroing the whole plane first wrote lenet's conv1
+ * planes almost twice. */
 void rt_pack_plane(ulong p, int h, int w, int top, int left, int pr, int wp, int ps,
                    global const float *src, global float *dst)
 {
     global float *d = dst + p * ps;
     global const float *sp = src + p * h * w;
-    const float8 z = (float8)0.0f;
-    /* ps is a multiple of 16 floats: zeros everywhere, then the rows */
-    for (int j = 0; j < ps; j += 8)
-        vstore8(z, 0, d + j);
-    const int y0 = max(top, 0), y1 = min(top + h, pr);
+    const int y0 = max(top, 0), y1 = max(min(top + h, pr), y0);
+    rt_zero_span(d, y0 * wp);
+    rt_zero_span(d + y1 * wp, ps - y1 * wp);
     for (int row = y0; row < y1; row++) {
         global const float *s = sp + (ulong)(row - top) * w;
-        global float *e = d + (ulong)row * wp + left;
+        global float *e = d + (ulong)row * wp;
+        for (int j = 0; j < left; j++)
+            e[j] = 0.0f;
+        e += left;
         int j = 0;
         for (; j + 8 <= w; j += 8)
             vstore8(vload8(0, s + j), 0, e + j);
         for (; j < w; j++)
             e[j] = s[j];
+        for (j = left + w; j < wp; j++)
+            e[j - left] = 0.0f;
     }
 }
 
