@@ -945,6 +945,8 @@ static void test_pool(void **state)
                 pool_make(m, 2, 3, 8, 8, 2, 2, 2, 2, 0, 0),    /* the 2x2 fast path */
                 pool_make(m, 64, 6, 28, 28, 2, 2, 2, 2, 0, 0), /* LeNet, parallel */
                 pool_make(m, 2, 2, 7, 9, 2, 2, 2, 2, 0, 0),    /* odd sizes drop a row */
+                pool_make(m, 2, 3, 70, 66, 2, 2, 2, 2, 0, 0),  /* rows of 16 + 16 + 1 windows */
+                pool_make(m, 2, 3, 9, 67, 2, 2, 2, 2, 0, 0),   /* the same, a column dropped */
                 pool_make(m, 1, 1, 5, 5, 3, 3, 1, 1, 1, 1),    /* overlapping, padded */
                 pool_make(m, 3, 2, 7, 6, 3, 2, 2, 3, 1, 1),
                 pool_make(m, 2, 3, 4, 4, 4, 4, 1, 1, 0, 0),    /* global */

@@ -212,6 +212,15 @@ void cpu_wino512_dy(const struct cpu_wino512_plane *p, const float *dy, float *d
 void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv, size_t xs,
                          float *dx);
 
+/* 2x2 max pooling at stride 2, a row of ow outputs from input rows r0 and
+ * r1 (pool512.c), where cpu_maxpool2_512 says AVX-512 runs: the forward,
+ * and the backward of windows that tile the plane (every element of d0
+ * and d1's 2 ow floats written). The bits of nn.c's loops. */
+bool cpu_maxpool2_512(void);
+void cpu_maxpool2_row512(const float *r0, const float *r1, int ow, float *y);
+void cpu_maxpool2_bwd_row512(const float *r0, const float *r1, const float *g, int ow,
+                             float *d0, float *d1);
+
 /* Whether the hand-written AVX2 kernels run here: AVX2 and FMA, and a BLAS
  * without AVX-512 kernels (cpu_blas_avx512; those are twice as wide, and
  * beat these: seedcnn's step 11.9 ms with them, 16.3 with these). */

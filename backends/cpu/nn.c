@@ -336,7 +336,7 @@ int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
     const long planes = (long)s->n * s->c;
     const size_t xs = (size_t)s->h * s->w, ys = (size_t)s->oh * s->ow;
     const float inv_area = 1.0f / (float)(s->r * s->s);
-    const bool max2 = pool_is_max2x2(s);
+    const bool max2 = pool_is_max2x2(s), wide = max2 && cpu_maxpool2_512();
     int nt = cpu_nt(d);
     (void)nt;
 #ifdef _OPENMP
@@ -345,6 +345,12 @@ int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
     for (long p = 0; p < planes; p++) {
         const float *xp = x + (size_t)p * xs;
         float *yp = y + (size_t)p * ys;
+        if (max2 && wide) { /* AVX-512: 16 windows a step (pool512.c) */
+            for (int oh = 0; oh < s->oh; oh++)
+                cpu_maxpool2_row512(xp + (size_t)(2 * oh) * s->w, xp + (size_t)(2 * oh + 1) * s->w,
+                                    s->ow, yp + (size_t)oh * s->ow);
+            continue;
+        }
         if (max2) { /* the common case, without the window bookkeeping */
             for (int oh = 0; oh < s->oh; oh++) {
                 const float *r0 = xp + (size_t)(2 * oh) * s->w, *r1 = r0 + s->w;
@@ -390,6 +396,8 @@ int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
     const size_t xs = (size_t)s->h * s->w, ys = (size_t)s->oh * s->ow;
     const float inv_area = 1.0f / (float)(s->r * s->s);
     const bool max2 = pool_is_max2x2(s);
+    const bool tiled = max2 && s->h == 2 * s->oh && s->w == 2 * s->ow;
+    const bool wide = tiled && cpu_maxpool2_512();
     int nt = cpu_nt(d);
     (void)nt;
 #ifdef _OPENMP
@@ -398,7 +406,15 @@ int cpu_pool_bwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
     for (long p = 0; p < planes; p++) {
         const float *xp = x + (size_t)p * xs, *dyp = dy + (size_t)p * ys;
         float *dxp = dx + (size_t)p * xs;
-        if (max2 && s->h == 2 * s->oh && s->w == 2 * s->ow) {
+        if (wide) { /* AVX-512: 16 windows a step (pool512.c) */
+            const size_t W = (size_t)s->w;
+            for (int oh = 0; oh < s->oh; oh++)
+                cpu_maxpool2_bwd_row512(xp + 2 * oh * W, xp + (2 * oh + 1) * W,
+                                        dyp + (size_t)oh * s->ow, s->ow, dxp + 2 * oh * W,
+                                        dxp + (2 * oh + 1) * W);
+            continue;
+        }
+        if (tiled) {
             /* The windows tile the plane: each writes all four of its
              * elements, so no zeroing pass (these planes outgrow the cache).
              * The same comparisons as below, as selects, in a vector loop. */
