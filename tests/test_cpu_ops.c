@@ -934,11 +934,14 @@ static void pool_ref(const struct rt_pool_shape *s, const float *x, const float 
     free(ddx);
 }
 
+/* Every shape with and without pool512.c's AVX-512 rows (where the CPU
+ * has AVX-512), so the portable loops stay tested there. */
 static void test_pool(void **state)
 {
     (void)state;
-    for (int t = 0; t < N_THREADS; t++) {
-        rt_dev *d = open_dev(thread_counts[t]);
+    for (int t = 0; t < 2 * N_THREADS; t++) {
+        cpu_maxpool2_512_set(t < N_THREADS);
+        rt_dev *d = open_dev(thread_counts[t % N_THREADS]);
         for (int mode = 0; mode < 2; mode++) {
             enum rt_pool_mode m = mode ? RT_POOL_AVG : RT_POOL_MAX;
             const struct rt_pool_shape shapes[] = {
@@ -981,6 +984,7 @@ static void test_pool(void **state)
         }
         rt_dev_close(&d);
     }
+    cpu_maxpool2_512_set(true);
 }
 
 /* The tie rule spelled out: a 2x2 window of equal values sends dy to its
@@ -989,8 +993,10 @@ static void test_pool_ties(void **state)
 {
     (void)state;
     rt_dev *d = open_dev(1);
-    for (int fast = 0; fast < 2; fast++) {
-        /* the same windows through the 2x2 fast path and the general path */
+    for (int fast = 0; fast < 3; fast++) {
+        /* the same windows through the 2x2 fast path (in AVX-512 where the
+         * CPU has it, then its portable loops) and the general path */
+        cpu_maxpool2_512_set(fast != 2);
         struct rt_pool_shape s = fast ? pool_make(RT_POOL_MAX, 1, 1, 2, 4, 2, 2, 2, 2, 0, 0)
                                       : pool_make(RT_POOL_MAX, 1, 1, 2, 4, 2, 2, 2, 3, 0, 1);
         /* fast: windows are columns 0-1 and 2-3; general: -1..0 (padding
@@ -1011,6 +1017,7 @@ static void test_pool_ties(void **state)
         tb_free(&DY);
         tb_free(&DX);
     }
+    cpu_maxpool2_512_set(true);
     rt_dev_close(&d);
 }
 

@@ -215,8 +215,10 @@ void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv, siz
 /* 2x2 max pooling at stride 2, a row of ow outputs from input rows r0 and
  * r1 (pool512.c), where cpu_maxpool2_512 says AVX-512 runs: the forward,
  * and the backward of windows that tile the plane (every element of d0
- * and d1's 2 ow floats written). The bits of nn.c's loops. */
+ * and d1's 2 ow floats written). The bits of nn.c's loops.
+ * cpu_maxpool2_512_set(false) turns it off, for tests. */
 bool cpu_maxpool2_512(void);
+void cpu_maxpool2_512_set(bool on);
 void cpu_maxpool2_row512(const float *r0, const float *r1, int ow, float *y);
 void cpu_maxpool2_bwd_row512(const float *r0, const float *r1, const float *g, int ow,
                              float *d0, float *d1);

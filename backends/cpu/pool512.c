@@ -16,6 +16,10 @@
 
 #include "cpu-impl.h"
 
+static bool pool512_enabled = true;
+
+void cpu_maxpool2_512_set(bool on) { pool512_enabled = on; }
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
 #include <immintrin.h>
 
@@ -93,7 +97,7 @@ TGT void cpu_maxpool2_bwd_row512(const float *r0, const float *r1, const float *
     }
 }
 
-bool cpu_maxpool2_512(void) { return cpu_has_avx512f(); }
+bool cpu_maxpool2_512(void) { return pool512_enabled && cpu_has_avx512f(); }
 #else
 void cpu_maxpool2_row512(const float *r0, const float *r1, int ow, float *y)
 {
