@@ -371,8 +371,9 @@ static inline void cpu_zero_row(float *d, size_t n)
  * each CPU_CLONES caller its ISA's: GCC had made one out-of-line copy for
  * the default target (SSE2: 4 floats a vector), which every clone of
  * conv.c's epilogues called (a seedcnn worker: 3.9% of its time there). */
-static inline __attribute__((always_inline)) void cpu_bias_act(enum rt_act kind, float alpha, const float *b, int bstep,
-                                const float *x, float *y, size_t n)
+static inline __attribute__((always_inline)) void
+cpu_bias_act(enum rt_act kind, float alpha, const float *b, int bstep, const float *x, float *y,
+             size_t n)
 {
     switch (kind) {
     case RT_ACT_IDENTITY:
