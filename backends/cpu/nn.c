@@ -345,7 +345,7 @@ int cpu_pool_fwd(rt_dev *d, const struct rt_pool_shape *s, rt_view xv, rt_view y
     for (long p = 0; p < planes; p++) {
         const float *xp = x + (size_t)p * xs;
         float *yp = y + (size_t)p * ys;
-        if (max2 && wide) { /* AVX-512: 16 windows a step (pool512.c) */
+        if (wide) { /* AVX-512: 16 windows a step (pool512.c) */
             for (int oh = 0; oh < s->oh; oh++)
                 cpu_maxpool2_row512(xp + (size_t)(2 * oh) * s->w, xp + (size_t)(2 * oh + 1) * s->w,
                                     s->ow, yp + (size_t)oh * s->ow);
