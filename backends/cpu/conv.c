@@ -26,10 +26,6 @@
 #include "cpu-impl.h"
 #include "status.h"
 
-
-/* Per-thread slices start on a 64-byte line so threads never share one. */
-static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
-
 static bool conv_is_pointwise(const struct rt_conv_shape *s)
 {
     return s->r == 1 && s->s == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 &&
@@ -97,8 +93,8 @@ static enum rt_wgrad conv_wgrad(const struct rt_conv_shape *s, const struct conv
  * transposed when it sums by filters. */
 static size_t wgrad_stage(const struct rt_conv_shape *s, const struct conv_layout *l)
 {
-    return (wgrad_in_place(s, l) ? 0 : align16(l->pad)) +
-           (conv_wgrad(s, l) == RT_WGRAD_FILTERS ? align16((size_t)s->k * conv_ohw(s)) : 0);
+    return (wgrad_in_place(s, l) ? 0 : cpu_align16(l->pad)) +
+           (conv_wgrad(s, l) == RT_WGRAD_FILTERS ? cpu_align16((size_t)s->k * conv_ohw(s)) : 0);
 }
 
 /* It takes a few images at a time: at most 8, their staging in 128 KiB,
@@ -119,12 +115,12 @@ static int wgrad_batch(const struct rt_conv_shape *s, const struct conv_layout *
  * and the staged images. */
 static size_t wgrad_lanes(const struct rt_conv_shape *s, const struct conv_layout *l)
 {
-    return conv_wgrad(s, l) == RT_WGRAD_POSITIONS ? align16((size_t)s->k * conv_crs(s) * 8) : 0;
+    return conv_wgrad(s, l) == RT_WGRAD_POSITIONS ? cpu_align16((size_t)s->k * conv_crs(s) * 8) : 0;
 }
 
 static size_t wgrad_floats(const struct rt_conv_shape *s, const struct conv_layout *l)
 {
-    return wgrad_lanes(s, l) + align16(conv_crs(s)) +
+    return wgrad_lanes(s, l) + cpu_align16(conv_crs(s)) +
            (size_t)wgrad_batch(s, l) * wgrad_stage(s, l);
 }
 
@@ -159,17 +155,17 @@ static struct conv_layout conv_layout(const struct rt_conv_shape *s)
     if (conv_wgrad(s, &l) != RT_WGRAD_NONE && l.col < wgrad_floats(s, &l))
         l.col = wgrad_floats(s, &l);
     l.part = (size_t)s->k * conv_crs(s);
-    l.off_col = align16(l.pad);
+    l.off_col = cpu_align16(l.pad);
     l.dyt = conv_wgrad(s, &l) == RT_WGRAD_NONE && cpu_avx2_kernels() ? l.len * (size_t)s->k : 0;
-    l.off_out = l.off_col + align16(l.col);
-    l.off_dyt = l.off_out + align16(l.out);
-    l.slice = l.off_dyt + align16(l.dyt);
+    l.off_out = l.off_col + cpu_align16(l.col);
+    l.off_dyt = l.off_out + cpu_align16(l.out);
+    l.slice = l.off_dyt + cpu_align16(l.dyt);
     if (l.wide) {
         cpu_dgrad_plan(s, &l.dg);
         if (l.dg.slice > l.slice)
-            l.slice = align16(l.dg.slice);
-        l.prep = l.dg.filt + l.dg.at > align16(conv_crs(s)) ? l.dg.filt + l.dg.at
-                                                            : align16(conv_crs(s));
+            l.slice = cpu_align16(l.dg.slice);
+        l.prep = l.dg.filt + l.dg.at > cpu_align16(conv_crs(s)) ? l.dg.filt + l.dg.at
+                                                            : cpu_align16(conv_crs(s));
     }
     return l;
 }
@@ -267,7 +263,7 @@ size_t cpu_conv2d_workspace(rt_dev *d, const struct rt_conv_shape *s)
     if (wino_ok(nt, s))
         return wino_workspace(nt, s);
     const struct conv_layout l = conv_layout(s);
-    return (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.part) + l.prep;
+    return (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * cpu_align16(l.part) + l.prep;
 }
 
 /* The output columns [lo, hi) whose input column ow*sw - pw + q lies inside
@@ -577,7 +573,7 @@ static void bwd_filter_images(int nt, const struct rt_conv_shape *s, const struc
     }
     float *acc = sl + l->off_col;
     int32_t *row_at = (int32_t *)(acc + wgrad_lanes(s, l));
-    float *stage = acc + wgrad_lanes(s, l) + align16((size_t)crs);
+    float *stage = acc + wgrad_lanes(s, l) + cpu_align16((size_t)crs);
     RT_ASSERT(l->pad < INT32_MAX);
     for (int c = 0, j = 0; c < s->c; c++)
         for (int r = 0; r < s->r; r++)
@@ -586,7 +582,7 @@ static void bwd_filter_images(int nt, const struct rt_conv_shape *s, const struc
     const bool in_place = wgrad_in_place(s, l), by_filters = kind == RT_WGRAD_FILTERS;
     const int batch = wgrad_batch(s, l);
     const size_t st = wgrad_stage(s, l), plane = conv_ohw(s);
-    const size_t dto = in_place ? 0 : align16(l->pad); /* dy^T after the planes */
+    const size_t dto = in_place ? 0 : cpu_align16(l->pad); /* dy^T after the planes */
     struct rt_wgrad_images im = {.oh = s->oh, .ow = s->ow, .wq = l->wq,
                                  .xs = in_place ? xs : st, .dys = by_filters ? st : ys};
     for (int i = lo; i < hi; i += im.n) {
@@ -774,9 +770,9 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
     l.mxs = (size_t)s->k * l.ldt + 16;
     l.v = 16 * l.vxs;
     l.m = 16 * l.mxs;
-    l.off_m = align16(l.v);
-    l.off_pad = l.off_m + align16(l.m);
-    l.off_tmp = l.off_pad + align16(l.pr * l.pcs + 2 * WG_VW);
+    l.off_m = cpu_align16(l.v);
+    l.off_pad = l.off_m + cpu_align16(l.m);
+    l.off_tmp = l.off_pad + cpu_align16(l.pr * l.pcs + 2 * WG_VW);
     /* tmp: wino_scatter's 16 rows of twv + 1, or wino_dy's deinterleaved
      * dy plane (2 x 2th x tw), or wino_out's 2 rows */
     size_t tmp = 16 * ((size_t)l.twv + 1);
@@ -785,12 +781,12 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
     if (tmp < 4 * wg_round(l.tpi)) /* wino_dy's tile-major gathers */
         tmp = 4 * wg_round(l.tpi);
     /* g: one plane of conv2d_bwd_act's act_bias_bwd(y, dy) */
-    l.off_g = l.off_tmp + align16(tmp + 2 * WG_VW);
+    l.off_g = l.off_tmp + cpu_align16(tmp + 2 * WG_VW);
     /* idx: wino_dy's gather offsets, 4 tpi int32 */
-    l.off_idx = l.off_g + align16((size_t)s->oh * s->ow);
+    l.off_idx = l.off_g + cpu_align16((size_t)s->oh * s->ow);
     /* vt: a block of WG_VT tiles of V transposed (wino_du, AVX2 only) */
-    l.off_vt = l.off_idx + align16(4 * l.tpi);
-    l.slice = l.off_vt + (cpu_avx2_kernels() ? align16((size_t)WG_VT * s->c) : 0);
+    l.off_vt = l.off_idx + cpu_align16(4 * l.tpi);
+    l.slice = l.off_vt + (cpu_avx2_kernels() ? cpu_align16((size_t)WG_VT * s->c) : 0);
     return l;
 }
 
@@ -799,7 +795,7 @@ static struct wino_layout wino_layout(const struct rt_conv_shape *s)
 static size_t wino_workspace(int nt, const struct rt_conv_shape *s)
 {
     const struct wino_layout l = wino_layout(s);
-    return align16(l.u) + (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.u) +
+    return cpu_align16(l.u) + (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * cpu_align16(l.u) +
            (size_t)s->n * s->k;
 }
 
@@ -1247,7 +1243,7 @@ static void wino_data(int nt, const struct rt_conv_shape *s, bool bwd, const str
                       const float *in, const float *w, float *out, float *ws)
 {
     const struct wino_layout l = wino_layout(s);
-    float *U = ws, *slices = ws + align16(l.u);
+    float *U = ws, *slices = ws + cpu_align16(l.u);
     const int chunks = l.chunks;
     cpu_blas_before_parallel();
 #ifdef _OPENMP
@@ -1353,9 +1349,9 @@ static void wino_bwd_act(int nt, const struct rt_conv_shape *s, const struct act
                          float *ws)
 {
     const struct wino_layout l = wino_layout(s);
-    float *U = ws, *slices = ws + align16(l.u);
+    float *U = ws, *slices = ws + cpu_align16(l.u);
     float *parts = slices + (size_t)nt * l.slice;
-    const size_t pstride = align16(l.u), KC = (size_t)s->k * s->c;
+    const size_t pstride = cpu_align16(l.u), KC = (size_t)s->k * s->c;
     float *sums = parts + (size_t)conv_groups(nt, s) * pstride;
     const int chunks = l.chunks, K = s->k;
     int groups = conv_groups(nt, s);
@@ -1418,7 +1414,7 @@ static int conv_data(rt_dev *d, const struct rt_conv_shape *s, bool bwd,
         wino_data(nt, s, bwd, e, in, w, out, ws);
         return RT_OK;
     }
-    float *prep = ws + (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * align16(l.part);
+    float *prep = ws + (size_t)nt * l.slice + (size_t)conv_groups(nt, s) * cpu_align16(l.part);
     const bool dgrad = bwd && l.wide; /* its slice's zeros, once a call */
     if (!conv_batch_parallel(nt, s)) {
         conv_prep(s, &l, bwd, w, prep, 0, 1);
@@ -1522,7 +1518,7 @@ int cpu_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view xv, 
     }
     const struct conv_layout l = conv_layout(s);
     const int nt = cpu_nt(d), groups = conv_groups(nt, s);
-    const size_t pstride = align16(l.part);
+    const size_t pstride = cpu_align16(l.part);
     float *parts = ws + (size_t)nt * l.slice;
     if (!conv_batch_parallel(nt, s)) {
         bwd_filter_images(nt, s, &l, x, dy, 0, s->n, ws, parts);

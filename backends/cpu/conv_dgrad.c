@@ -36,8 +36,6 @@ static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
 static int ceil_div(int a, int b) { return a <= 0 ? 0 : (a + b - 1) / b; }
 
-static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
-
 /* Phase a's rows that land in dx (0 <= sh i + a - pad < h): i in [i0, i0 + ni). */
 static void phase_rows(int a, int stride, int pad, int in, int *i0, int *ni)
 {
@@ -81,8 +79,8 @@ void cpu_dgrad_plan(const struct rt_conv_shape *s, struct cpu_dgrad *g)
     g->top = top;
     g->wd = s->ow + g->pc;
     /* a garbage column reads up to j0 + wd - 1 columns into the last row */
-    g->plane = round16((size_t)(s->oh + top + bot + 1) * g->wd + g->pc + j0max);
-    g->ps = round16((size_t)tallest * g->wd + j0max);
+    g->plane = cpu_align16((size_t)(s->oh + top + bot + 1) * g->wd + g->pc + j0max);
+    g->ps = cpu_align16((size_t)tallest * g->wd + j0max);
     size_t filt = 0, at = 0, col = 0;
     for (int a = 0; a < g->sh; a++)
         for (int b = 0; b < g->sw; b++) {
@@ -93,11 +91,11 @@ void cpu_dgrad_plan(const struct rt_conv_shape *s, struct cpu_dgrad *g)
             at += (size_t)kin;
             col = zmax(col, (size_t)kin * g->ni[a] * g->wd);
         }
-    g->filt = round16(filt);
-    g->at = round16(at);
-    g->off_out = round16((size_t)s->k * g->plane);
-    g->off_col = g->off_out + round16((size_t)s->c * g->sh * g->sw * g->ps);
-    g->slice = g->off_col + round16(col);
+    g->filt = cpu_align16(filt);
+    g->at = cpu_align16(at);
+    g->off_out = cpu_align16((size_t)s->k * g->plane);
+    g->off_col = g->off_out + cpu_align16((size_t)s->c * g->sh * g->sw * g->ps);
+    g->slice = g->off_col + cpu_align16(col);
 }
 
 /* Phase (a, b)'s filters, channels [c0, c1): filt[c][(k nu + u) nv + v] =

@@ -310,6 +310,18 @@ void cpu_blas_before_parallel(void);
 #define CPU_CLONES
 #endif
 
+/* n rounded up to 16 floats (a 64-byte line): workspace regions start on
+ * one, so no two threads' share a line. */
+static inline size_t cpu_align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* The AVX-512 mask (__mmask16) of lanes [0, n), n clamped to 0..16: a
+ * row's tail in the hand-written kernels (wino512.c, pool512.c,
+ * gemm_small512.c). */
+static inline uint16_t cpu_lanes_below(int n)
+{
+    return n >= 16 ? (uint16_t)0xFFFF : n <= 0 ? 0 : (uint16_t)((1u << n) - 1);
+}
+
 /* Keeps the compiler from seeing through a loop's index, so that it cannot
  * turn a copy or zeroing loop back into a call of memcpy / memset (GCC
  * does, even for 10 floats, and at -march=x86-64-v4 even for a loop of

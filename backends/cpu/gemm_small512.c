@@ -116,7 +116,7 @@ static TGT void panels(int m, int n, int k, bool more, const float *a, int lda, 
     for (int j = 0; j < n; j += 16 * VECS) {
         const int w = n - j < 16 * VECS ? n - j : 16 * VECS;
         const int nv = (w + 15) / 16, rem = w - 16 * (nv - 1);
-        const __mmask16 last = (__mmask16)(rem == 16 ? 0xffff : (1u << rem) - 1);
+        const __mmask16 last = cpu_lanes_below(rem);
         for (int i = 0; i < m; i += ROWS) {
             const int r = m - i < ROWS ? m - i : ROWS;
             tiles[r - 1][nv - 1](last, more, k, a + (size_t)i * lda, lda, b + j, at,

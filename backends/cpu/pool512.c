@@ -25,18 +25,13 @@ void cpu_maxpool2_512_set(bool on) { pool512_enabled = on; }
 
 #define TGT __attribute__((target("avx512f")))
 
-static inline __mmask16 lanes_below(int n)
-{
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
 /* Columns 2 j (even) and 2 j + 1 (odd) of a row, j < n <= 16 outputs. */
 static inline TGT void split(const float *r, int n, __m512 *even, __m512 *odd)
 {
     const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    const __m512 lo = _mm512_maskz_loadu_ps(lanes_below(2 * n), r);
-    const __m512 hi = _mm512_maskz_loadu_ps(lanes_below(2 * n - 16), r + 16);
+    const __m512 lo = _mm512_maskz_loadu_ps(cpu_lanes_below(2 * n), r);
+    const __m512 hi = _mm512_maskz_loadu_ps(cpu_lanes_below(2 * n - 16), r + 16);
     *even = _mm512_permutex2var_ps(lo, ie, hi);
     *odd = _mm512_permutex2var_ps(lo, io, hi);
 }
@@ -59,7 +54,7 @@ TGT void cpu_maxpool2_row512(const float *r0, const float *r1, int ow, float *y)
         __m512 m = keep_max(a, b, &won);
         m = keep_max(m, c, &won);
         m = keep_max(m, e, &won);
-        _mm512_mask_storeu_ps(y + j, lanes_below(n), m);
+        _mm512_mask_storeu_ps(y + j, cpu_lanes_below(n), m);
     }
 }
 
@@ -69,8 +64,8 @@ static inline TGT void join(__m512 ev, __m512 od, int n, float *d)
     const __m512i i0 = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const __m512i i1 =
         _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-    _mm512_mask_storeu_ps(d, lanes_below(2 * n), _mm512_permutex2var_ps(ev, i0, od));
-    _mm512_mask_storeu_ps(d + 16, lanes_below(2 * n - 16), _mm512_permutex2var_ps(ev, i1, od));
+    _mm512_mask_storeu_ps(d, cpu_lanes_below(2 * n), _mm512_permutex2var_ps(ev, i0, od));
+    _mm512_mask_storeu_ps(d + 16, cpu_lanes_below(2 * n - 16), _mm512_permutex2var_ps(ev, i1, od));
 }
 
 TGT void cpu_maxpool2_bwd_row512(const float *r0, const float *r1, const float *g, int ow,
@@ -83,7 +78,7 @@ TGT void cpu_maxpool2_bwd_row512(const float *r0, const float *r1, const float *
         __mmask16 pb, pc, pe;
         split(r0 + 2 * j, n, &a, &b);
         split(r1 + 2 * j, n, &c, &e);
-        const __m512 gg = _mm512_maskz_loadu_ps(lanes_below(n), g + j);
+        const __m512 gg = _mm512_maskz_loadu_ps(cpu_lanes_below(n), g + j);
         __m512 m = keep_max(a, b, &pb);
         m = keep_max(m, c, &pc);
         (void)keep_max(m, e, &pe);

@@ -52,11 +52,6 @@ TGT static inline __m512 neg(__m512 v)
         _mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)));
 }
 
-static inline __mmask16 lanes_below(int n)
-{
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
 /* Columns 2b + j - pw (j = 0..3) of a row of w floats, one vector each,
  * zero where that column is outside the row or b >= tw. */
 struct cols {
@@ -73,8 +68,8 @@ TGT static void cols_load(struct cols *c, const struct cpu_wino512_plane *p, boo
         c->idx[j] = _mm512_loadu_si512(dx ? p->dx_ix[j % 2] : p->row_ix[j]);
         c->m[j] = dx ? 0 : p->row_m[j][0];
     }
-    c->lo = lanes_below(p->w);
-    c->hi = lanes_below(p->w - 16);
+    c->lo = cpu_lanes_below(p->w);
+    c->hi = cpu_lanes_below(p->w - 16);
 }
 
 /* Grid row g of a plane placed at (ph, pw) of a zeroed grid: its 4
@@ -143,7 +138,7 @@ TGT static void in_rows(const struct cpu_wino512_plane *p, const float *x, float
     const int h = p->h, w = p->w, ph = p->ph, th = p->th, tw = p->tw;
     struct cols c;
     cols_load(&c, p, false);
-    const __mmask16 mt = lanes_below(tw);
+    const __mmask16 mt = cpu_lanes_below(tw);
     __m512 d[16]; /* grid rows 2a .. 2a + 3, 4 columns each */
     grid_row(&c, x, h, w, -ph, d);
     grid_row(&c, x, h, w, 1 - ph, d + 4);
@@ -172,7 +167,7 @@ TGT static inline void interleave(__m512 even, __m512 odd, __m512 *lo, __m512 *h
  * row of tiles a (A^T m A). */
 TGT static void out_rows(int oh, int ow, int th, int tw, const float *m, size_t xs, float *y)
 {
-    const __mmask16 mt = lanes_below(tw), ylo = lanes_below(ow), yhi = lanes_below(ow - 16);
+    const __mmask16 mt = cpu_lanes_below(tw), ylo = cpu_lanes_below(ow), yhi = cpu_lanes_below(ow - 16);
     for (int a = 0; a < th; a++) {
         __m512 Y[4], lo, hi;
         out_math(m + (size_t)a * tw, xs, mt, Y);
@@ -201,12 +196,12 @@ TGT static inline void load_plane(const float *x, int n, __m512 pv[4])
 {
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
-        pv[k] = _mm512_maskz_loadu_ps(lanes_below(n - 16 * k), x + 16 * k);
+        pv[k] = _mm512_maskz_loadu_ps(cpu_lanes_below(n - 16 * k), x + 16 * k);
 }
 
 TGT static void in_small(const struct cpu_wino512_plane *p, const float *x, float *v, size_t xs)
 {
-    const __mmask16 mt = lanes_below(p->th * p->tw);
+    const __mmask16 mt = cpu_lanes_below(p->th * p->tw);
     __m512 pv[4], d[16];
     load_plane(x, p->h * p->w, pv);
 #pragma GCC unroll 16
@@ -241,7 +236,7 @@ TGT static inline void dy_math(__m512 e0, __m512 e1, __m512 o0, __m512 o1, __mma
  * in, the lane tables from cpu_wino512_plan. */
 TGT static inline __m512 plane_row(const float *x, int h, int w, int g)
 {
-    return g >= 0 && g < h ? _mm512_maskz_loadu_ps(lanes_below(w), x + (size_t)g * w)
+    return g >= 0 && g < h ? _mm512_maskz_loadu_ps(cpu_lanes_below(w), x + (size_t)g * w)
                            : _mm512_setzero_ps();
 }
 
@@ -261,7 +256,7 @@ TGT static void in_pairs(const struct cpu_wino512_plane *p, const float *x, floa
             d[e] = _mm512_maskz_permutex2var_ps(p->pk_in_m[e % 4][0], G[e / 4],
                                                 _mm512_loadu_si512(p->pk_in_ix[e % 4]),
                                                 G[e / 4 + 2]);
-        const __mmask16 mt = lanes_below(tw * (p->th - a < 2 ? 1 : 2));
+        const __mmask16 mt = cpu_lanes_below(tw * (p->th - a < 2 ? 1 : 2));
         in_math(d, mt, v + (size_t)a * tw, xs);
         G[0] = G[4];
         G[1] = G[5];
@@ -271,10 +266,10 @@ TGT static void in_pairs(const struct cpu_wino512_plane *p, const float *x, floa
 TGT static void out_pairs(const struct cpu_wino512_plane *p, const float *m, size_t xs, float *y)
 {
     const int tw = p->tw, ow = p->ow;
-    const __mmask16 yw = lanes_below(ow);
+    const __mmask16 yw = cpu_lanes_below(ow);
     for (int a = 0; a < p->th; a += 2) {
         const int rows = p->th - a < 2 ? 1 : 2;
-        const __mmask16 mt = lanes_below(tw * rows);
+        const __mmask16 mt = cpu_lanes_below(tw * rows);
         __m512 Y[4];
         out_math(m + (size_t)a * tw, xs, mt, Y);
         /* y row 2 (a + t) + u: lane j from Y[2 u + j % 2], lane t tw + j / 2 */
@@ -301,7 +296,7 @@ TGT static void dy_pairs(const struct cpu_wino512_plane *p, const float *dy, flo
                      o0 = _mm512_maskz_permutex2var_ps(p->pk_dy_m[1][0], R[0], io, R[2]),
                      e1 = _mm512_maskz_permutex2var_ps(p->pk_dy_m[0][0], R[1], ie, R[3]),
                      o1 = _mm512_maskz_permutex2var_ps(p->pk_dy_m[1][0], R[1], io, R[3]);
-        dy_math(e0, e1, o0, o1, lanes_below(tw * (p->th - a < 2 ? 1 : 2)),
+        dy_math(e0, e1, o0, o1, cpu_lanes_below(tw * (p->th - a < 2 ? 1 : 2)),
                 dm + (size_t)a * tw, xs);
     }
 }
@@ -325,12 +320,12 @@ TGT void cpu_wino512_in(const struct cpu_wino512_plane *p, int ni, int nc, const
 
 TGT static void out_small(const struct cpu_wino512_plane *p, const float *m, size_t xs, float *y)
 {
-    const __mmask16 mt = lanes_below(p->th * p->tw);
+    const __mmask16 mt = cpu_lanes_below(p->th * p->tw);
     const int n = p->oh * p->ow;
     __m512 Y[4];
     out_math(m, xs, mt, Y);
     for (int k = 0; 16 * k < n; k++)
-        _mm512_mask_storeu_ps(y + 16 * k, lanes_below(n - 16 * k),
+        _mm512_mask_storeu_ps(y + 16 * k, cpu_lanes_below(n - 16 * k),
                               GATHER(p->out_ix[k], p->out_m[k], Y[0], Y[1], Y[2], Y[3]));
 }
 
@@ -358,7 +353,7 @@ TGT static void dy_small(const struct cpu_wino512_plane *p, const float *dy, flo
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
         q[k] = GATHER(p->dy_ix[k], p->dy_m[k], pv[0], pv[1], pv[2], pv[3]);
-    dy_math(q[0], q[2], q[1], q[3], lanes_below(p->th * p->tw), dm, xs);
+    dy_math(q[0], q[2], q[1], q[3], cpu_lanes_below(p->th * p->tw), dm, xs);
 }
 
 /* The 16 values of the patches B dV B^T, P[4 r + j] (patch row r, column
@@ -393,7 +388,7 @@ TGT static void scatter_small(const struct cpu_wino512_plane *p, const float *dv
                               float *dx)
 {
     __m512 P[16];
-    patches(dv, xs, lanes_below(p->th * p->tw), P);
+    patches(dv, xs, cpu_lanes_below(p->th * p->tw), P);
     const int n = p->h * p->w;
     for (int k = 0; 16 * k < n; k++) {
         __m512 t[4];
@@ -404,7 +399,7 @@ TGT static void scatter_small(const struct cpu_wino512_plane *p, const float *dv
                           P[4 * r0 + j0 + 1], P[4 * r0 + 4 + j0], P[4 * r0 + 4 + j0 + 1]);
         }
         const __m512 up = _mm512_add_ps(_mm512_setzero_ps(), _mm512_add_ps(t[0], t[1]));
-        _mm512_mask_storeu_ps(dx + 16 * k, lanes_below(n - 16 * k),
+        _mm512_mask_storeu_ps(dx + 16 * k, cpu_lanes_below(n - 16 * k),
                               _mm512_add_ps(up, _mm512_add_ps(t[2], t[3])));
     }
 }
@@ -420,8 +415,8 @@ TGT static inline void dy_row(const float *dy, int oh, int ow, int r, __m512 *ev
     const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     const float *g = dy + (size_t)r * ow;
-    const __m512 lo = _mm512_maskz_loadu_ps(lanes_below(ow), g),
-                 hi = _mm512_maskz_loadu_ps(lanes_below(ow - 16), g + 16);
+    const __m512 lo = _mm512_maskz_loadu_ps(cpu_lanes_below(ow), g),
+                 hi = _mm512_maskz_loadu_ps(cpu_lanes_below(ow - 16), g + 16);
     *ev = _mm512_permutex2var_ps(lo, ie, hi);
     *od = _mm512_permutex2var_ps(lo, io, hi);
 }
@@ -439,7 +434,7 @@ TGT void cpu_wino512_dy(const struct cpu_wino512_plane *p, const float *dy, floa
         dy_pairs(p, dy, dm, xs);
         return;
     }
-    const __mmask16 mt = lanes_below(p->tw);
+    const __mmask16 mt = cpu_lanes_below(p->tw);
     for (int a = 0; a < p->th; a++) {
         __m512 e0, o0, e1, o1;
         dy_row(dy, p->oh, p->ow, 2 * a, &e0, &o0);
@@ -485,7 +480,7 @@ TGT void cpu_wino512_scatter(const struct cpu_wino512_plane *p, const float *dv,
     const int h = p->h, w = p->w, ph = p->ph, th = p->th, tw = p->tw;
     struct cols c;
     cols_load(&c, p, true);
-    const __mmask16 mt = lanes_below(tw);
+    const __mmask16 mt = cpu_lanes_below(tw);
     const __m512 zero = _mm512_setzero_ps();
     /* the accumulated even / odd columns of grid rows 2a and 2a + 1 */
     __m512 acc[2][2] = {{zero, zero}, {zero, zero}};
