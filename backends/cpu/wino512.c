@@ -167,7 +167,8 @@ TGT static inline void interleave(__m512 even, __m512 odd, __m512 *lo, __m512 *h
  * row of tiles a (A^T m A). */
 TGT static void out_rows(int oh, int ow, int th, int tw, const float *m, size_t xs, float *y)
 {
-    const __mmask16 mt = cpu_lanes_below(tw), ylo = cpu_lanes_below(ow), yhi = cpu_lanes_below(ow - 16);
+    const __mmask16 mt = cpu_lanes_below(tw), ylo = cpu_lanes_below(ow);
+    const __mmask16 yhi = cpu_lanes_below(ow - 16);
     for (int a = 0; a < th; a++) {
         __m512 Y[4], lo, hi;
         out_math(m + (size_t)a * tw, xs, mt, Y);
