@@ -26,6 +26,9 @@ struct rt_backend_ops {
     int (*download)(rt_dev *d, void *dst, rt_view src, size_t bytes);
     int (*copy)(rt_dev *d, rt_view dst, rt_view src, size_t n);
     int (*sync)(rt_dev *d);
+    /* optional (NULL: rt_download_start downloads at once) */
+    int (*download_start)(rt_dev *d, void *dst, rt_view src, size_t bytes);
+    int (*download_wait)(rt_dev *d);
     size_t (*conv2d_workspace)(rt_dev *d, const struct rt_conv_shape *s);
     bool host_memory; /* buffers are host pointers (cpu backend) */
 

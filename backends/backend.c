@@ -503,6 +503,21 @@ int rt_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
     return bytes ? d->ops->download(d, dst, src, bytes) : RT_OK;
 }
 
+int rt_download_start(rt_dev *d, void *dst, rt_view src, size_t bytes)
+{
+    RT_ASSERT(bytes % 4 == 0);
+    check_view(d, src, bytes / 4, "download", "src");
+    if (!bytes)
+        return RT_OK;
+    return d->ops->download_start ? d->ops->download_start(d, dst, src, bytes)
+                                  : d->ops->download(d, dst, src, bytes);
+}
+
+int rt_download_wait(rt_dev *d)
+{
+    return d->ops->download_wait ? d->ops->download_wait(d) : RT_OK;
+}
+
 int rt_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 {
     check_view(d, dst, n, "copy", "dst");

@@ -101,8 +101,9 @@
  * 5: batch norm applies the activation in rt_bn_shape (act, alpha); bn_bwd
  *    takes the activation's output y; add_act_fwd
  * 6: dense_fwd
- * 7: dense_bwd */
-#define RT_BACKEND_ABI_VERSION 7
+ * 7: dense_bwd
+ * 8: download_start, download_wait */
+#define RT_BACKEND_ABI_VERSION 8
 
 typedef struct rt_dev rt_dev; /* an opened device context */
 typedef struct rt_buf rt_buf; /* a block of device memory */
@@ -240,6 +241,18 @@ static inline rt_view rt_buf_view(rt_buf *b) { rt_view v = {b, 0}; return v; }
 
 int rt_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes);
 int rt_download(rt_dev *d, void *dst, rt_view src, size_t bytes);
+/* A download the host need not wait for now: src's bytes as they are once
+ * the work queued before it is done (work queued after it does not change
+ * them) land in dst, which must stay valid, by the time the next
+ * rt_download_wait, rt_download or rt_sync on d returns; dst is not read
+ * or written by the caller before then. On a device with a queue the host
+ * queues more work meanwhile: the training step tallies its loss after
+ * the backward is queued, so the device never idles for that round trip.
+ * A backend without it downloads at once. One started download at a time:
+ * a second one waits for the first. */
+int rt_download_start(rt_dev *d, void *dst, rt_view src, size_t bytes);
+/* Returns once the started download (if any) is in its dst. */
+int rt_download_wait(rt_dev *d);
 int rt_copy(rt_dev *d, rt_view dst, rt_view src, size_t n);
 int rt_sync(rt_dev *d);
 

@@ -78,6 +78,10 @@ struct rt_model {
     int fwd_n; /* samples of the last forward, -1 before any */
     rt_view fwd_x; /* its input: the logits when [softmax] is the only layer */
     bool fwd_train, have_loss;
+    /* a loss started (rt_model_loss_start) and not yet tallied: its n and
+     * labels' host copy (the caller's or labels_host) */
+    int tally_n;
+    const int32_t *tally_labels;
 };
 
 /* ---- helpers for layers (layer.h) ------------------------------------------ */
@@ -694,6 +698,7 @@ int rt_model_forward(rt_model *m, rt_view x, int n, bool train, uint64_t seed)
     m->fwd_train = train;
     m->fwd_x = x;
     m->have_loss = false;
+    m->tally_n = 0; /* (a loss never collected is dropped) */
     if (n == 0)
         return RT_OK;
     struct rt_pass p = base_pass(m, n, train);
@@ -708,15 +713,13 @@ int rt_model_forward(rt_model *m, rt_view x, int n, bool train, uint64_t seed)
     return RT_OK;
 }
 
-/* The summed loss and the right answers of the n rows softmax just wrote:
- * one download brings the probabilities and the losses after them (on an
- * OpenCL or CUDA device each download waits for the queue). */
-static int tally_loss(rt_model *m, const int32_t *labels, int n, double *loss_sum,
-                      long *correct, float *probs_host)
+/* The summed loss and the right answers of the n rows softmax wrote, in
+ * probs_host once the started download is in (one download brings the
+ * probabilities and the losses after them). */
+static void tally_loss(rt_model *m, const int32_t *labels, int n, double *loss_sum,
+                       long *correct, float *probs_host)
 {
     const size_t C = (size_t)m->classes;
-    RT_TRY(rt_download(m->dev, m->probs_host, rt_buf_view(m->probs),
-                       (size_t)n * (C + 1) * sizeof(float)));
     const float *losses = m->probs_host + (size_t)n * C;
     double sum = 0.0;
     long right = 0;
@@ -735,15 +738,14 @@ static int tally_loss(rt_model *m, const int32_t *labels, int n, double *loss_su
         *correct += right;
     if (probs_host)
         memcpy(probs_host, m->probs_host, (size_t)n * C * sizeof(float));
-    return RT_OK;
 }
 
-int rt_model_loss_host(rt_model *m, rt_view labels, const int32_t *labels_host, int n,
-                       double *loss_sum, long *correct, float *probs_host)
+int rt_model_loss_start(rt_model *m, rt_view labels, const int32_t *labels_host, int n)
 {
     RT_ASSERT(m);
     if (n != m->fwd_n)
         return rt_error(RT_ERR_ARG, "loss of %d samples after a forward of %d", n, m->fwd_n);
+    m->tally_n = 0;
     if (n == 0)
         return RT_OK;
     if (!labels.buf || labels.buf->dev != m->dev || labels.off > labels.buf->bytes / 4 ||
@@ -763,9 +765,30 @@ int rt_model_loss_host(rt_model *m, rt_view labels, const int32_t *labels_host, 
     rt_view probs = rt_buf_view(m->probs);
     RT_TRY(rt_op_softmax_xent_fwd(m->dev, n, C, logits_view(m, m->fwd_x), labels, probs,
                                   rt_view_at(probs, (size_t)n * (size_t)C)));
-    RT_TRY(tally_loss(m, labels_host, n, loss_sum, correct, probs_host));
+    RT_TRY(rt_download_start(m->dev, m->probs_host, probs, (size_t)n * (C + 1) * sizeof(float)));
+    m->tally_n = n;
+    m->tally_labels = labels_host;
     m->have_loss = true;
     return RT_OK;
+}
+
+int rt_model_loss_collect(rt_model *m, double *loss_sum, long *correct, float *probs_host)
+{
+    RT_ASSERT(m);
+    if (m->tally_n == 0)
+        return RT_OK;
+    const int n = m->tally_n;
+    m->tally_n = 0;
+    RT_TRY(rt_download_wait(m->dev));
+    tally_loss(m, m->tally_labels, n, loss_sum, correct, probs_host);
+    return RT_OK;
+}
+
+int rt_model_loss_host(rt_model *m, rt_view labels, const int32_t *labels_host, int n,
+                       double *loss_sum, long *correct, float *probs_host)
+{
+    RT_TRY(rt_model_loss_start(m, labels, labels_host, n));
+    return rt_model_loss_collect(m, loss_sum, correct, probs_host);
 }
 
 int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *correct,

@@ -121,6 +121,15 @@ int rt_model_loss(rt_model *m, rt_view labels, int n, double *loss_sum, long *co
  * `labels`): no download of them. */
 int rt_model_loss_host(rt_model *m, rt_view labels, const int32_t *labels_host, int n,
                        double *loss_sum, long *correct, float *probs_host);
+/* rt_model_loss_host in two halves, so that the backward is queued between
+ * them: start checks the labels, queues the softmax and starts the
+ * download of its results (rt_download_start), collect waits for it and
+ * tallies. On a device with a queue the host would otherwise wait for the
+ * forward to drain (tens of microseconds of idle device a step on PoCL).
+ * labels_host (when not NULL) must stay as it is until collect; a forward
+ * in between drops the tally; collect after none does nothing. */
+int rt_model_loss_start(rt_model *m, rt_view labels, const int32_t *labels_host, int n);
+int rt_model_loss_collect(rt_model *m, double *loss_sum, long *correct, float *probs_host);
 
 /* After forward + loss: gradients of (grad_scale * summed loss) w.r.t. every
  * parameter, overwriting the gradient buffer. Use grad_scale = 1/B for the

@@ -91,9 +91,11 @@ int rt_trainer_compute(struct rt_trainer *t, struct rt_step *s, long a, int n, f
     RT_TRY(step_input(t, s, a, n, &x));
     RT_TRY(rt_upload(t->dev, y, s->y + a, (size_t)n * sizeof(int32_t)));
     RT_TRY(rt_model_forward(t->m, x, n, true, s->seed));
-    RT_TRY(rt_model_loss_host(t->m, y, s->y + a, n, count ? &s->tally.loss : NULL,
-                              count ? &s->tally.correct : NULL, NULL));
-    return rt_model_backward(t->m, x, y, n, gscale);
+    /* the loss is tallied once the backward is queued: the device goes on */
+    RT_TRY(rt_model_loss_start(t->m, y, s->y + a, n));
+    RT_TRY(rt_model_backward(t->m, x, y, n, gscale));
+    return rt_model_loss_collect(t->m, count ? &s->tally.loss : NULL,
+                                 count ? &s->tally.correct : NULL, NULL);
 }
 
 /* The epoch's images a second; 0 when this process trained for less than

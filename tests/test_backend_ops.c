@@ -954,6 +954,42 @@ static void test_softmax_xent_bwd(void **state)
     }
 }
 
+/* A training step's softmax pair, forward then backward, queued with no
+ * wait between (a device backend may report a bad label late): a bad
+ * label seen by either is reported by the next sync, and the next good
+ * pair is clean again. */
+static void test_softmax_late_labels(void **state)
+{
+    rt_dev *d = COL(state)->d;
+    enum { N = 64, C = 10 };
+    int32_t good[N], bad[N];
+    float logits[N * C];
+    for (int i = 0; i < N; i++)
+        good[i] = bad[i] = i % C;
+    bad[N / 2] = C;
+    for (int i = 0; i < N * C; i++)
+        logits[i] = frand(-3, 3);
+    rt_buf *b = rt_buf_new(d, (3 * N * C + 3 * N) * sizeof(float));
+    assert_non_null(b);
+    rt_view lg = rt_buf_view(b), probs = rt_view_at(lg, N * C), dl = rt_view_at(probs, N * C);
+    rt_view losses = rt_view_at(dl, N * C), lgood = rt_view_at(losses, N);
+    rt_view lbad = rt_view_at(lgood, N);
+    assert_int_equal(rt_upload(d, lg, logits, sizeof logits), RT_OK);
+    assert_int_equal(rt_upload(d, lgood, good, sizeof good), RT_OK);
+    assert_int_equal(rt_upload(d, lbad, bad, sizeof bad), RT_OK);
+    for (int which = 0; which < 3; which++) { /* the bad labels: fwd's, bwd's, none */
+        int rc = rt_op_softmax_xent_fwd(d, N, C, lg, which == 0 ? lbad : lgood, probs, losses);
+        if (rc == RT_OK)
+            rc = rt_op_softmax_xent_bwd(d, N, C, probs, which == 1 ? lbad : lgood, 0.5f, dl);
+        if (rc == RT_OK)
+            rc = rt_sync(d);
+        if (rc != (which == 2 ? RT_OK : RT_ERR_ARG))
+            fail_msg("the bad label in the %s: the pair and a sync gave %d",
+                     which == 0 ? "forward" : which == 1 ? "backward" : "neither", rc);
+    }
+    rt_buf_destroy(&b);
+}
+
 /* ---- batch norm ---------------------------------------------------------------------------- */
 
 /* Shapes, and the activation a [conv] fuses into batch norm: each of them
@@ -1264,13 +1300,80 @@ static void test_uploads(void **state)
     free(back);
 }
 
+/* Started downloads (rt_download_start): dst gets src as the work queued
+ * before the start left it, not as later work changes it, and is in by
+ * the next wait, download or sync, or the next start. An upload queued
+ * after a start, behind a long kernel, still lands whole after the wait
+ * (opencl: the wait frees the upload stage only when nothing was staged
+ * since the start). */
+static void test_download_start(void **state)
+{
+    rt_dev *d = COL(state)->d;
+    enum { N = 4096, G = 768 };
+    float *host = malloc(N * sizeof *host), *back = malloc(3 * N * sizeof *back);
+    rt_buf *b = rt_buf_new(d, 3 * N * sizeof(float));
+    rt_buf *g = rt_buf_new(d, 3 * (size_t)G * G * sizeof(float));
+    assert_true(host && back && b && g);
+    rt_view v = rt_buf_view(b), v2 = rt_view_at(v, N), v3 = rt_view_at(v, 2 * N);
+    for (int i = 0; i < N; i++)
+        host[i] = (float)i + 0.5f;
+    assert_int_equal(rt_upload(d, v, host, sizeof(float) * N), RT_OK);
+    /* later work does not reach dst: each way of completing it */
+    for (int way = 0; way < 4; way++) {
+        memset(back, 0, N * sizeof *back);
+        assert_int_equal(rt_download_start(d, back, v, sizeof(float) * N), RT_OK);
+        assert_int_equal(rt_op_fill(d, N, -1.0f, v2), RT_OK);
+        assert_int_equal(rt_op_axpy(d, N, 2.0f, v2, v), RT_OK); /* v -= 2 */
+        float other = 0.0f;
+        int rc = way == 0   ? rt_download_wait(d)
+                 : way == 1 ? rt_download(d, &other, v2, sizeof other)
+                 : way == 2 ? rt_sync(d)
+                            : rt_download_start(d, &other, v2, sizeof other);
+        assert_int_equal(rc, RT_OK);
+        for (int i = 0; i < N; i++)
+            if (back[i] != host[i])
+                fail_msg("completed by way %d: float %d came back %g, was %g before the "
+                         "later work", way, i, back[i], host[i]);
+        assert_int_equal(rt_download_wait(d), RT_OK);
+        if (way == 3)
+            assert_true(other == -1.0f);
+        for (int i = 0; i < N; i++)
+            host[i] -= 2.0f;
+    }
+    /* an upload staged after a start, behind a long GEMM, then another */
+    assert_int_equal(rt_sync(d), RT_OK);
+    assert_int_equal(rt_download_start(d, back, v, sizeof(float) * N), RT_OK);
+    rt_view ga = rt_buf_view(g), gb = rt_view_at(ga, (size_t)G * G);
+    assert_int_equal(rt_op_fill(d, 2 * (size_t)G * G, 0.25f, ga), RT_OK);
+    assert_int_equal(rt_op_gemm(d, 0, 0, G, G, G, 1.0f, ga, G, gb, G, 0.0f,
+                                rt_view_at(gb, (size_t)G * G), G), RT_OK);
+    for (int i = 0; i < N; i++)
+        host[i] = 3.0f * (float)i;
+    assert_int_equal(rt_upload(d, v2, host, sizeof(float) * N), RT_OK);
+    assert_int_equal(rt_download_wait(d), RT_OK);
+    for (int i = 0; i < N; i++)
+        host[i] = -7.0f;
+    assert_int_equal(rt_upload(d, v3, host, sizeof(float) * N), RT_OK);
+    assert_int_equal(rt_download(d, back, v2, sizeof(float) * 2 * N), RT_OK);
+    for (int i = 0; i < N; i++)
+        if (back[i] != 3.0f * (float)i || back[N + i] != -7.0f)
+            fail_msg("float %d: the upload after the start gave %g (sent %g), the one after "
+                     "the wait %g (sent -7)", i, back[i], 3.0f * (float)i, back[N + i]);
+    rt_buf_destroy(&g);
+    rt_buf_destroy(&b);
+    free(host);
+    free(back);
+}
+
 static int run_column(struct column *col)
 {
-    struct CMUnitTest tests[RT_OPK_COUNT + 1] = {
+    struct CMUnitTest tests[RT_OPK_COUNT + 3] = {
 #define RT_OP(name, params) cmocka_unit_test_prestate(test_##name, col),
 #include "ops.def"
 #undef RT_OP
         cmocka_unit_test_prestate(test_uploads, col),
+        cmocka_unit_test_prestate(test_download_start, col),
+        cmocka_unit_test_prestate(test_softmax_late_labels, col),
     };
     current = col;
     printf("=== %s against cpu:0 (all threads)\n", col->label);

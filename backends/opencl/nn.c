@@ -149,17 +149,25 @@ static int softmax_flag_reset(rt_dev *d)
  * Waiting here instead cost a round trip to the host twice a training
  * step (the backward's in the middle of it), and the trainer has checked
  * the labels on the host before the forward anyway (backend.h allows a
- * device backend to report a bad label late). */
-static int softmax_flag_later(rt_dev *d, const char *op, int c)
+ * device backend to report a bad label late). chained: an earlier op's
+ * read is still on its way, into the same late_flag; this later one
+ * brings both ops' labels (the flag was not reset between them) and
+ * replaces it. */
+static int softmax_flag_later(rt_dev *d, const char *op, int c, bool chained)
 {
     struct ocl_dev *o = ocl(d);
-    o->late_flag = INT_MAX;
-    o->late_c = c;
-    o->late_op = op;
+    cl_event earlier = chained ? o->late_ev : NULL;
+    if (!chained) {
+        o->late_flag = INT_MAX;
+        o->late_c = c;
+        o->late_op = op;
+    }
     cl_int err = clEnqueueReadBuffer(o->queue, o->flag, CL_FALSE, 0, sizeof o->late_flag,
                                      &o->late_flag, 0, NULL, &o->late_ev);
     if (err != CL_SUCCESS)
         o->late_ev = NULL;
+    if (earlier)
+        clReleaseEvent(earlier); /* (the queue keeps the read itself) */
     return ocl_status(err, "softmax: queueing the label check");
 }
 
@@ -185,17 +193,21 @@ int ocl_softmax_xent_fwd(rt_dev *d, int n, int c, rt_view logits, rt_view labels
     RT_TRY(softmax_flag_reset(d));
     RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_fwd, (size_t)n, "iivvvvm", n, c, logits, labels, probs,
                      losses, ocl(d)->flag));
-    return softmax_flag_later(d, "softmax_xent_fwd", c);
+    return softmax_flag_later(d, "softmax_xent_fwd", c, false);
 }
 
 int ocl_softmax_xent_bwd(rt_dev *d, int n, int c, rt_view probs, rt_view labels, float scale,
                          rt_view dlogits)
 {
-    RT_TRY(ocl_late_check(d));
-    RT_TRY(softmax_flag_reset(d));
+    /* the forward's check may still be on its way: waiting for it would
+     * drain the queue in the middle of a step; the flag keeps a bad label
+     * of either op (atomic_min) and one later read brings it */
+    const bool chained = ocl(d)->late_ev != NULL;
+    if (!chained)
+        RT_TRY(softmax_flag_reset(d));
     RT_TRY(ocl_run_n(d, OCL_K_softmax_xent_bwd, (size_t)n, "iifvvvm", n, c, (double)scale,
                      probs, labels, dlogits, ocl(d)->flag));
-    return softmax_flag_later(d, "softmax_xent_bwd", c);
+    return softmax_flag_later(d, "softmax_xent_bwd", c, chained);
 }
 
 /* ---- batch norm ---------------------------------------------------------------------- */

@@ -102,6 +102,8 @@ struct ocl_dev {
     cl_int late_flag;       /* where it lands (ocl_late_check) */
     int late_c;             /* that op's classes, for the message */
     const char *late_op;    /* and its name */
+    cl_event read_ev;       /* a started download on its way (ocl_download_start), or NULL */
+    size_t staged_at_read;  /* `staged` when it was queued */
     cl_mem dummy;           /* stands in for absent views (no momentum) */
     struct ocl_prof *prof;  /* RAGTAG_OPENCL_PROFILE=1: time per kernel, else NULL */
     int conv_v;             /* floats per vector of the direct convolutions: 8 or 16 */

@@ -552,6 +552,10 @@ static void ocl_dev_free(struct ocl_dev *o)
         clWaitForEvents(1, &o->late_ev);
         clReleaseEvent(o->late_ev);
     }
+    if (o->read_ev) {
+        clWaitForEvents(1, &o->read_ev);
+        clReleaseEvent(o->read_ev);
+    }
     for (int i = 0; i < OCL_K_COUNT; i++)
         if (o->k[i])
             clReleaseKernel(o->k[i]);
@@ -800,17 +804,55 @@ static int ocl_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes)
     return ocl_status(err, "uploading");
 }
 
+/* A started download is done once the queue reached any later point. */
+static void ocl_read_done(struct ocl_dev *o)
+{
+    if (o->read_ev)
+        clReleaseEvent(o->read_ev);
+    o->read_ev = NULL;
+}
+
 static int ocl_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
 {
     struct ocl_dev *o = ocl(d);
     cl_int err = clEnqueueReadBuffer(o->queue, ocl_mem(src), CL_TRUE, src.off * 4, bytes, dst, 0,
                                      NULL, NULL);
-    if (err == CL_SUCCESS)
+    if (err == CL_SUCCESS) {
         o->staged = 0; /* an in-order queue: every earlier write is done */
+        ocl_read_done(o);
+    }
     /* (a softmax's label check queued before this read is back too) */
     const int late = ocl_late_check(d);
     RT_TRY(ocl_status(err, "downloading"));
     return late;
+}
+
+static int ocl_download_wait(rt_dev *d)
+{
+    struct ocl_dev *o = ocl(d);
+    if (!o->read_ev)
+        return RT_OK;
+    cl_int err = clWaitForEvents(1, &o->read_ev);
+    /* an in-order queue: the uploads staged before the read are done too
+     * (with none since, the whole stage is free again) */
+    if (err == CL_SUCCESS && o->staged == o->staged_at_read)
+        o->staged = 0;
+    ocl_read_done(o);
+    return ocl_status(err, "downloading (a started download)");
+}
+
+/* A read the host does not wait for: the queue goes on with what the host
+ * queues after it (backend.h, rt_download_start). */
+static int ocl_download_start(rt_dev *d, void *dst, rt_view src, size_t bytes)
+{
+    struct ocl_dev *o = ocl(d);
+    RT_TRY(ocl_download_wait(d));
+    cl_int err = clEnqueueReadBuffer(o->queue, ocl_mem(src), CL_FALSE, src.off * 4, bytes, dst,
+                                     0, NULL, &o->read_ev);
+    if (err != CL_SUCCESS)
+        o->read_ev = NULL;
+    o->staged_at_read = o->staged;
+    return ocl_status(err, "starting a download");
 }
 
 /* memmove semantics. OpenCL refuses overlapping copies within one buffer,
@@ -842,8 +884,10 @@ static int ocl_copy(rt_dev *d, rt_view dst, rt_view src, size_t n)
 static int ocl_sync(rt_dev *d)
 {
     cl_int err = clFinish(ocl(d)->queue);
-    if (err == CL_SUCCESS)
+    if (err == CL_SUCCESS) {
         ocl(d)->staged = 0;
+        ocl_read_done(ocl(d));
+    }
     const int late = ocl_late_check(d);
     RT_TRY(ocl_status(err, "finishing queued work"));
     return late;
@@ -1083,6 +1127,8 @@ static const struct rt_backend_ops ocl_backend = {
     .buf_free = ocl_buf_free,
     .upload = ocl_upload,
     .download = ocl_download,
+    .download_start = ocl_download_start,
+    .download_wait = ocl_download_wait,
     .copy = ocl_copy,
     .sync = ocl_sync,
     .conv2d_workspace = ocl_conv2d_workspace,
