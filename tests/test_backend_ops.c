@@ -468,12 +468,20 @@ static void conv_case(struct column *col, enum conv_op op, const struct rt_conv_
     trial_check(&t);
 }
 
+/* OpenCL's convolutions in chunks of 2 images (its knob; the other
+ * backends ignore it): the chunked paths, at the fixed shapes. */
+#define CHUNKED_BEGIN() setenv("RAGTAG_OPENCL_CONV_CHUNK", "2", 1)
+#define CHUNKED_END() unsetenv("RAGTAG_OPENCL_CONV_CHUNK")
+
 static void conv_test(struct column *col, enum conv_op op)
 {
-    for (int i = 0; i < CONV_FIXED; i++) {
-        struct rt_conv_shape s = conv_fixed(i);
+    for (int i = 0; i < 2 * CONV_FIXED; i++) {
+        struct rt_conv_shape s = conv_fixed(i % CONV_FIXED);
+        if (i == CONV_FIXED)
+            CHUNKED_BEGIN();
         conv_case(col, op, &s);
     }
+    CHUNKED_END();
     for (int i = 0; i < TRIALS; i++) {
         struct rt_conv_shape s = conv_random();
         conv_case(col, op, &s);
@@ -527,10 +535,13 @@ static void bwd_act_case(struct column *col, const struct rt_conv_shape *s, int 
 static void test_conv2d_bwd_act(void **state)
 {
     int i = 0;
-    for (int f = 0; f < CONV_FIXED; f++) {
-        struct rt_conv_shape s = conv_fixed(f);
+    for (int f = 0; f < 2 * CONV_FIXED; f++) {
+        struct rt_conv_shape s = conv_fixed(f % CONV_FIXED);
+        if (f == CONV_FIXED)
+            CHUNKED_BEGIN();
         bwd_act_case(COL(state), &s, i++);
     }
+    CHUNKED_END();
     /* the cpu backend's Winograd shapes (3x3, stride 1, 8+ channels) */
     const struct rt_conv_shape wino[] = {conv_shape(3, 16, 10, 10, 16, 3, 3, 1, 1, 1, 1),
                                          conv_shape(2, 8, 9, 7, 12, 3, 3, 1, 1, 0, 0),

@@ -34,12 +34,21 @@ static size_t conv_per_image(const struct rt_conv_shape *s)
     return (conv_crs(s) + (size_t)s->k) * conv_ohw(s);
 }
 
+/* nb images a chunk, or fewer where RAGTAG_OPENCL_CONV_CHUNK=N says at
+ * most N (test_backend_ops runs the chunked paths at small shapes so) */
+static size_t chunk_knob(size_t nb)
+{
+    const char *env = getenv("RAGTAG_OPENCL_CONV_CHUNK");
+    long most = env ? atol(env) : 0;
+    return most > 0 && (size_t)most < nb ? (size_t)most : nb;
+}
+
 static int conv_chunk(rt_dev *d, const struct rt_conv_shape *s)
 {
     size_t cap = OCL_CONV_WS_MAX, alloc = ocl(d)->sh->max_alloc / sizeof(float) / 2;
     if (alloc && alloc < cap)
         cap = alloc;
-    size_t nb = cap / conv_per_image(s);
+    size_t nb = chunk_knob(cap / conv_per_image(s));
     if (nb > (size_t)s->n)
         nb = (size_t)s->n;
     return nb < 1 ? 1 : (int)nb;
@@ -196,7 +205,9 @@ static void direct_ws(const struct rt_conv_shape *s, size_t *per_image, size_t *
 {
     const size_t crs = conv_crs(s);
     const size_t f = (size_t)s->c * pack_fwd(s).ps, b = (size_t)s->k * pack_bwd(s).ps;
-    const size_t g = f + (size_t)s->k * dy_plane(s) + (size_t)s->k * crs; /* <= one group each */
+    /* (the filter gradient: x and dy packed, <= one group of partials and
+     * the bias gradient's plane sums each) */
+    const size_t g = f + (size_t)s->k * dy_plane(s) + (size_t)s->k * crs + (size_t)s->k;
     *per_image = f > b ? f : b;
     if (g > *per_image)
         *per_image = g;
@@ -210,7 +221,7 @@ static int direct_chunk(rt_dev *d, const struct rt_conv_shape *s)
     direct_ws(s, &per, &fixed);
     if (alloc && alloc < cap)
         cap = alloc;
-    size_t nb = cap > fixed ? (cap - fixed) / per : 0;
+    size_t nb = chunk_knob(cap > fixed ? (cap - fixed) / per : 0);
     if (nb > (size_t)s->n)
         nb = (size_t)s->n;
     return nb < 1 ? 1 : (int)nb;
@@ -254,23 +265,38 @@ struct filter_job {
 
 static const struct plane_job no_planes = {0, 0, 0, 0, 0, {0, 0, 0}, {NULL, 0}, {NULL, 0}};
 
-/* Up to two plane jobs and a filter job (NULL: none) in one launch. */
-static int run_packs(rt_dev *d, const struct plane_job *a, const struct plane_job *b,
-                     const struct filter_job *f)
+/* What the first plane job packs instead of src (dy): g = dy * f'(y) for
+ * relu, leaky or identity, and where sums.buf, each plane's sum of g into
+ * sums (the planes lie whole in the pack). */
+struct plane_act {
+    rt_view y;
+    int kind;
+    float alpha;
+    rt_view sums;
+};
+
+/* Up to two plane jobs and a filter job (NULL: none) in one launch; act
+ * (NULL: none) applies to the first. */
+static int run_packs(rt_dev *d, const struct plane_job *a, const struct plane_act *act,
+                     const struct plane_job *b, const struct filter_job *f)
 {
     if (!a)
         a = &no_planes;
     if (!b)
         b = &no_planes;
+    const struct plane_act plain = {{NULL, 0}, -1, 0.0f, {NULL, 0}};
+    if (!act)
+        act = &plain;
     const struct filter_job none = {1, 0, 1, 1, 0, {NULL, 0}, {NULL, 0}};
     if (!f)
         f = &none;
     const size_t wblocks = (size_t)(f->ko + direct_kt(f->ko) - 1) / direct_kt(f->ko) * f->ci;
     return ocl_run_n(d, OCL_K_conv_pack, a->planes + b->planes + wblocks,
-                     "liiiiiiivvliiiiiiivvliiiiiivv", a->planes, a->h, a->w, a->top, a->left,
-                     a->p.pr, a->p.wp, a->p.ps, a->src, a->dst, b->planes, b->h, b->w, b->top,
-                     b->left, b->p.pr, b->p.wp, b->p.ps, b->src, b->dst, wblocks, f->ko, f->ci,
-                     f->r, f->s, f->flip, direct_kt(f->ko), f->w, f->wt);
+                     "liiiiiiivvifvivliiiiiiivvliiiiiivv", a->planes, a->h, a->w, a->top,
+                     a->left, a->p.pr, a->p.wp, a->p.ps, a->src, a->dst, act->kind,
+                     (double)act->alpha, act->y, act->sums.buf != NULL, act->sums, b->planes,
+                     b->h, b->w, b->top, b->left, b->p.pr, b->p.wp, b->p.ps, b->src, b->dst,
+                     wblocks, f->ko, f->ci, f->r, f->s, f->flip, direct_kt(f->ko), f->w, f->wt);
 }
 
 /* Channel bias and a piecewise-linear activation the direct kernel applies
@@ -360,7 +386,7 @@ static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_vi
             /* every image straight from x, or all but the batch's last */
             const int direct = all ? nb : nb - 1;
             if (unpacked)
-                RT_TRY(run_packs(d, NULL, NULL, unpacked));
+                RT_TRY(run_packs(d, NULL, NULL, NULL, unpacked));
             unpacked = NULL;
             RT_TRY(run_direct(d, direct, s->c, s->k, s->r, s->s, in, s->oh, s->ow,
                               rt_view_at(x, i0 * xs), wt, rt_view_at(y, i0 * ys), e));
@@ -371,7 +397,7 @@ static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_vi
         }
         const struct plane_job xj = {(size_t)nb * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
                                      rt_view_at(x, i0 * xs), xp};
-        RT_TRY(run_packs(d, &xj, NULL, unpacked));
+        RT_TRY(run_packs(d, &xj, NULL, NULL, unpacked));
         unpacked = NULL;
         RT_TRY(run_direct(d, nb, s->c, s->k, s->r, s->s, p, s->oh, s->ow, xp, wt,
                           rt_view_at(y, i0 * ys), e));
@@ -379,8 +405,10 @@ static int direct_fwd(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_vi
     return RT_OK;
 }
 
+/* act (NULL: none): dy stands for the gradient through the activation,
+ * made as it is packed (its sums unused here). */
 static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt_view w,
-                           rt_view dx, rt_view ws)
+                           rt_view dx, rt_view ws, const struct plane_act *act)
 {
     const int chunk = direct_chunk(d, s);
     const struct pack p = pack_bwd(s);
@@ -391,7 +419,10 @@ static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy,
         const int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
         const struct plane_job dyj = {(size_t)nb * s->k, s->oh, s->ow, s->r - 1 - s->pad_h,
                                       s->s - 1 - s->pad_w, p, rt_view_at(dy, i0 * ys), dyp};
-        RT_TRY(run_packs(d, &dyj, NULL, i0 == 0 ? &filters : NULL));
+        struct plane_act a = act ? *act : (struct plane_act){{NULL, 0}, -1, 0.0f, {NULL, 0}};
+        a.y = rt_view_at(a.y, i0 * ys);
+        a.sums = (rt_view){NULL, 0};
+        RT_TRY(run_packs(d, &dyj, act ? &a : NULL, NULL, i0 == 0 ? &filters : NULL));
         RT_TRY(run_direct(d, nb, s->k, s->c, s->r, s->s, p, s->h, s->w, dyp, wt,
                           rt_view_at(dx, i0 * xs), &no_epilogue));
     }
@@ -434,7 +465,7 @@ static int split_groups(rt_dev *d, int nb, int *per)
  * batch's last unless the loads past it stay in the buffer's memory (the
  * kernel keeps zeros in their lanes); the others are packed. */
 static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, rt_view dy,
-                             rt_view dw, rt_view ws)
+                             rt_view dw, rt_view ws, const struct plane_act *act, rt_view db)
 {
     const int chunk = direct_chunk(d, s), dps = dy_plane(s);
     const struct pack p = pack_fwd(s);
@@ -458,7 +489,12 @@ static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x
                                       rt_view_at(dy, i0 * ys), dyp};
         const struct plane_job xj = {(size_t)packed * s->c, s->h, s->w, s->pad_h, s->pad_w, p,
                                      rt_view_at(x, (i0 + direct) * xs), xp};
-        RT_TRY(run_packs(d, &dyj, &xj, NULL));
+        /* the bias gradient's plane sums after the partials */
+        rt_view sums = rt_view_at(part, (size_t)(groups + pgroups) * nw);
+        struct plane_act a = act ? *act : (struct plane_act){{NULL, 0}, -1, 0.0f, {NULL, 0}};
+        a.y = rt_view_at(a.y, i0 * ys);
+        a.sums = db.buf ? sums : (rt_view){NULL, 0};
+        RT_TRY(run_packs(d, &dyj, act ? &a : NULL, &xj, NULL));
         if (direct > 0)
             RT_TRY(run_bwdf(d, s, direct, per, groups, in, dps, (size_t)(s->n - i0) * xs,
                             rt_view_at(x, i0 * xs), dyp, part));
@@ -467,8 +503,9 @@ static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x
                             xp, rt_view_at(dyp, (size_t)direct * s->k * dps),
                             rt_view_at(part, (size_t)groups * nw)));
         }
-        RT_TRY(ocl_run_n(d, OCL_K_conv_bwdf_sum, nw, "liivv", nw, groups + pgroups,
-                         i0 > 0 ? 1 : 0, part, dw));
+        const int kb = act && db.buf ? s->k : 0;
+        RT_TRY(ocl_run_n(d, OCL_K_conv_bwdf_sum, nw + (size_t)kb, "liivviivv", nw,
+                         groups + pgroups, i0 > 0 ? 1 : 0, part, dw, nb, kb, sums, db));
     }
     return RT_OK;
 }
@@ -504,11 +541,24 @@ int ocl_conv2d_fwd_bias_act(rt_dev *d, const struct rt_conv_shape *s, rt_view x,
     return ocl_bias_act_fwd(d, kind, alpha, s->n, s->k, s->oh * s->ow, b, y);
 }
 
-/* The three ops it fuses, with g in its scratch view. */
+/* The direct convolutions: g = dy * f'(y) is made as each gradient's pack
+ * reads dy (both packed it anyway), and the bias gradient from the filter
+ * gradient's pack's plane sums: no pass of its own over y and dy, no g
+ * written, two launches fewer. Otherwise the three ops it fuses, with g in
+ * its scratch view. */
 int ocl_conv2d_bwd_act(rt_dev *d, const struct rt_conv_shape *s, enum rt_act kind, float alpha,
                        rt_view x, rt_view y, rt_view dy, rt_view w, rt_view g, rt_view dx,
                        rt_view dw, rt_view db, rt_view ws)
 {
+    if (s->n > 0 && kind >= RT_ACT_IDENTITY && kind <= RT_ACT_LEAKY && conv_direct(d, s)) {
+        const struct plane_act act = {y, (int)kind, alpha, {NULL, 0}};
+        double t0 = ocl_prof_begin(d);
+        int rc = direct_bwd_filter(d, s, x, dy, dw, ws, &act, db);
+        if (rc == RT_OK && dx.buf)
+            rc = direct_bwd_data(d, s, dy, w, dx, ws, &act);
+        ocl_prof_end(d, t0, "[conv2d_bwd_act]");
+        return rc;
+    }
     const size_t hw = (size_t)s->oh * s->ow, yn = (size_t)s->n * s->k * hw;
     if (db.buf)
         RT_TRY(ocl_act_bias_bwd(d, kind, alpha, s->n, s->k, (int)hw, y, dy, g, db));
@@ -523,7 +573,7 @@ int ocl_conv2d_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy, rt
                         rt_view dx, rt_view ws)
 {
     double t0 = ocl_prof_begin(d);
-    int rc = conv_direct(d, s) ? direct_bwd_data(d, s, dy, w, dx, ws)
+    int rc = conv_direct(d, s) ? direct_bwd_data(d, s, dy, w, dx, ws, NULL)
                                : gemm_run(d, s, BWD_DATA, dy, w, dx, ws);
     ocl_prof_end(d, t0, "[conv2d_bwd_data]");
     return rc;
@@ -537,7 +587,7 @@ int ocl_conv2d_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x, r
     if (s->n == 0 || !conv_direct(d, s))
         rc = gemm_run(d, s, BWD_FILTER, x, dy, dw, ws);
     else
-        rc = direct_bwd_filter(d, s, x, dy, dw, ws);
+        rc = direct_bwd_filter(d, s, x, dy, dw, ws, NULL, (rt_view){NULL, 0});
     ocl_prof_end(d, t0, "[conv2d_bwd_filter]");
     return rc;
 }

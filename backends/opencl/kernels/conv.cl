@@ -150,6 +150,51 @@ void rt_pack_plane(ulong p, int h, int w, int top, int left, int pr, int wp, int
     }
 }
 
+/* rt_pack_plane of g = dy * f'(y) instead of dy (relu, leaky or identity
+ * from the activation's output y, as rt_act_bias_grad_cpu), and where
+ * `sums`, the plane's sum of g in sum[p] (its part of the bias gradient;
+ * the plane lies whole in the pack: 0 <= top, top + h <= pr). A [conv]'s
+ * backward packs g straight from dy and y this way for both of its
+ * gradients instead of writing g first and packing it twice. */
+void rt_pack_plane_act(ulong p, int h, int w, int top, int left, int pr, int wp, int ps,
+                       global const float *src, global const float *y, int kind, float alpha,
+                       int sums, global float *sum, global float *dst)
+{
+    global float *d = dst + p * ps;
+    global const float *sp = src + p * h * w, *yp = y + p * h * w;
+    const int y0 = max(top, 0), y1 = max(min(top + h, pr), y0);
+    const float a1 = kind == RT_ACT_RELU ? 0.0f : kind == RT_ACT_LEAKY ? alpha : 1.0f;
+    const float8 a8 = (float8)a1;
+    acc8_t s8 = (acc8_t)0;
+    acc_t s1 = 0;
+    rt_zero_span(d, y0 * wp);
+    rt_zero_span(d + y1 * wp, ps - y1 * wp);
+    for (int row = y0; row < y1; row++) {
+        global const float *g = sp + (ulong)(row - top) * w, *m = yp + (ulong)(row - top) * w;
+        global float *e = d + (ulong)row * wp;
+        for (int j = 0; j < left; j++)
+            e[j] = 0.0f;
+        e += left;
+        int j = 0;
+        for (; j + 8 <= w; j += 8) {
+            const float8 v = vload8(0, g + j);
+            const float8 t = select(a8 * v, v, vload8(0, m + j) > (float8)0.0f);
+            vstore8(t, 0, e + j);
+            s8 += rt_convert_acc8(t);
+        }
+        for (; j < w; j++) {
+            const float t = m[j] > 0.0f ? g[j] : a1 * g[j];
+            e[j] = t;
+            s1 += t;
+        }
+        for (j = left + w; j < wp; j++)
+            e[j - left] = 0.0f;
+    }
+    if (sums)
+        sum[p] = (float)(s1 + (((s8.s0 + s8.s1) + (s8.s2 + s8.s3)) +
+                               ((s8.s4 + s8.s5) + (s8.s6 + s8.s7))));
+}
+
 /* The direct kernel's weights of output channels kb*kt .. kb*kt+kt-1 and
  * input channel ch: wt[kb][ch][i][j][q] = w'[kb*kt + q][ch][i][j] (zero for
  * channels past ko), where w' = w (flip 0) or w with k and c swapped and
@@ -179,13 +224,18 @@ void rt_pack_filters(int kb, int ch, int ko, int ci, int r, int s, int flip, int
  * 20-40 floats were too little work for a work-item on a CPU device. */
 kernel void rt_conv_pack(ulong planes, int h, int w, int top, int left, int pr, int wp, int ps,
                          global const float *src, ulong so, global float *dst, ulong dso,
+                         int kind, float alpha, global const float *y, ulong yo, int sums,
+                         global float *sum, ulong sumo,
                          ulong planes2, int h2, int w2, int top2, int left2, int pr2, int wp2,
                          int ps2, global const float *src2, ulong so2, global float *dst2,
                          ulong dso2, ulong wblocks, int ko, int ci, int r, int s, int flip,
                          int kt, global const float *wf, ulong wfo, global float *wt, ulong wto)
 {
     RT_ELEM(p, planes + planes2 + wblocks);
-    if (p < planes)
+    if (p < planes && kind >= 0)
+        rt_pack_plane_act(p, h, w, top, left, pr, wp, ps, src + so, y + yo, kind, alpha, sums,
+                          sum + sumo, dst + dso);
+    else if (p < planes)
         rt_pack_plane(p, h, w, top, left, pr, wp, ps, src + so, dst + dso);
     else if (p < planes + planes2)
         rt_pack_plane(p - planes, h2, w2, top2, left2, pr2, wp2, ps2, src2 + so2, dst2 + dso2);
@@ -381,9 +431,18 @@ RT_CONV_BWDF(rt_conv_bwdf4_v16, 4, 4, 16)
 /* Element kernel: dw[e] (+)= the sum of the groups' partials, in group
  * order (a fixed order: a run repeats exactly). */
 kernel void rt_conv_bwdf_sum(ulong n, int groups, int add, global const float *part, ulong po,
-                             global float *dw, ulong dwo)
+                             global float *dw, ulong dwo, int nb, int k,
+                             global const float *sums, ulong so, global float *db, ulong dbo)
 {
-    RT_ELEM(e, n);
+    RT_ELEM(e, n + (ulong)k);
+    if (e >= n) { /* the bias gradient: channel e - n's plane sums, image by image */
+        const int c = (int)(e - n);
+        float v = add ? db[dbo + c] : 0.0f;
+        for (int i = 0; i < nb; i++)
+            v += sums[so + (ulong)i * k + c];
+        db[dbo + c] = v;
+        return;
+    }
     float v = add ? dw[dwo + e] : 0.0f;
     for (int g = 0; g < groups; g++)
         v += part[po + (ulong)g * n + e];
