@@ -275,6 +275,17 @@ struct plane_act {
     rt_view sums;
 };
 
+static const struct plane_act no_act = {{NULL, 0}, -1, 0.0f, {NULL, 0}};
+
+/* act for a chunk's images, off floats into y, with those sums */
+static struct plane_act act_chunk(const struct plane_act *act, size_t off, rt_view sums)
+{
+    struct plane_act a = *act;
+    a.y = rt_view_at(a.y, off);
+    a.sums = sums;
+    return a;
+}
+
 /* Up to two plane jobs and a filter job (NULL: none) in one launch; act
  * (NULL: none) applies to the first. */
 static int run_packs(rt_dev *d, const struct plane_job *a, const struct plane_act *act,
@@ -284,9 +295,8 @@ static int run_packs(rt_dev *d, const struct plane_job *a, const struct plane_ac
         a = &no_planes;
     if (!b)
         b = &no_planes;
-    const struct plane_act plain = {{NULL, 0}, -1, 0.0f, {NULL, 0}};
     if (!act)
-        act = &plain;
+        act = &no_act;
     const struct filter_job none = {1, 0, 1, 1, 0, {NULL, 0}, {NULL, 0}};
     if (!f)
         f = &none;
@@ -419,9 +429,7 @@ static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy,
         const int nb = s->n - i0 < chunk ? s->n - i0 : chunk;
         const struct plane_job dyj = {(size_t)nb * s->k, s->oh, s->ow, s->r - 1 - s->pad_h,
                                       s->s - 1 - s->pad_w, p, rt_view_at(dy, i0 * ys), dyp};
-        struct plane_act a = act ? *act : (struct plane_act){{NULL, 0}, -1, 0.0f, {NULL, 0}};
-        a.y = rt_view_at(a.y, i0 * ys);
-        a.sums = (rt_view){NULL, 0};
+        const struct plane_act a = act_chunk(act ? act : &no_act, i0 * ys, no_act.sums);
         RT_TRY(run_packs(d, &dyj, act ? &a : NULL, NULL, i0 == 0 ? &filters : NULL));
         RT_TRY(run_direct(d, nb, s->k, s->c, s->r, s->s, p, s->h, s->w, dyp, wt,
                           rt_view_at(dx, i0 * xs), &no_epilogue));
@@ -491,9 +499,8 @@ static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x
                                      rt_view_at(x, (i0 + direct) * xs), xp};
         /* the bias gradient's plane sums after the partials */
         rt_view sums = rt_view_at(part, (size_t)(groups + pgroups) * nw);
-        struct plane_act a = act ? *act : (struct plane_act){{NULL, 0}, -1, 0.0f, {NULL, 0}};
-        a.y = rt_view_at(a.y, i0 * ys);
-        a.sums = db.buf ? sums : (rt_view){NULL, 0};
+        const struct plane_act a = act_chunk(act ? act : &no_act, i0 * ys,
+                                             db.buf ? sums : no_act.sums);
         RT_TRY(run_packs(d, &dyj, act ? &a : NULL, &xj, NULL));
         if (direct > 0)
             RT_TRY(run_bwdf(d, s, direct, per, groups, in, dps, (size_t)(s->n - i0) * xs,
