@@ -82,6 +82,7 @@ struct rt_model {
      * labels' host copy (the caller's or labels_host) */
     int tally_n;
     const int32_t *tally_labels;
+    bool reading; /* that download may still be on its way into probs_host */
 };
 
 /* ---- helpers for layers (layer.h) ------------------------------------------ */
@@ -500,6 +501,8 @@ void rt_model_destroy(rt_model **mp)
     if (!mp || !*mp)
         return;
     rt_model *m = *mp;
+    if (m->reading) /* a loss never collected: its bytes must not land in freed memory */
+        rt_download_wait(m->dev);
     for (int i = 0; i < m->nlayers; i++) {
         struct rt_layer *l = &m->layers[i];
         if (l->ops->release && l->priv)
@@ -765,6 +768,7 @@ int rt_model_loss_start(rt_model *m, rt_view labels, const int32_t *labels_host,
     rt_view probs = rt_buf_view(m->probs);
     RT_TRY(rt_op_softmax_xent_fwd(m->dev, n, C, logits_view(m, m->fwd_x), labels, probs,
                                   rt_view_at(probs, (size_t)n * (size_t)C)));
+    m->reading = true;
     RT_TRY(rt_download_start(m->dev, m->probs_host, probs, (size_t)n * (C + 1) * sizeof(float)));
     m->tally_n = n;
     m->tally_labels = labels_host;
@@ -780,6 +784,7 @@ int rt_model_loss_collect(rt_model *m, double *loss_sum, long *correct, float *p
     const int n = m->tally_n;
     m->tally_n = 0;
     RT_TRY(rt_download_wait(m->dev));
+    m->reading = false;
     tally_loss(m, m->tally_labels, n, loss_sum, correct, probs_host);
     return RT_OK;
 }

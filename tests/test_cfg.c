@@ -377,6 +377,67 @@ static void test_init_seeded(void **state)
     rt_model_destroy(&b);
 }
 
+/* A loss started (rt_model_loss_start) on a device with a queue: its
+ * collect gives the figures of the waiting rt_model_loss_host, and a model
+ * destroyed before collecting waits for the download, whose bytes would
+ * otherwise land in freed memory: a 25 ms forward queued first keeps the
+ * read in flight past the destroy, and the block freed for the
+ * probabilities, taken again by the next malloc of its size, must keep
+ * what is written there after. Skips without an OpenCL device. */
+static void test_loss_started_on_a_queue(void **state)
+{
+    rt_dev *od = rt_dev_open("opencl", 0, 0);
+    if (!od) {
+        print_message("skipped: no opencl device: %s\n", rt_error_detail());
+        skip();
+    }
+    enum { B = 64, C = 10 };
+    const char *cfg = "[net]\ninput = 28x28x1\nclasses = 10\n"
+                      "[conv]\nfilters = 32\nsize = 5\npad = 2\nactivation = relu\n"
+                      "[conv]\nfilters = 32\nsize = 5\npad = 2\nactivation = relu\n"
+                      "[maxpool]\nsize = 4\n[dense]\nunits = 10\n[softmax]\n";
+    float *x = malloc((size_t)B * 784 * sizeof *x);
+    int32_t labels[B];
+    assert_non_null(x);
+    tu_fill_uniform(x, (size_t)B * 784, 0.0f, 1.0f, 5);
+    for (int i = 0; i < B; i++)
+        labels[i] = (i * 7) % C;
+    rt_buf *xb = rt_buf_new(od, (size_t)B * 784 * sizeof *x), *lb = rt_buf_new(od, sizeof labels);
+    assert_true(xb && lb);
+    assert_int_equal(rt_upload(od, rt_buf_view(xb), x, (size_t)B * 784 * sizeof *x), RT_OK);
+    assert_int_equal(rt_upload(od, rt_buf_view(lb), labels, sizeof labels), RT_OK);
+    rt_model *m = rt_model_load_string(cfg, "t.cfg", od, B);
+    assert_non_null(m);
+    assert_int_equal(rt_model_init(m, 3), RT_OK);
+    double l1 = 0, l2 = 0;
+    long c1 = 0, c2 = 0;
+    assert_int_equal(rt_model_forward(m, rt_buf_view(xb), B, true, 1), RT_OK);
+    assert_int_equal(rt_model_loss_host(m, rt_buf_view(lb), labels, B, &l1, &c1, NULL), RT_OK);
+    assert_int_equal(rt_model_forward(m, rt_buf_view(xb), B, true, 1), RT_OK);
+    assert_int_equal(rt_model_loss_start(m, rt_buf_view(lb), labels, B), RT_OK);
+    assert_int_equal(rt_model_backward(m, rt_buf_view(xb), rt_buf_view(lb), B, 1.0f / B), RT_OK);
+    assert_int_equal(rt_model_loss_collect(m, &l2, &c2, NULL), RT_OK);
+    assert_true(l1 == l2 && c1 == c2 && l1 > 0.0);
+    /* started, never collected, destroyed */
+    assert_int_equal(rt_model_forward(m, rt_buf_view(xb), B, true, 1), RT_OK);
+    assert_int_equal(rt_model_loss_start(m, rt_buf_view(lb), labels, B), RT_OK);
+    rt_model_destroy(&m);
+    const size_t n = (size_t)B * (C + 1);
+    float *probe = malloc(n * sizeof *probe);
+    assert_non_null(probe);
+    for (size_t i = 0; i < n; i++)
+        probe[i] = 12345.0f;
+    assert_int_equal(rt_sync(od), RT_OK);
+    for (size_t i = 0; i < n; i++)
+        if (probe[i] != 12345.0f)
+            fail_msg("float %zu of memory freed with the model became %g after it", i, probe[i]);
+    free(probe);
+    free(x);
+    rt_buf_destroy(&xb);
+    rt_buf_destroy(&lb);
+    rt_dev_close(&od);
+}
+
 static void test_inference_deterministic(void **state)
 {
     rt_model *m = load_example("resnet8.cfg", 5);
@@ -451,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_summary),
         cmocka_unit_test(test_init_seeded),
         cmocka_unit_test(test_inference_deterministic),
+        cmocka_unit_test(test_loss_started_on_a_queue),
     };
     return cmocka_run_group_tests(tests, setup_dev, teardown_dev);
 }
