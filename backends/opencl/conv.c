@@ -266,8 +266,8 @@ struct filter_job {
 static const struct plane_job no_planes = {0, 0, 0, 0, 0, {0, 0, 0}, {NULL, 0}, {NULL, 0}};
 
 /* What the first plane job packs instead of src (dy): g = dy * f'(y) for
- * relu, leaky or identity, and where sums.buf, each plane's sum of g into
- * sums (the planes lie whole in the pack). */
+ * relu, leaky or identity (kind -1: src itself), and where sums.buf, each
+ * plane's sum of g into sums (the planes lie whole in the pack). */
 struct plane_act {
     rt_view y;
     int kind;
@@ -430,7 +430,7 @@ static int direct_bwd_data(rt_dev *d, const struct rt_conv_shape *s, rt_view dy,
         const struct plane_job dyj = {(size_t)nb * s->k, s->oh, s->ow, s->r - 1 - s->pad_h,
                                       s->s - 1 - s->pad_w, p, rt_view_at(dy, i0 * ys), dyp};
         const struct plane_act a = act_chunk(act ? act : &no_act, i0 * ys, no_act.sums);
-        RT_TRY(run_packs(d, &dyj, act ? &a : NULL, NULL, i0 == 0 ? &filters : NULL));
+        RT_TRY(run_packs(d, &dyj, &a, NULL, i0 == 0 ? &filters : NULL));
         RT_TRY(run_direct(d, nb, s->k, s->c, s->r, s->s, p, s->h, s->w, dyp, wt,
                           rt_view_at(dx, i0 * xs), &no_epilogue));
     }
@@ -501,7 +501,7 @@ static int direct_bwd_filter(rt_dev *d, const struct rt_conv_shape *s, rt_view x
         rt_view sums = rt_view_at(part, (size_t)(groups + pgroups) * nw);
         const struct plane_act a = act_chunk(act ? act : &no_act, i0 * ys,
                                              db.buf ? sums : no_act.sums);
-        RT_TRY(run_packs(d, &dyj, act ? &a : NULL, &xj, NULL));
+        RT_TRY(run_packs(d, &dyj, &a, &xj, NULL));
         if (direct > 0)
             RT_TRY(run_bwdf(d, s, direct, per, groups, in, dps, (size_t)(s->n - i0) * xs,
                             rt_view_at(x, i0 * xs), dyp, part));

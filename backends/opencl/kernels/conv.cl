@@ -125,40 +125,16 @@ void rt_zero_span(global float *d, int n)
  * Each float is written once: the zero rows above and below, then each
  * image row between its margins' zeros (left + w <= wp: the direct
  * kernels' packs). Zeroing the whole plane first wrote lenet's conv1
- * planes almost twice. */
-void rt_pack_plane(ulong p, int h, int w, int top, int left, int pr, int wp, int ps,
-                   global const float *src, global float *dst)
-{
-    global float *d = dst + p * ps;
-    global const float *sp = src + p * h * w;
-    const int y0 = max(top, 0), y1 = max(min(top + h, pr), y0);
-    rt_zero_span(d, y0 * wp);
-    rt_zero_span(d + y1 * wp, ps - y1 * wp);
-    for (int row = y0; row < y1; row++) {
-        global const float *s = sp + (ulong)(row - top) * w;
-        global float *e = d + (ulong)row * wp;
-        for (int j = 0; j < left; j++)
-            e[j] = 0.0f;
-        e += left;
-        int j = 0;
-        for (; j + 8 <= w; j += 8)
-            vstore8(vload8(0, s + j), 0, e + j);
-        for (; j < w; j++)
-            e[j] = s[j];
-        for (j = left + w; j < wp; j++)
-            e[j - left] = 0.0f;
-    }
-}
-
-/* rt_pack_plane of g = dy * f'(y) instead of dy (relu, leaky or identity
- * from the activation's output y, as rt_act_bias_grad_cpu), and where
- * `sums`, the plane's sum of g in sum[p] (its part of the bias gradient;
- * the plane lies whole in the pack: 0 <= top, top + h <= pr). A [conv]'s
- * backward packs g straight from dy and y this way for both of its
+ * planes almost twice.
+ * kind >= 0: g = src * f'(y) is packed instead of src (relu, leaky or
+ * identity from the activation's output y, as rt_act_bias_grad_cpu), and
+ * where `sums`, the plane's sum of g goes to sum[p] (its part of the bias
+ * gradient; the plane lies whole in the pack: 0 <= top, top + h <= pr). A
+ * [conv]'s backward packs g straight from dy and y this way for both of its
  * gradients instead of writing g first and packing it twice. */
-void rt_pack_plane_act(ulong p, int h, int w, int top, int left, int pr, int wp, int ps,
-                       global const float *src, global const float *y, int kind, float alpha,
-                       int sums, global float *sum, global float *dst)
+void rt_pack_plane(ulong p, int h, int w, int top, int left, int pr, int wp, int ps,
+                   global const float *src, global const float *y, int kind, float alpha,
+                   int sums, global float *sum, global float *dst)
 {
     global float *d = dst + p * ps;
     global const float *sp = src + p * h * w, *yp = y + p * h * w;
@@ -176,16 +152,24 @@ void rt_pack_plane_act(ulong p, int h, int w, int top, int left, int pr, int wp,
             e[j] = 0.0f;
         e += left;
         int j = 0;
-        for (; j + 8 <= w; j += 8) {
-            const float8 v = vload8(0, g + j);
-            const float8 t = select(a8 * v, v, vload8(0, m + j) > (float8)0.0f);
-            vstore8(t, 0, e + j);
-            s8 += rt_convert_acc8(t);
-        }
-        for (; j < w; j++) {
-            const float t = m[j] > 0.0f ? g[j] : a1 * g[j];
-            e[j] = t;
-            s1 += t;
+        if (kind < 0) {
+            for (; j + 8 <= w; j += 8)
+                vstore8(vload8(0, g + j), 0, e + j);
+            for (; j < w; j++)
+                e[j] = g[j];
+        } else {
+            for (; j + 8 <= w; j += 8) {
+                const float8 v = vload8(0, g + j);
+                const float8 t = select(a8 * v, v, vload8(0, m + j) > (float8)0.0f);
+                vstore8(t, 0, e + j);
+                if (sums)
+                    s8 += rt_convert_acc8(t);
+            }
+            for (; j < w; j++) {
+                const float t = m[j] > 0.0f ? g[j] : a1 * g[j];
+                e[j] = t;
+                s1 += t;
+            }
         }
         for (j = left + w; j < wp; j++)
             e[j - left] = 0.0f;
@@ -232,13 +216,12 @@ kernel void rt_conv_pack(ulong planes, int h, int w, int top, int left, int pr, 
                          int kt, global const float *wf, ulong wfo, global float *wt, ulong wto)
 {
     RT_ELEM(p, planes + planes2 + wblocks);
-    if (p < planes && kind >= 0)
-        rt_pack_plane_act(p, h, w, top, left, pr, wp, ps, src + so, y + yo, kind, alpha, sums,
-                          sum + sumo, dst + dso);
-    else if (p < planes)
-        rt_pack_plane(p, h, w, top, left, pr, wp, ps, src + so, dst + dso);
+    if (p < planes)
+        rt_pack_plane(p, h, w, top, left, pr, wp, ps, src + so, y + yo, kind, alpha, sums,
+                      sum + sumo, dst + dso);
     else if (p < planes + planes2)
-        rt_pack_plane(p - planes, h2, w2, top2, left2, pr2, wp2, ps2, src2 + so2, dst2 + dso2);
+        rt_pack_plane(p - planes, h2, w2, top2, left2, pr2, wp2, ps2, src2 + so2, src2 + so2,
+                      -1, 0.0f, 0, dst2 + dso2, dst2 + dso2);
     else
         rt_pack_filters((int)((p - planes - planes2) / ci), (int)((p - planes - planes2) % ci),
                         ko, ci, r, s, flip, kt, wf + wfo, wt + wto);
