@@ -176,10 +176,7 @@ int ocl_late_check(rt_dev *d)
     struct ocl_dev *o = ocl(d);
     if (!o->late_ev)
         return RT_OK;
-    cl_int err = clWaitForEvents(1, &o->late_ev);
-    clReleaseEvent(o->late_ev);
-    o->late_ev = NULL;
-    RT_TRY(ocl_status(err, "softmax: reading the label check"));
+    RT_TRY(ocl_status(ocl_event_done(&o->late_ev), "softmax: reading the label check"));
     if (o->late_flag == INT_MAX)
         return RT_OK;
     return rt_error(RT_ERR_ARG, "%s: the label of sample %d is outside [0, %d)", o->late_op,

@@ -115,6 +115,17 @@ static inline struct ocl_dev *ocl(const rt_dev *d) { return d->impl; }
 
 static inline cl_mem ocl_mem(rt_view v) { return (cl_mem)v.buf->handle; }
 
+/* Waits for *ev's command (NULL: none), releases the event, clears it. */
+static inline cl_int ocl_event_done(cl_event *ev)
+{
+    if (!*ev)
+        return CL_SUCCESS;
+    cl_int err = clWaitForEvents(1, ev);
+    clReleaseEvent(*ev);
+    *ev = NULL;
+    return err;
+}
+
 /* An OpenCL status as a ragtag one: 0 stays RT_OK, the rest become
  * RT_ERR_DEVICE (RT_ERR_NOMEM for allocation failures) with the CL error's
  * name and `what` in the detail message. */

@@ -548,14 +548,8 @@ static size_t ocl_pick_wg(struct ocl_dev *o, enum ocl_kernel k)
 
 static void ocl_dev_free(struct ocl_dev *o)
 {
-    if (o->late_ev) {
-        clWaitForEvents(1, &o->late_ev);
-        clReleaseEvent(o->late_ev);
-    }
-    if (o->read_ev) {
-        clWaitForEvents(1, &o->read_ev);
-        clReleaseEvent(o->read_ev);
-    }
+    ocl_event_done(&o->late_ev);
+    ocl_event_done(&o->read_ev);
     for (int i = 0; i < OCL_K_COUNT; i++)
         if (o->k[i])
             clReleaseKernel(o->k[i]);
@@ -804,14 +798,6 @@ static int ocl_upload(rt_dev *d, rt_view dst, const void *src, size_t bytes)
     return ocl_status(err, "uploading");
 }
 
-/* A started download is done once the queue reached any later point. */
-static void ocl_read_done(struct ocl_dev *o)
-{
-    if (o->read_ev)
-        clReleaseEvent(o->read_ev);
-    o->read_ev = NULL;
-}
-
 static int ocl_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
 {
     struct ocl_dev *o = ocl(d);
@@ -819,7 +805,7 @@ static int ocl_download(rt_dev *d, void *dst, rt_view src, size_t bytes)
                                      NULL, NULL);
     if (err == CL_SUCCESS) {
         o->staged = 0; /* an in-order queue: every earlier write is done */
-        ocl_read_done(o);
+        ocl_event_done(&o->read_ev); /* (and a started download) */
     }
     /* (a softmax's label check queued before this read is back too) */
     const int late = ocl_late_check(d);
@@ -832,12 +818,11 @@ static int ocl_download_wait(rt_dev *d)
     struct ocl_dev *o = ocl(d);
     if (!o->read_ev)
         return RT_OK;
-    cl_int err = clWaitForEvents(1, &o->read_ev);
+    cl_int err = ocl_event_done(&o->read_ev);
     /* an in-order queue: the uploads staged before the read are done too
      * (with none since, the whole stage is free again) */
     if (err == CL_SUCCESS && o->staged == o->staged_at_read)
         o->staged = 0;
-    ocl_read_done(o);
     return ocl_status(err, "downloading (a started download)");
 }
 
@@ -886,7 +871,7 @@ static int ocl_sync(rt_dev *d)
     cl_int err = clFinish(ocl(d)->queue);
     if (err == CL_SUCCESS) {
         ocl(d)->staged = 0;
-        ocl_read_done(ocl(d));
+        ocl_event_done(&ocl(d)->read_ev);
     }
     const int late = ocl_late_check(d);
     RT_TRY(ocl_status(err, "finishing queued work"));
