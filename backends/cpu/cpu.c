@@ -17,6 +17,10 @@
 #include <strings.h>
 #include <unistd.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include "cpu-blas.h"
 
 #include "cpu-impl.h"
@@ -687,6 +691,51 @@ int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
 
 /* ---- optimiser steps ------------------------------------------------------------ */
 
+/* An update reads each weight (and its state), then writes it. Where
+ * another core has read the line since it was last written here (the
+ * host's one replica, which every worker's forward reads: host_replica.h),
+ * the read brings it shared and the write then invalidates the other copy:
+ * two trips to the other core a line. PREFETCHW a little ahead asks for
+ * the line writable at once. SGD over half of seedcnn's shared weights,
+ * per worker of 2: 500-550 -> 280-300 us a step; one 2-thread process,
+ * whose threads also read each other's rows, 287 -> 256 us. */
+#define OWN_BLOCK 256 /* floats updated between two rounds of prefetches */
+#define OWN_AHEAD 512 /* floats ahead of the update (2 KB) */
+
+/* PREFETCHW is there (CPUID 0x80000001 ECX bit 8): on x86-64 CPUs without
+ * it the instruction is not executed at all. */
+static bool has_prefetchw(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    static int known = -1; /* threads that race here store the same value */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k < 0) {
+        unsigned a, b, c, d;
+        k = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8)) ? 1 : 0;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 1;
+#else
+    return false;
+#endif
+}
+
+/* The end of the block of an update of n floats from i0, after asking for
+ * p[i][i0 + OWN_AHEAD, ...) writable for each p[i] (NULL: none) when pw. */
+static inline size_t own_block(bool pw, float *const p[3], size_t i0, size_t n)
+{
+    const size_t i1 = n - i0 < OWN_BLOCK ? n : i0 + OWN_BLOCK;
+#if defined(__x86_64__) && defined(__GNUC__)
+    const size_t end = i1 + OWN_AHEAD < n ? i1 + OWN_AHEAD : n;
+    for (int k = 0; pw && k < 3 && p[k]; k++)
+        for (size_t q = i0 + OWN_AHEAD; q < end; q += 16)
+            __asm__ volatile("prefetchw %0" ::"m"(p[k][q]));
+#else
+    (void)pw, (void)p;
+#endif
+    return i1;
+}
+
 /* SGD over one block: plain, momentum or Nesterov, weight decay folded
  * into the gradient. Elementwise with restrict pointers, so each clone runs
  * it in its widest vectors and the bits are those of any width. Before, it
@@ -698,24 +747,29 @@ CPU_CLONES static void sgd_span(const struct rt_sgd_params *p, float *restrict w
                                 const float *restrict g, float *restrict v, size_t n)
 {
     const float lr = p->lr, mu = p->momentum, wd = p->weight_decay;
-    if (mu == 0.0f) {
-        CPU_SIMD
-        for (size_t i = 0; i < n; i++)
-            w[i] -= lr * (g[i] + wd * w[i]);
-    } else if (p->nesterov) {
-        CPU_SIMD
-        for (size_t i = 0; i < n; i++) {
-            float gi = g[i] + wd * w[i];
-            float vi = mu * v[i] + gi;
-            v[i] = vi;
-            w[i] -= lr * (gi + mu * vi);
-        }
-    } else {
-        CPU_SIMD
-        for (size_t i = 0; i < n; i++) {
-            float vi = mu * v[i] + (g[i] + wd * w[i]);
-            v[i] = vi;
-            w[i] -= lr * vi;
+    const bool pw = has_prefetchw();
+    float *const own[3] = {w, mu == 0.0f ? NULL : v, NULL};
+    for (size_t i0 = 0, i1; i0 < n; i0 = i1) {
+        i1 = own_block(pw, own, i0, n);
+        if (mu == 0.0f) {
+            CPU_SIMD
+            for (size_t i = i0; i < i1; i++)
+                w[i] -= lr * (g[i] + wd * w[i]);
+        } else if (p->nesterov) {
+            CPU_SIMD
+            for (size_t i = i0; i < i1; i++) {
+                float gi = g[i] + wd * w[i];
+                float vi = mu * v[i] + gi;
+                v[i] = vi;
+                w[i] -= lr * (gi + mu * vi);
+            }
+        } else {
+            CPU_SIMD
+            for (size_t i = i0; i < i1; i++) {
+                float vi = mu * v[i] + (g[i] + wd * w[i]);
+                v[i] = vi;
+                w[i] -= lr * vi;
+            }
         }
     }
 }
@@ -744,16 +798,21 @@ CPU_CLONES static void adam_span(const struct rt_adam_scalars *p, float *w, cons
 {
     const float b1 = p->beta1, b2 = p->beta2, eps = p->eps, lr = p->lr;
     const float l2 = p->l2, decay = p->decay, inv_bc2 = p->inv_bc2, cm = p->cm, cg = p->cg;
-    CPU_SIMD
-    for (size_t i = 0; i < n; i++) {
-        float wi = w[i] - decay * w[i];
-        float gi = g[i] + l2 * wi;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = cm * mi + cg * gi;
-        w[i] = wi - lr * mhat / (sqrtf(vi * inv_bc2) + eps);
+    const bool pw = has_prefetchw();
+    float *const own[3] = {w, m, v};
+    for (size_t i0 = 0, i1; i0 < n; i0 = i1) {
+        i1 = own_block(pw, own, i0, n);
+        CPU_SIMD
+        for (size_t i = i0; i < i1; i++) {
+            float wi = w[i] - decay * w[i];
+            float gi = g[i] + l2 * wi;
+            float mi = b1 * m[i] + (1.0f - b1) * gi;
+            float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            float mhat = cm * mi + cg * gi;
+            w[i] = wi - lr * mhat / (sqrtf(vi * inv_bc2) + eps);
+        }
     }
 }
 
