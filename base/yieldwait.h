@@ -9,10 +9,11 @@
  * busy processes that are not peers most take 1-8 ms, a time slice each
  * (two busy loops beside a 4-rank ring: 4 KiB p50 487 us sleeping, 5.9 ms
  * yielding every time). So where more than a quarter of the recent yields
- * (a moving average) took longer than 1 ms, none for a second. (Ending a
- * wait's yields at its first slow one lost most of the gain at 4 MiB:
- * there the slow ones are the peers' sends.) Used by net/ring.c's waits
- * and net/hostreduce.c's. */
+ * (a moving average over about 64) took longer than 1 ms, none for a
+ * second, for twice as long each time that trips again right after (up to
+ * 16 s). (Ending a wait's yields at its first slow one lost most of the
+ * gain at 4 MiB: there the slow ones are the peers' sends.) Used by
+ * net/ring.c's waits and net/hostreduce.c's. */
 #ifndef RT_YIELDWAIT_H
 #define RT_YIELDWAIT_H
 
@@ -23,12 +24,13 @@
 struct rt_yield_gauge {
     double slow;      /* moving share of the recent yields that took over 1 ms */
     double off_until; /* no yields before this time (rt_now) */
+    double off_s;     /* the last pause's length (0: none yet) */
 };
 
 /* Whether a wait may yield now (not backing off). */
 bool rt_yield_allowed(const struct rt_yield_gauge *g, double now);
 /* One turn: give the core to a runnable task. False, and no yields for a
- * second, once the recent yields were mostly slow. */
+ * second or more, once the recent yields were mostly slow. */
 bool rt_yield_turn(struct rt_yield_gauge *g);
 /* rt_yield_turn's bookkeeping: a yield that took `took` seconds, ending at
  * `now`. */

@@ -225,9 +225,20 @@ static void test_crowded(void **state)
 }
 
 /* The crowded waits' back-off (base/yieldwait.h): yields that come back
- * within 1 ms never stop them; once more than a quarter of the recent ones
- * (a moving average, 1/8 a yield) took longer, none for a second, and the
- * average starts again from zero. */
+ * within 1 ms never stop them, nor does a peer's burst of a few slow ones;
+ * once more than a quarter of the recent ones (a moving average, 1/64 a
+ * yield) took longer, none for a second, and the average starts again
+ * from zero; tripping again within the last pause's length of the
+ * yields' return doubles the pause, up to 16 s; after a calm spell it is
+ * a second again. */
+static int slow_until_off(struct rt_yield_gauge *g, double now)
+{
+    int k = 1;
+    while (rt_yield_note(g, 2e-3, now))
+        k++;
+    return k;
+}
+
 static void test_yield_gauge(void **state)
 {
     (void)state;
@@ -235,12 +246,26 @@ static void test_yield_gauge(void **state)
     for (int i = 0; i < 1000; i++)
         assert_true(rt_yield_note(&g, 0.9e-3, 10.0));
     assert_true(rt_yield_allowed(&g, 10.0));
-    assert_true(rt_yield_note(&g, 2e-3, 10.0));  /* 1/8 */
-    assert_true(rt_yield_note(&g, 2e-3, 10.0));  /* 0.23 */
-    assert_false(rt_yield_note(&g, 2e-3, 10.0)); /* 0.33: off */
-    assert_false(rt_yield_allowed(&g, 10.5));
+    /* bursts of 6 slow yields among 60 fast ones, over and over: never off */
+    for (int i = 0; i < 2000; i++)
+        assert_true(rt_yield_note(&g, i % 66 < 6 ? 3e-3 : 1e-5, 10.0));
+    g = (struct rt_yield_gauge){0};
+    assert_int_equal(slow_until_off(&g, 10.0), 19); /* 1 - (63/64)^19 > 0.25 */
+    assert_false(rt_yield_allowed(&g, 10.9));
     assert_true(rt_yield_allowed(&g, 11.0));
-    assert_true(rt_yield_note(&g, 2e-3, 11.0)); /* from zero again */
+    /* trips again 0.5 s after the return: 2 s, then 4, 8, 16, 16 */
+    double at = 11.5, pause = 2.0;
+    for (int i = 0; i < 5; i++, pause = pause < 16.0 ? 2.0 * pause : 16.0) {
+        assert_int_equal(slow_until_off(&g, at), 19); /* (from zero again) */
+        assert_false(rt_yield_allowed(&g, at + pause - 0.01));
+        assert_true(rt_yield_allowed(&g, at + pause));
+        at += pause + 0.5;
+    }
+    /* a calm spell longer than the last pause: a second again */
+    at += 20.0;
+    assert_int_equal(slow_until_off(&g, at), 19);
+    assert_false(rt_yield_allowed(&g, at + 0.99));
+    assert_true(rt_yield_allowed(&g, at + 1.0));
     /* one slow yield in eight fast ones, over and over: never off */
     struct rt_yield_gauge h = {0};
     for (int i = 0; i < 900; i++)
