@@ -147,7 +147,7 @@ static const char *const coord_help[] = {
                 "alive (worker --coord-timeout), else resume from DIR's checkpoint",
     "--serve-data", "coord: send the data files to workers (cached there by content hash)",
     "--no-shm", "never use shared memory between workers of one machine (TCP only)",
-    "--chunk BYTES", "ring pipeline chunk (default 262144)",
+    "--chunk BYTES", "ring pipeline chunk (default 524288)",
     "--max-restarts N", "train: start a local worker again in place of one that died, or "
                         "all from the checkpoint when none is left, at most N times (default "
                         "3; 0: never)",

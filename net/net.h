@@ -31,7 +31,7 @@ struct rt_coord_options {
     double worker_timeout; /* silence after which a worker is lost (default 30) */
     bool serve_data;       /* ship the data files to workers (cached by hash) */
     bool allow_shm;        /* workers on one host share memory (default on) */
-    size_t chunk_bytes;    /* ring sub-chunk (default 256 KiB) */
+    size_t chunk_bytes;    /* ring sub-chunk (default 512 KiB) */
     /* `ragtag train --workers N`: start N worker processes of this binary */
     bool spawn_local;
     int local_threads;     /* threads of each local worker (0: cores / N, at least 1) */

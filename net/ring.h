@@ -4,7 +4,8 @@
  * Algorithm (Patarasuk & Yuan's bandwidth-optimal ring, as in Horovod,
  * Gloo and NCCL): a buffer of n elements is cut into N segments,
  * segment q = [n*q/N, n*(q+1)/N) (any n, lengths differ by at most one),
- * and each segment into K sub-chunks of at most chunk_bytes. Step t of the
+ * and each segment into K sub-chunks of at most chunk_bytes (half of it in
+ * a segment of more than 8 chunks: ring.c, subchunks). Step t of the
  * ring, t = 0 .. 2N-3, sends segment (r-1-t) mod N to the right neighbour
  * and receives segment (r-2-t) mod N from the left one: steps below N-1
  * add what they receive (reduce-scatter, after which rank r owns the sum of
@@ -43,7 +44,7 @@
 #include "membership.h"
 
 #define RT_RING_MAX_CHUNK ((size_t)4 << 20)
-#define RT_RING_DEFAULT_CHUNK ((size_t)256 << 10)
+#define RT_RING_DEFAULT_CHUNK ((size_t)512 << 10) /* ring.c: subchunks() */
 
 typedef struct rt_ring rt_ring;
 
