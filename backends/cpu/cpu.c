@@ -697,8 +697,8 @@ int cpu_sumsq(rt_dev *d, size_t n, rt_view xv, double *out)
  * the read brings it shared and the write then invalidates the other copy:
  * two trips to the other core a line. PREFETCHW a little ahead asks for
  * the line writable at once. SGD over half of seedcnn's shared weights,
- * per worker of 2: 500-550 -> 280-300 us a step; one 2-thread process,
- * whose threads also read each other's rows, 287 -> 256 us. */
+ * per worker of 2: 500-550 -> 255-300 us a step; one 2-thread process,
+ * whose threads also read each other's rows, 287 -> 243-256 us. */
 #define OWN_BLOCK 256 /* floats updated between two rounds of prefetches */
 #define OWN_AHEAD 512 /* floats ahead of the update (2 KB) */
 
