@@ -49,7 +49,7 @@ struct cmd {
     int root;
     int nframes;     /* CMD_SEND: the frames that follow */
     int send_kind;   /* CMD_SEND: enum rt_comm_send_kind */
-    long step;       /* CMD_MARK: the steps done */
+    long step;       /* CMD_MARK, CMD_SEND: the training thread's newest mark */
     double deadline; /* collectives: rt_now() by which the collective must end */
 };
 
@@ -90,6 +90,13 @@ struct rt_comm {
     bool ctrl_broken;    /* a send to the coordinator failed: send nothing more */
     bool orphaned;       /* the coordinator is silent past peer_timeout: waiting for one */
     long marked, hb_mark; /* the newest step mark, and the one the last heartbeat carried */
+    /* Step marks without a wake-up each (rt_comm_mark): the training thread
+     * stores its newest in mark_now and wakes this thread only when it
+     * sleeps past STEP_HB or MARK_STEPS marks went unseen; this thread
+     * publishes the newest mark it took (mark_seen). */
+    _Atomic long mark_now, mark_seen;
+    _Atomic int sleeps_long;
+    long train_marked; /* training side: the newest mark it gave */
     rt_outbox *outbox;   /* reports kept until the coordinator acknowledges them */
     rt_wire_writer w;
     rt_wire_msg msg;
@@ -214,6 +221,15 @@ static double hb_every(rt_comm *c)
     else if (c->marked > atomic_load(&c->acked) && UNACKED_HB < every)
         every = UNACKED_HB;
     return every;
+}
+
+/* The training thread's newest step mark, taken. */
+static void take_mark(rt_comm *c)
+{
+    long m = atomic_load(&c->mark_now);
+    if (m > c->marked)
+        c->marked = m;
+    atomic_store(&c->mark_seen, c->marked);
 }
 
 /* A heartbeat that finds the queue full (EAGAIN) is skipped: the
@@ -467,6 +483,7 @@ static int service_ctrl(void *arg)
         c->last_seen = now0; /* this process was stopped (SIGSTOP, a frozen VM): what the
                               * coordinator sent meanwhile is still to be read */
     c->last_service = now0;
+    take_mark(c);
     if (c->ctrl) {
         for (int k = 0; k < 256; k++) {
             int rc = rt_zframes_recv(c->ctrl, &c->fr, ZMQ_DONTWAIT);
@@ -679,15 +696,16 @@ static void send_or_drop(rt_comm *c, zmq_msg_t *m, int n)
 }
 
 /* Forward the frames that follow a CMD_SEND as their kind says. Kept
- * reports belong to the step after the newest mark (the step running, or
- * the close of the one just done). */
-static bool forward(rt_comm *c, int nframes, int kind)
+ * reports belong to the step after the training thread's newest mark when
+ * it sent them (`mark`: the step running, or the close of the one just
+ * done). */
+static bool forward(rt_comm *c, int nframes, int kind, long mark)
 {
     zmq_msg_t m[RT_MAX_FRAMES + 1];
     if (!take_parts(c, m, nframes))
         return false;
     if (kind == RT_SEND_KEEP) {
-        if (rt_outbox_add(c->outbox, c->marked + 1, m, nframes) < 0)
+        if (rt_outbox_add(c->outbox, mark + 1, m, nframes) < 0)
             publish_abort(c, "%s", rt_error_detail());
         else if (c->ctrl && !c->ctrl_broken)
             rt_outbox_flush(c->outbox, c->ctrl);
@@ -731,12 +749,12 @@ static bool handle_pipe(rt_comm *c)
     RT_ASSERT(n == (int)sizeof k); /* both ends are this file */
     if (k.kind == CMD_QUIT)
         return false;
-    if (k.kind == CMD_SEND)
-        return forward(c, k.nframes, k.send_kind);
-    if (k.kind == CMD_MARK) {
+    if (k.kind == CMD_SEND || k.kind == CMD_MARK)
         c->marked = k.step > c->marked ? k.step : c->marked;
+    if (k.kind == CMD_SEND)
+        return forward(c, k.nframes, k.send_kind, k.step);
+    if (k.kind == CMD_MARK)
         return true;
-    }
     struct reply rep = {0};
     rt_error_clear();
     if (k.kind == RT_COMM_REGROUP)
@@ -749,6 +767,30 @@ static bool handle_pipe(rt_comm *c)
     return send_reply(c, &rep);
 }
 
+/* How long the loop may sleep: until the next heartbeat is due, SLICE_MS at
+ * most. A sleep past STEP_HB says so first, then looks at the marks again
+ * (seq_cst, as rt_comm_mark's store then look): a mark given meanwhile
+ * either is seen here or wakes the thread. */
+static long poll_timeout(rt_comm *c)
+{
+    for (int again = 0; again < 2; again++) {
+        take_mark(c);
+        long timeout = SLICE_MS;
+        if (c->ctrl) {
+            double left = hb_every(c) - (rt_now() - c->last_hb_sent);
+            long hb = left < 0 ? 0 : (long)(left * 1000) + 1;
+            timeout = hb < timeout ? hb : timeout;
+        }
+        if (timeout <= (long)(STEP_HB * 1000) || again)
+            return timeout;
+        atomic_store(&c->sleeps_long, 1);
+        if (atomic_load(&c->mark_now) <= c->marked)
+            return timeout;
+        atomic_store(&c->sleeps_long, 0); /* a mark came: plan with it */
+    }
+    return 0;
+}
+
 static void *comm_main(void *arg)
 {
     rt_comm *c = arg;
@@ -756,13 +798,9 @@ static void *comm_main(void *arg)
     while (!atomic_load(&c->quit)) {
         zmq_pollitem_t it[2] = {{.socket = c->pipe_thread, .events = ZMQ_POLLIN},
                                 {.socket = c->ctrl, .events = ZMQ_POLLIN}};
-        long timeout = SLICE_MS;
-        if (c->ctrl) {
-            double left = hb_every(c) - (rt_now() - c->last_hb_sent);
-            long hb = left < 0 ? 0 : (long)(left * 1000) + 1;
-            timeout = hb < timeout ? hb : timeout;
-        }
+        long timeout = poll_timeout(c);
         int rc = zmq_poll(it, c->ctrl ? 2 : 1, timeout);
+        atomic_store(&c->sleeps_long, 0);
         if (rc < 0 && errno != EINTR) {
             publish_abort(c, "the communication thread stopped: %s", zmq_strerror(errno));
             break;
@@ -850,7 +888,10 @@ rt_comm *rt_comm_new(const struct rt_comm_config *cfg)
     c->hb_interval = cfg->hb_interval > 0 ? cfg->hb_interval : 1.0;
     c->peer_timeout = cfg->peer_timeout > 0 ? cfg->peer_timeout : 30.0;
     c->coord_timeout = cfg->coord_timeout > 0 ? cfg->coord_timeout : 0.0;
-    c->marked = c->hb_mark = -1;
+    c->marked = c->hb_mark = c->train_marked = -1;
+    atomic_init(&c->mark_now, -1);
+    atomic_init(&c->mark_seen, -1);
+    atomic_init(&c->sleeps_long, 0);
     atomic_init(&c->acked, -1);
     if (!(c->outbox = rt_outbox_new()))
         goto fail;
@@ -1134,7 +1175,8 @@ int rt_comm_send_as(rt_comm *c, enum rt_comm_send_kind kind, const rt_wire_write
     check(c);
     RT_ASSERT(nframes >= 0 && 1 + nframes <= RT_MAX_FRAMES);
     RT_TRY(usable(c));
-    struct cmd k = {.kind = CMD_SEND, .nframes = 1 + nframes, .send_kind = (int)kind};
+    struct cmd k = {.kind = CMD_SEND, .nframes = 1 + nframes, .send_kind = (int)kind,
+                    .step = c->train_marked};
     const void *data[RT_MAX_FRAMES + 1] = {&k, w->data};
     size_t len[RT_MAX_FRAMES + 1] = {sizeof k, w->len};
     for (int i = 0; i < nframes; i++) {
@@ -1212,6 +1254,13 @@ void rt_comm_mark(rt_comm *c, long steps_done)
     check(c);
     if (usable(c) < 0)
         return; /* the thread is gone: the next collective says why */
+    c->train_marked = steps_done;
+    atomic_store(&c->mark_now, steps_done);
+    /* a wake-up a step took a core from the training threads of a full
+     * machine (lenet's 2 workers: one a step each); the thread sees the
+     * mark anyway within STEP_HB unless it sleeps longer */
+    if (steps_done < atomic_load(&c->mark_seen) + MARK_STEPS && !atomic_load(&c->sleeps_long))
+        return;
     struct cmd k = {.kind = CMD_MARK, .step = steps_done};
     if (rt_zsend(c->pipe_main, &k, sizeof k, false) < 0)
         rt_error_clear();

@@ -260,6 +260,70 @@ static void test_last_report_leaves(void **state)
     in_ring(1, RT_LINKS_TCP, last_report);
 }
 
+/* ---- step marks reach the coordinator ------------------------------------------------- */
+
+/* The newest "step" of the heartbeats that reach the stand-in coordinator
+ * within `secs` (-1: none); frames: [routing id, message]. */
+static long newest_hb_step(struct coord *k, rt_zframes *fr, double secs)
+{
+    long newest = -1;
+    rt_wire_msg msg;
+    rt_wire_msg_init(&msg);
+    for (double t0 = rt_now(); rt_now() - t0 < secs;) {
+        if (rt_zframes_recv(k->router, fr, ZMQ_DONTWAIT) != 1) {
+            usleep(1000);
+            continue;
+        }
+        uint64_t step;
+        if (fr->n == 2 &&
+            rt_wire_parse(&msg, rt_zframe_data(fr, 1), rt_zframe_size(fr, 1), k->run, false) == 0 &&
+            !strcmp(msg.type, "hb") &&
+            rt_wire_get_uint(rt_wire_root(&msg), "step", 0, 1u << 30, &step) == 0 &&
+            (long)step > newest)
+            newest = (long)step;
+    }
+    rt_wire_msg_free(&msg);
+    return newest;
+}
+
+/* A step mark wakes the comm thread only where it sleeps past STEP_HB or
+ * MARK_STEPS marks went unseen (net/comm.c); each still reaches the
+ * coordinator in a heartbeat soon: a mark after a long sleep, marks given
+ * while the thread sleeps short (every 2 ms, so most wake nothing), a run
+ * of marks faster than any heartbeat. Heartbeats are otherwise 1000 s
+ * apart here. */
+static int marks_reach(rt_ring *ring, int rank, int out_fd, void *arg)
+{
+    (void)rank, (void)out_fd, (void)arg;
+    rt_zframes fr;
+    rt_zframes_init(&fr);
+    struct coord k;
+    CHECK(coord_open(&k, ring) == RT_OK, "open");
+    usleep(300000); /* the thread in its long sleep */
+    rt_comm_mark(k.comm, 3);
+    long got = newest_hb_step(&k, &fr, 0.5);
+    CHECK(got == 3, "after a long sleep, mark 3: newest heartbeat step %ld", got);
+    for (long s = 4; s <= 30; s++) {
+        rt_comm_mark(k.comm, s);
+        usleep(2000);
+    }
+    got = newest_hb_step(&k, &fr, 0.5);
+    CHECK(got == 30, "marks 4-30 every 2 ms: newest heartbeat step %ld", got);
+    for (long s = 31; s <= 1000; s++)
+        rt_comm_mark(k.comm, s);
+    got = newest_hb_step(&k, &fr, 0.5);
+    CHECK(got == 1000, "marks 31-1000 at once: newest heartbeat step %ld", got);
+    coord_close(&k);
+    rt_zframes_close(&fr);
+    return 0;
+}
+
+static void test_marks_reach_the_coordinator(void **state)
+{
+    (void)state;
+    in_ring(1, RT_LINKS_TCP, marks_reach);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -268,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_collective_timeout),
         cmocka_unit_test(test_failed_send_leaves_pipe_clean),
         cmocka_unit_test(test_last_report_leaves),
+        cmocka_unit_test(test_marks_reach_the_coordinator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
